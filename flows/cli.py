@@ -1,0 +1,162 @@
+"""`ctxsim` command line: the user's map of the system (orchestration only).
+
+Prefect is imported inside the commands, after flows.prefect_env has set its environment.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="ctxsim: sentence-pair similarity labels from the contexts sentences fit into "
+    "(Sun et al., TACL 2022).",
+)
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML config (default configs/quickstart.yaml)")
+]
+RootOpt = Annotated[str | None, typer.Option("--root", help="artefact root (overrides run.root)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="override a config value: SECTION.KEY=VALUE")
+]
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def _root_of(config: Path | None, root: str | None) -> str:
+    from flows.config import load_config
+
+    if root:
+        return root
+    path = config or (Path("configs/quickstart.yaml") if Path("configs/quickstart.yaml").exists() else None)
+    return load_config(path, stages=[]).run.root
+
+
+@app.command(epilog="Example: ctxsim run --config configs/quickstart.yaml --set retrieve.top_k=500")
+def run(
+    config: ConfigOpt = None,
+    root: RootOpt = None,
+    set_: SetOpt = None,
+    until: Annotated[str | None, typer.Option("--until", help="stop after this stage")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="name of the run record")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run the pipeline (every stage of the config, or up to --until), reusing finished work."""
+    from flows.config import ConfigError, load_config
+    from flows.prefect_env import configure_prefect
+
+    if config is None:
+        config = Path("configs/quickstart.yaml")
+    overrides = list(set_ or []) + (["run.quiet=true"] if quiet else [])
+    try:
+        cfg = load_config(config, overrides, root)
+    except ConfigError as e:
+        _fail(str(e))
+    if cfg.run.quiet:
+        import os
+
+        os.environ["TQDM_DISABLE"] = "1"
+    configure_prefect(cfg.run.root)
+    from flows.pipeline import run_pipeline
+
+    try:
+        record = run_pipeline(str(config), overrides, root, until, run_id)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e), 1)
+    if json_out:
+        typer.echo(json.dumps(record, indent=2, default=str))
+    else:
+        _print_run(record)
+
+
+def _print_run(record: dict[str, Any]) -> None:
+    typer.echo(f"run {record['run_id']}: {record['status']}")
+    for name, st in record.get("stages", {}).items():
+        typer.echo(
+            f"  {name:<14} {st['status']:<9} {st['fingerprint']}  rows={st['rows']:<8} "
+            f"shards={st['shards_computed']}/{st['shards']}  {st['seconds']}s"
+        )
+
+
+@app.command(epilog="Example: ctxsim runs --json")
+def runs(config: ConfigOpt = None, root: RootOpt = None, json_out: JsonOpt = False) -> None:
+    """List runs: their stages, fingerprints, status and row counts."""
+    from tasks.store import ArtefactStore
+
+    store = ArtefactStore(_root_of(config, root))
+    records = store.list_runs()
+    if json_out:
+        typer.echo(json.dumps({"root": str(store.root), "runs": records}, indent=2, default=str))
+        return
+    if not records:
+        typer.echo(f"no runs under {store.root}")
+    for r in records:
+        _print_run(r)
+
+
+@app.command(epilog="Example: ctxsim inspect shard --limit 3 --json")
+def inspect(
+    stage: Annotated[str, typer.Argument(help="stage name, e.g. shard, retrieve, label")],
+    run_id: Annotated[str | None, typer.Option("--run", help="run id (default: latest artefact)")] = None,
+    config: ConfigOpt = None,
+    root: RootOpt = None,
+    limit: Annotated[int, typer.Option("--limit", help="sample rows to show")] = 5,
+    json_out: JsonOpt = False,
+) -> None:
+    """Schema, rows, bytes, per-column statistics and sample rows of a stage's artefact."""
+    from tasks.inspect import describe
+    from tasks.store import ArtefactStore, StoreError
+
+    store = ArtefactStore(_root_of(config, root))
+    try:
+        if run_id:
+            rec = store.read_run(run_id)
+            if stage not in rec["stages"]:
+                _fail(f"run {run_id} has no stage {stage!r} (it has {', '.join(rec['stages'])})")
+            art = store.get(stage, rec["stages"][stage]["fingerprint"])
+        else:
+            art = store.latest(stage)
+    except StoreError as e:
+        _fail(str(e))
+    if art is None:
+        _fail(f"no published artefact for stage {stage!r} under {store.root}")
+    info = describe(art, limit)
+    if json_out:
+        typer.echo(json.dumps(info, indent=2, default=str))
+        return
+    typer.echo(f"{info['stage']}  {info['fingerprint']}  {info['path']}")
+    typer.echo(f"rows={info['num_rows']}  parts={info['num_parts']}  bytes={info['bytes']}")
+    typer.echo("schema:")
+    for col in info["schema"]:
+        typer.echo(f"  {col['name']}: {col['type']}")
+    typer.echo("columns:")
+    for name, summ in info["columns"].items():
+        typer.echo(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in summ.items()))
+    if info["stats"]:
+        typer.echo("stats: " + json.dumps(info["stats"], default=str))
+    typer.echo("sample:")
+    for row in info["sample"]:
+        typer.echo("  " + json.dumps(row, default=str, ensure_ascii=False)[:300])
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

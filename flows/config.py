@@ -1,0 +1,117 @@
+"""Configuration: YAML files in configs/, validated section by section.
+
+A config has a `run` section (tasks.base.RunParams) and one section per stage, named like the
+stage and validated by that stage's pydantic Params. Unknown sections and keys are errors that
+name the file and the key. ``--set retrieve.top_k=2000`` overrides any value (parsed as YAML).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from tasks import STAGES, load_stage
+from tasks.base import RunParams
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message names the file and the key."""
+
+
+@dataclass
+class PipelineConfig:
+    run: RunParams
+    stages: dict[str, BaseModel]
+    source: str = "<defaults>"
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stage_names(self) -> list[str]:
+        """Stages of this run, in pipeline order."""
+        return [s for s in STAGES if s in self.stages]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run.model_dump(mode="json"),
+            **{k: v.model_dump(mode="json") for k, v in self.stages.items()},
+        }
+
+
+def _set_dotted(cfg: dict[str, Any], key: str, value: Any, origin: str) -> None:
+    parts = key.split(".")
+    if len(parts) < 2 or not all(parts):
+        raise ConfigError(f"{origin}: override {key!r} must look like section.key=value")
+    node = cfg
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{origin}: {key!r} descends into a non-mapping value")
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. retrieve.top_k=2000")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value) if value.strip() else None
+
+
+def _format_error(source: str, section: str, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in (section, *e["loc"]))
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    root: str | None = None,
+    stages: list[str] | None = None,
+) -> PipelineConfig:
+    """Read, override and validate a config. ``stages`` restricts the sections kept (default:
+    every stage section present in the file; a file with no stage sections runs every stage)."""
+    source = str(path) if path else "<defaults>"
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            raw = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: invalid YAML: {e}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{p}: top level must be a mapping of sections")
+    for ov in overrides or []:
+        key, value = parse_override(ov)
+        _set_dotted(raw, key, value, "--set")
+    if root is not None:
+        raw.setdefault("run", {})["root"] = root
+    for section in raw:
+        if section != "run" and section not in STAGES:
+            raise ConfigError(
+                f"{source}: unknown section {section!r} (known: run, {', '.join(STAGES)})"
+            )
+    try:
+        run = RunParams(**(raw.get("run") or {}))
+    except ValidationError as e:
+        raise ConfigError(_format_error(source, "run", e)) from None
+    present = [s for s in STAGES if s in raw] or list(STAGES)
+    names = [s for s in present if stages is None or s in stages]
+    parsed: dict[str, BaseModel] = {}
+    for name in names:
+        section = raw.get(name) or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{source}: section {name!r} must be a mapping")
+        try:
+            parsed[name] = load_stage(name).Params(**section)
+        except ValidationError as e:
+            raise ConfigError(_format_error(source, name, e)) from None
+    return PipelineConfig(run=run, stages=parsed, source=source, raw=raw)

@@ -1,0 +1,210 @@
+"""The pipeline flow: stage order, one Prefect task per shard, reuse by fingerprint.
+
+The artefact store, not Prefect's result cache, decides what is done: a stage whose fingerprint
+is published is reused, a shard whose done-marker matches its bytes is skipped. So rerunning a
+run id, or retrying a deployed flow run, recomputes only what is missing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import wait
+
+from flows.config import PipelineConfig, load_config
+from flows.runners import make_task_runner
+from tasks import STAGES, load_stage
+from tasks.base import RunParams, StagePlan, compute_shard, get_logger, plan_stage, publish_stage
+from tasks.store import Artefact, ArtefactStore, safe_name
+
+PERMANENT = (ValueError, KeyError, TypeError, NotImplementedError, FileNotFoundError)
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """Worth a retry: I/O hiccups, lost connections, CUDA OOM. Bad input fails fast."""
+    if exc is None or isinstance(exc, PERMANENT):
+        return False
+    return isinstance(exc, OSError | TimeoutError | ConnectionError | RuntimeError)
+
+
+def _retry_condition(task: Any, task_run: Any, state: Any) -> bool:
+    try:
+        state.result()
+    except Exception as exc:  # noqa: BLE001 - we classify it
+        return is_transient(exc)
+    return False
+
+
+def plan_spec(plan: StagePlan) -> dict[str, Any]:
+    """A picklable description of a plan, so shard tasks can run in other processes/hosts."""
+    return {
+        "root": str(plan.store.root),
+        "stage": plan.stage.name,
+        "params": plan.params.model_dump(mode="json"),
+        "run": plan.run.model_dump(mode="json"),
+        "upstream": {k: a.fingerprint for k, a in plan.upstream.items()},
+    }
+
+
+def plan_from_spec(spec: dict[str, Any]) -> StagePlan:
+    store = ArtefactStore(spec["root"])
+    stage = load_stage(spec["stage"])
+    upstream = {k: store.require(k, fp) for k, fp in spec["upstream"].items()}
+    return plan_stage(stage, stage.Params(**spec["params"]), RunParams(**spec["run"]), store, upstream)
+
+
+@task(
+    name="stage-shard",
+    task_run_name="{spec[stage]}-shard-{shard}",
+    retries=2,
+    retry_delay_seconds=3,
+    retry_condition_fn=_retry_condition,
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+def shard_task(spec: dict[str, Any], shard: int) -> dict[str, Any]:
+    """Compute one shard of one stage (or confirm it was done before)."""
+    from tasks.base import resolve_device
+
+    run = RunParams(**spec["run"])
+    if run.torch_threads:
+        import torch
+
+        torch.set_num_threads(run.torch_threads)
+    resolve_device(run.device)
+    return compute_shard(plan_from_spec(spec), shard)
+
+
+def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:
+    rows = [{"stat": "fingerprint", "value": art.fingerprint}, {"stat": "rows", "value": art.num_rows}]
+    rows.append({"stat": "reused", "value": reused})
+    rows += [{"stat": k, "value": v} for k, v in sorted(art.stats.items())]
+    try:
+        create_table_artifact(
+            key=f"ctxsim-{name}".replace("_", "-").lower(),
+            table=rows,
+            description=f"Stage `{name}` → {art.path}",
+        )
+    except Exception as exc:  # noqa: BLE001 - an artifact must never fail a stage
+        get_logger().warning("could not publish the %s artifact: %s", name, exc)
+
+
+def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:
+    names = cfg.stage_names
+    if until is not None:
+        if until not in STAGES:
+            raise ValueError(f"--until {until!r} is not a stage; known: {', '.join(STAGES)}")
+        if until not in names:
+            raise ValueError(f"--until {until!r}: that stage is not in the config")
+        names = names[: names.index(until) + 1]
+    return names
+
+
+def execute(
+    cfg: PipelineConfig,
+    until: str | None = None,
+    run_id: str | None = None,
+    use_prefect: bool = True,
+) -> dict[str, Any]:
+    """Run (or reuse) every stage in order; record the run under ROOT/runs/<run-id>.json."""
+    log = get_logger()
+    store = ArtefactStore(cfg.run.root)
+    run_id = safe_name(run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}", "run id")
+    record: dict[str, Any] = {
+        "run_id": run_id,
+        "config_source": cfg.source,
+        "config": cfg.to_dict(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "status": "running",
+        "stages": {},
+    }
+    store.write_run(run_id, record)
+    artefacts: dict[str, Artefact] = {}
+    try:
+        for name in select_stages(cfg, until):
+            stage = load_stage(name)
+            missing = [i for i in stage.inputs if i not in artefacts]
+            if missing:
+                raise ValueError(f"stage {name!r} needs {missing}, which this config does not run")
+            upstream = {i: artefacts[i] for i in stage.inputs}
+            upstream |= {i: artefacts[i] for i in stage.optional_inputs if i in artefacts}
+            plan = plan_stage(stage, cfg.stages[name], cfg.run, store, upstream)
+            t0 = time.perf_counter()
+            art = plan.published()
+            reused = art is not None
+            computed = 0
+            if art is None:
+                n = stage.num_shards(plan.context())
+                spec = plan_spec(plan)
+                if use_prefect and cfg.run.task_runner != "sequential":
+                    futures = [shard_task.submit(spec, s) for s in range(n)]
+                    wait(futures)
+                    infos = [f.result() for f in futures]
+                elif use_prefect:
+                    infos = [shard_task(spec, s) for s in range(n)]
+                else:
+                    infos = [compute_shard(plan, s) for s in range(n)]
+                computed = sum(not i.get("reused") for i in infos)
+                art = publish_stage(plan, n, infos)
+            log.info(
+                "%s %s: %s (%d rows, %d shards computed, %.1fs)",
+                "reused" if reused else "published", name, art.fingerprint, art.num_rows,
+                computed, time.perf_counter() - t0,
+            )
+            artefacts[name] = art
+            record["stages"][name] = {
+                "fingerprint": art.fingerprint,
+                "status": "reused" if reused else "completed",
+                "rows": art.num_rows,
+                "shards": len(art.parts),
+                "shards_computed": computed,
+                "seconds": round(time.perf_counter() - t0, 3),
+                "path": str(art.path),
+            }
+            store.write_run(run_id, record)
+            if use_prefect:
+                _stats_artifact(name, art, reused)
+    except BaseException as exc:
+        record["status"] = "failed"
+        record["error"] = f"{type(exc).__name__}: {exc}"
+        record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        store.write_run(run_id, record)
+        raise
+    record["status"] = "completed"
+    record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    store.write_run(run_id, record)
+    return record
+
+
+@flow(name="ctxsim-pipeline", log_prints=True, persist_result=False)
+def pipeline_flow(
+    config: str | None = "configs/quickstart.yaml",
+    overrides: list[str] | None = None,
+    root: str | None = None,
+    until: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """The whole pipeline (or up to `until`) for one config file; reuses finished artefacts."""
+    cfg = load_config(config, overrides, root)
+    return execute(cfg, until=until, run_id=run_id)
+
+
+def run_pipeline(
+    config: str | None,
+    overrides: list[str] | None = None,
+    root: str | None = None,
+    until: str | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """Entry point for the CLI: picks the task runner from the config, then runs the flow."""
+    cfg = load_config(config, overrides, root)
+    runner = make_task_runner(cfg.run)
+    flow_ = pipeline_flow.with_options(task_runner=runner) if runner is not None else pipeline_flow
+    return flow_(config=str(Path(config)) if config else None, overrides=overrides, root=root,
+                 until=until, run_id=run_id)

@@ -1,0 +1,38 @@
+"""Stages of the ctxsim pipeline, in run order.
+
+Each entry maps a stage name (its config section and artefact folder) to ``module:Class``.
+Adding a stage: copy a module, give it a name, add one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+
+from tasks.base import Stage
+
+STAGES: dict[str, str] = {
+    "shard": "tasks.shard:ShardStage",  # corpus -> sentences (Sec. 3.2 notation c_i)
+    "contexts": "tasks.contexts:ContextsStage",  # context slots [c<, _, c>] and text chunks
+    "queries": "tasks.queries:QueriesStage",  # sentences to label (corpus sample or STS)
+    "index": "tasks.index:IndexStage",  # TF-IDF bigram vectoriser + chunk matrix (Sec. 3.3)
+    "retrieve": "tasks.retrieve:RetrieveStage",  # top-K chunks per query (Sec. 3.3)
+    "discriminator": "tasks.discriminator:DiscriminatorStage",  # BiLSTM, Eq. 1
+    "screen": "tasks.screen:ScreenStage",  # rank contexts with cached reps (Sec. 3.3)
+    "generator": "tasks.generator:GeneratorStage",  # generative scorers, Eq. 2
+    "select": "tasks.select:SelectStage",  # diverse context sets Cs (Sec. 3.3)
+    "pairs": "tasks.pairs:PairsStage",  # which sentence pairs get labels
+    "score": "tasks.score:ScoreStage",  # S(s, c), Eq. 3
+    "label": "tasks.label:LabelStage",  # cosine of context vectors, Eq. 4
+    "train": "tasks.train:TrainStage",  # Siamese surrogate (Sec. 3.4)
+    "evaluate": "tasks.evaluate:EvaluateStage",  # STS / iSTS evaluation (Sec. 4)
+}
+
+
+@cache
+def load_stage(name: str) -> Stage:
+    """Import a stage class by name and return an instance."""
+    if name not in STAGES:
+        raise KeyError(f"unknown stage {name!r}; known: {', '.join(STAGES)}")
+    module, cls = STAGES[name].split(":")
+    return getattr(importlib.import_module(module), cls)()

@@ -1,0 +1,230 @@
+"""The one shape every stage has (in the spirit of datatrove's ``PipelineStep``).
+
+A stage declares ``name``, ``version``, a pydantic ``Params`` model (its config section), the
+upstream stage names it reads (``inputs``), how many shards it fans out to, and how to compute one
+shard: ``run_shard(ctx, shard) -> (table, stats)``. The machinery here fingerprints it, skips it
+when its artefact exists, skips finished shards after a crash, and publishes atomically.
+
+Adding a stage: copy ``tasks/shard.py``, change the four class attributes and ``run_shard``, and
+list it in ``tasks/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from tasks.store import Artefact, ArtefactStore, fingerprint
+
+CTXSIM_VERSION = "0.1.0"
+
+
+class StageParams(BaseModel):
+    """Base of every stage's config section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunParams(BaseModel):
+    """The `run` config section: what is shared by every stage of a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    root: str = "data/artefacts"
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    task_runner: Literal["sequential", "thread", "process", "dask", "ray"] = "sequential"
+    max_workers: int = 2
+    runner_address: str | None = None  # an existing Dask scheduler / Ray cluster
+    gpus_per_task: float = 0.0
+    torch_threads: int = 0  # 0 = leave torch's default
+    quiet: bool = False
+
+
+def get_logger(name: str = "ctxsim") -> logging.Logger | logging.LoggerAdapter:
+    """Prefect's run logger inside a flow or task, a standard logger outside."""
+    try:
+        from prefect.exceptions import MissingContextError
+        from prefect.logging import get_run_logger
+
+        try:
+            return get_run_logger()
+        except MissingContextError:
+            pass
+    except ImportError:  # pragma: no cover - prefect is a hard dependency
+        pass
+    return logging.getLogger(name)
+
+
+def resolve_device(device: str) -> str:
+    """`auto` picks CUDA when present; an explicit request is honoured as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class StageContext:
+    """Everything one shard computation may touch."""
+
+    stage: str
+    params: Any
+    run: RunParams
+    fingerprint: str
+    upstream: dict[str, Artefact]
+    store: ArtefactStore
+    workdir: Path
+    all_params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def files_dir(self) -> Path:
+        """Non-tabular outputs published with the artefact (models, vectorisers, plots)."""
+        d = self.workdir / "files"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    @property
+    def cache_dir(self) -> Path:
+        """Scratch space that survives a crash (checkpoints), keyed by fingerprint."""
+        d = self.store.root / "_cache" / self.stage / self.fingerprint
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    @property
+    def logger(self) -> logging.Logger | logging.LoggerAdapter:
+        return get_logger(f"ctxsim.{self.stage}")
+
+    @property
+    def device(self) -> str:
+        return resolve_device(self.run.device)
+
+    def input(self, name: str) -> Artefact:
+        try:
+            return self.upstream[name]
+        except KeyError:
+            raise KeyError(f"stage {self.stage!r} did not declare input {name!r}") from None
+
+
+class Stage:
+    """Base class; subclasses set the class attributes and implement ``run_shard``."""
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    Params: ClassVar[type[StageParams]] = StageParams
+    inputs: ClassVar[tuple[str, ...]] = ()
+    #: Optional inputs are used when the run includes them (e.g. `screen` for `select`).
+    optional_inputs: ClassVar[tuple[str, ...]] = ()
+    #: Run-level fields that change this stage's output (part of the fingerprint).
+    run_fields: ClassVar[tuple[str, ...]] = ("seed",)
+
+    def fingerprint_extra(self, params: Any) -> dict[str, Any]:
+        """Anything besides params that decides the output (e.g. input file sizes and mtimes)."""
+        return {}
+
+    def num_shards(self, ctx: StageContext) -> int:
+        return 1
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        raise NotImplementedError
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        """Stage-level stats from per-shard stats; the default sums numeric values."""
+        total: dict[str, Any] = {}
+        for stats in shard_stats:
+            for k, v in stats.items():
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    continue
+                total[k] = total.get(k, 0) + v
+        return total
+
+
+@dataclass
+class StagePlan:
+    """A stage resolved against a config and its upstream artefacts."""
+
+    stage: Stage
+    params: Any
+    run: RunParams
+    fingerprint: str
+    upstream: dict[str, Artefact]
+    store: ArtefactStore
+    fingerprint_payload: dict[str, Any]
+
+    def context(self) -> StageContext:
+        workdir = self.store.open_partial(self.stage.name, self.fingerprint)
+        return StageContext(
+            stage=self.stage.name,
+            params=self.params,
+            run=self.run,
+            fingerprint=self.fingerprint,
+            upstream=self.upstream,
+            store=self.store,
+            workdir=workdir,
+        )
+
+    def published(self) -> Artefact | None:
+        return self.store.get(self.stage.name, self.fingerprint)
+
+
+def plan_stage(
+    stage: Stage, params: Any, run: RunParams, store: ArtefactStore, upstream: dict[str, Artefact]
+) -> StagePlan:
+    payload = {
+        "stage": stage.name,
+        "version": stage.version,
+        "params": params.model_dump(mode="json"),
+        "run": {k: getattr(run, k) for k in stage.run_fields},
+        "upstream": {k: a.fingerprint for k, a in sorted(upstream.items())},
+        "extra": stage.fingerprint_extra(params),
+    }
+    return StagePlan(stage, params, run, fingerprint(payload), upstream, store, payload)
+
+
+def compute_shard(plan: StagePlan, shard: int) -> dict[str, Any]:
+    """Compute and durably record one shard, unless it is already done (then return its record)."""
+    done = plan.store.shard_done(plan.stage.name, plan.fingerprint, shard)
+    if done is not None:
+        return {**done, "reused": True}
+    ctx = plan.context()
+    t0 = time.perf_counter()
+    table, stats = plan.stage.run_shard(ctx, shard)
+    info = plan.store.write_shard(
+        plan.stage.name, plan.fingerprint, shard, table, stats, time.perf_counter() - t0
+    )
+    return {**info, "reused": False}
+
+
+def publish_stage(plan: StagePlan, n_shards: int, shard_infos: list[dict[str, Any]]) -> Artefact:
+    ctx = plan.context()
+    stats = plan.stage.summarize(ctx, [i.get("stats", {}) for i in shard_infos])
+    extra = {
+        "ctxsim_version": CTXSIM_VERSION,
+        "stage_version": plan.stage.version,
+        "params": plan.params.model_dump(mode="json"),
+        "upstream": {k: a.fingerprint for k, a in plan.upstream.items()},
+        "fingerprint_payload": plan.fingerprint_payload,
+        "stats": stats,
+        "timings": {
+            "shard_seconds": [i.get("seconds", 0.0) for i in shard_infos],
+            "total_seconds": round(sum(i.get("seconds", 0.0) for i in shard_infos), 4),
+        },
+    }
+    return plan.store.publish(plan.stage.name, plan.fingerprint, n_shards, extra)
+
+
+def run_stage_locally(plan: StagePlan) -> tuple[Artefact, bool]:
+    """Run every missing shard in this process and publish. Returns (artefact, reused)."""
+    existing = plan.published()
+    if existing is not None:
+        return existing, True
+    n = plan.stage.num_shards(plan.context())
+    infos = [compute_shard(plan, s) for s in range(n)]
+    return publish_stage(plan, n, infos), False

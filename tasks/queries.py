@@ -1,0 +1,153 @@
+"""Stage `queries`: the sentences that get context sets and labels.
+
+Two sources: a seeded sample of corpus sentences (the dataset ctxsim produces, Sec. 3.4), or
+sentences from STS sets that are not in the corpus (the Origin evaluation, Sec. 4.3, Eq. 4), whose
+pairs are kept in ``files/given_pairs.parquet`` so that `pairs` can label exactly those.
+
+Queries are spread over ``n_shards`` shards; every query-sharded stage downstream (retrieve,
+screen, score, ...) fans out over the same shards.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from tasks.base import Stage, StageContext, StageParams
+
+
+class QueriesParams(StageParams):
+    source: Literal["corpus", "sts"] = "corpus"
+    n_corpus: int = Field(200, ge=1)  # corpus sentences to sample
+    min_tokens: int = Field(4, ge=1)
+    max_tokens: int = Field(60, ge=1)
+    only_context_centres: bool = True  # sample sentences that have a full context of their own
+    sts_dir: str | None = None
+    sts_sets: list[str] = Field(default_factory=lambda: ["STSb.dev"])  # fnmatch on dataset.subset
+    max_pairs_per_set: int | None = Field(None, ge=1)  # seeded subsample, for quick probes
+    n_shards: int = Field(2, ge=1, le=4096)
+
+
+QUERY_SCHEMA = pa.schema(
+    [
+        ("query_id", pa.int64()),
+        ("text", pa.string()),
+        ("sent_id", pa.int64()),
+        ("origin", pa.string()),
+        ("shard", pa.int32()),
+    ]
+)
+GIVEN_PAIRS_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.int64()),
+        ("s1_query_id", pa.int64()),
+        ("s2_query_id", pa.int64()),
+        ("dataset", pa.string()),
+        ("subset", pa.string()),
+        ("gold", pa.float64()),
+    ]
+)
+
+
+class QueriesStage(Stage):
+    name = "queries"
+    version = "1"
+    Params = QueriesParams
+    inputs = ("shard", "contexts")
+
+    def fingerprint_extra(self, params: QueriesParams) -> dict[str, Any]:
+        if params.source != "sts" or not params.sts_dir:
+            return {}
+        from pathlib import Path
+
+        files = sorted(p for p in Path(params.sts_dir).rglob("*") if p.is_file())
+        return {"sts_files": [[str(f), f.stat().st_size] for f in files]}
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: QueriesParams = ctx.params
+        rng = np.random.default_rng(ctx.run.seed)
+        if p.source == "corpus":
+            texts, sent_ids, origins = self._corpus(ctx, p, rng)
+            given = None
+        else:
+            texts, sent_ids, origins, given = self._sts(p, rng)
+        n = len(texts)
+        table = pa.table(
+            {
+                "query_id": np.arange(n, dtype=np.int64),
+                "text": texts,
+                "sent_id": pa.array(sent_ids, type=pa.int64()),
+                "origin": origins,
+                "shard": (np.arange(n) % p.n_shards).astype(np.int32),
+            },
+            schema=QUERY_SCHEMA,
+        )
+        stats: dict[str, Any] = {"queries": n, "n_shards": p.n_shards, "source": p.source}
+        if given is not None:
+            pq.write_table(given, ctx.files_dir / "given_pairs.parquet", compression="zstd")
+            stats["given_pairs"] = given.num_rows
+        return table, stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(shard_stats[0])
+
+    def _corpus(
+        self, ctx: StageContext, p: QueriesParams, rng: np.random.Generator
+    ) -> tuple[list[str], list[int | None], list[str]]:
+        sents = ctx.input("shard").read_table(["sent_id", "text", "n_tokens"]).sort_by("sent_id")
+        ids = sents.column("sent_id").to_numpy()
+        ntok = sents.column("n_tokens").to_numpy()
+        ok = (ntok >= p.min_tokens) & (ntok <= p.max_tokens)
+        if p.only_context_centres:
+            centres = ctx.input("contexts").read_table(["centre_sent_id"]).column(0).to_numpy()
+            ok &= np.isin(ids, centres)
+        candidates = np.flatnonzero(ok)
+        if len(candidates) == 0:
+            raise ValueError("queries: no corpus sentence passes the length bounds")
+        take = np.sort(rng.choice(candidates, size=min(p.n_corpus, len(candidates)), replace=False))
+        texts = sents.column("text").take(pa.array(take)).to_pylist()
+        return texts, [int(i) for i in ids[take]], ["corpus"] * len(take)
+
+    def _sts(
+        self, p: QueriesParams, rng: np.random.Generator
+    ) -> tuple[list[str], list[int | None], list[str], pa.Table]:
+        from tasks.sts_data import discover_sts
+
+        if not p.sts_dir:
+            raise ValueError("queries.source is 'sts' but queries.sts_dir is not set")
+        sets = [
+            s for s in discover_sts(p.sts_dir)
+            if any(fnmatch.fnmatch(f"{s.dataset}.{s.subset}", pat) for pat in p.sts_sets)
+        ]
+        if not sets:
+            raise ValueError(f"queries: no STS set under {p.sts_dir} matches {p.sts_sets}")
+        index: dict[str, int] = {}
+        texts: list[str] = []
+        origins: list[str] = []
+        pairs: dict[str, list] = {f.name: [] for f in GIVEN_PAIRS_SCHEMA}
+
+        def qid(text: str, origin: str) -> int:
+            if text not in index:
+                index[text] = len(texts)
+                texts.append(text)
+                origins.append(origin)
+            return index[text]
+
+        for s in sets:
+            rows = np.arange(len(s.gold))
+            if p.max_pairs_per_set and len(rows) > p.max_pairs_per_set:
+                rows = np.sort(rng.choice(rows, size=p.max_pairs_per_set, replace=False))
+            origin = f"{s.dataset}.{s.subset}"
+            for r in rows:
+                pairs["pair_id"].append(len(pairs["pair_id"]))
+                pairs["s1_query_id"].append(qid(s.sentences1[r], origin))
+                pairs["s2_query_id"].append(qid(s.sentences2[r], origin))
+                pairs["dataset"].append(s.dataset)
+                pairs["subset"].append(s.subset)
+                pairs["gold"].append(float(s.gold[r]))
+        return texts, [None] * len(texts), origins, pa.table(pairs, schema=GIVEN_PAIRS_SCHEMA)

@@ -1,0 +1,108 @@
+"""Artefact store: atomic publish, checksums, races, unsafe names."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tasks.store import MANIFEST, ArtefactStore, StoreError, fingerprint
+
+
+def _table(n: int, offset: int = 0) -> pa.Table:
+    return pa.table({"x": list(range(offset, offset + n)), "y": [f"r{i}" for i in range(n)]})
+
+
+def _publish(store: ArtefactStore, fp: str, n_shards: int = 2) -> None:
+    for s in range(n_shards):
+        store.write_shard("demo", fp, s, _table(3, 10 * s), {"rows": 3}, 0.0)
+    store.publish("demo", fp, n_shards, {"stats": {"rows": 3 * n_shards}})
+
+
+def test_fingerprint_is_order_independent_and_sensitive():
+    assert fingerprint({"a": 1, "b": [1, 2]}) == fingerprint({"b": [1, 2], "a": 1})
+    assert fingerprint({"a": 1}) != fingerprint({"a": 2})
+
+
+def test_publish_then_read_back(tmp_path: Path):
+    store = ArtefactStore(tmp_path)
+    _publish(store, "abc123")
+    art = store.get("demo", "abc123")
+    assert art is not None and art.num_rows == 6
+    assert art.read_table().column("x").to_pylist() == [0, 1, 2, 10, 11, 12]
+    assert not store.partial_dir("demo", "abc123").exists()
+    manifest = json.loads((art.path / MANIFEST).read_text())
+    assert [p["rows"] for p in manifest["parts"]] == [3, 3]
+    assert all(len(p["sha256"]) == 64 for p in manifest["parts"])
+
+
+def test_publish_refuses_unfinished_shards(tmp_path: Path):
+    store = ArtefactStore(tmp_path)
+    store.write_shard("demo", "fp1", 0, _table(2), {}, 0.0)
+    with pytest.raises(StoreError, match="shard 1 is not finished"):
+        store.publish("demo", "fp1", 2, {})
+    assert store.get("demo", "fp1") is None
+
+
+def test_corrupted_part_is_detected_and_quarantined(tmp_path: Path):
+    store = ArtefactStore(tmp_path)
+    _publish(store, "fpc")
+    part = store.final_dir("demo", "fpc") / "part-00001.parquet"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    assert store.get("demo", "fpc") is None
+    assert not store.final_dir("demo", "fpc").exists()
+    assert any(p.name.startswith(".corrupt-fpc") for p in (tmp_path / "demo").iterdir())
+
+
+def test_truncated_shard_is_not_trusted_on_resume(tmp_path: Path):
+    store = ArtefactStore(tmp_path)
+    store.write_shard("demo", "fpt", 0, _table(5), {}, 0.0)
+    part = store.partial_dir("demo", "fpt") / "part-00000.parquet"
+    part.write_bytes(part.read_bytes()[:20])
+    assert store.shard_done("demo", "fpt", 0) is None
+
+
+@pytest.mark.parametrize("bad", ["../evil", "/abs", "a/b", "..", ""])
+def test_unsafe_names_cannot_escape_root(tmp_path: Path, bad: str):
+    store = ArtefactStore(tmp_path)
+    with pytest.raises(StoreError):
+        store.final_dir(bad, "fp")
+    with pytest.raises(StoreError):
+        store.run_path(bad)
+
+
+def _racer(root: str, barrier: mp.Barrier) -> None:  # type: ignore[valid-type]
+    store = ArtefactStore(root)
+    for s in range(3):
+        store.write_shard("demo", "race", s, _table(4, s), {}, 0.0)
+    barrier.wait()
+    store.publish("demo", "race", 3, {})
+
+
+def test_two_writers_publishing_the_same_artefact(tmp_path: Path):
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_racer, args=(str(tmp_path), barrier)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    art = ArtefactStore(tmp_path).get("demo", "race")
+    assert art is not None and art.num_rows == 12
+    leftovers = [p.name for p in (tmp_path / "demo").iterdir() if p.name != "race"]
+    assert leftovers == []
+
+
+def test_run_records_round_trip(tmp_path: Path):
+    store = ArtefactStore(tmp_path)
+    store.write_run("r1", {"run_id": "r1", "started_at": "1"})
+    store.write_run("r2", {"run_id": "r2", "started_at": "2"})
+    assert [r["run_id"] for r in store.list_runs()] == ["r1", "r2"]
+    with pytest.raises(StoreError, match="no run"):
+        store.read_run("nope")
