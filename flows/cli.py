@@ -151,6 +151,11 @@ def inspect(
         typer.echo("  " + json.dumps(row, default=str, ensure_ascii=False)[:300])
 
 
+from flows.cli_ops import register  # noqa: E402 - ops commands (issue 6)
+
+register(app)
+
+
 def main() -> None:
     try:
         app()

@@ -28,6 +28,8 @@ def configure_prefect(root: str | Path) -> None:
         os.environ.setdefault(key, value)
     if not os.environ.get("PREFECT_API_URL"):
         os.environ.setdefault("PREFECT_HOME", str(Path(root).resolve() / "_prefect"))
+        # SQLite cannot create its database file in a missing directory.
+        Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
     _install_sigterm_handler()
 
 

@@ -116,12 +116,12 @@ class QueriesStage(Stage):
     def _sts(
         self, p: QueriesParams, rng: np.random.Generator
     ) -> tuple[list[str], list[int | None], list[str], pa.Table]:
-        from tasks.sts_data import discover_sts
+        from tasks.sts_data import discover
 
         if not p.sts_dir:
             raise ValueError("queries.source is 'sts' but queries.sts_dir is not set")
         sets = [
-            s for s in discover_sts(p.sts_dir)
+            s for s in discover(p.sts_dir)
             if any(fnmatch.fnmatch(f"{s.dataset}.{s.subset}", pat) for pat in p.sts_sets)
         ]
         if not sets:
@@ -145,8 +145,8 @@ class QueriesStage(Stage):
             origin = f"{s.dataset}.{s.subset}"
             for r in rows:
                 pairs["pair_id"].append(len(pairs["pair_id"]))
-                pairs["s1_query_id"].append(qid(s.sentences1[r], origin))
-                pairs["s2_query_id"].append(qid(s.sentences2[r], origin))
+                pairs["s1_query_id"].append(qid(s.s1[r], origin))
+                pairs["s2_query_id"].append(qid(s.s2[r], origin))
                 pairs["dataset"].append(s.dataset)
                 pairs["subset"].append(s.subset)
                 pairs["gold"].append(float(s.gold[r]))

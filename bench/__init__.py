@@ -1,0 +1,1 @@
+"""Benchmarks for ctxsim stages (``python -m bench.bench_<stage> [--quick]``)."""

@@ -1,0 +1,51 @@
+"""Shared fixtures: the spine stages run once per session on the bundled sample corpus."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+# One ephemeral Prefect database for the whole session: its migrations run once, not per test.
+if not os.environ.get("PREFECT_API_URL"):
+    os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="ctxsim-prefect-"))
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample" / "docs.jsonl"
+
+
+def run_spine(root: Path, overrides: dict | None = None, until: str = "queries"):
+    """Run the pipeline stages up to `until` in-process (no Prefect) and return the artefacts."""
+    from flows.config import load_config
+    from tasks import STAGES, load_stage
+    from tasks.base import plan_stage, run_stage_locally
+    from tasks.store import ArtefactStore
+
+    names = list(STAGES)[: list(STAGES).index(until) + 1]
+    sets = [f"shard.paths=['{SAMPLE}']", "queries.n_corpus=60"]
+    sets += [f"{k}={v}" for k, v in (overrides or {}).items()]
+    cfg = load_config(REPO / "configs" / "quickstart.yaml", sets, str(root), stages=names)
+    store = ArtefactStore(root)
+    arts = {}
+    for name in cfg.stage_names:
+        stage = load_stage(name)
+        upstream = {i: arts[i] for i in stage.inputs}
+        upstream |= {i: arts[i] for i in stage.optional_inputs if i in arts}
+        arts[name], _ = run_stage_locally(plan_stage(stage, cfg.stages[name], cfg.run, store, upstream))
+    return arts
+
+
+@pytest.fixture(scope="session")
+def spine(tmp_path_factory: pytest.TempPathFactory):
+    """shard, contexts and queries artefacts of the sample corpus (read-only for tests)."""
+    root = tmp_path_factory.mktemp("spine")
+    return run_spine(root)

@@ -1,0 +1,59 @@
+"""Config loading: validation errors name the file and key; overrides apply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flows.config import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bundled_configs_validate():
+    for name in ("quickstart", "books", "paper"):
+        path = REPO / "configs" / f"{name}.yaml"
+        if path.exists():
+            cfg = load_config(path)
+            assert cfg.stage_names[0] == "shard"
+
+
+def test_unknown_key_names_file_and_key(tmp_path: Path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("shard:\n  pathz: [x]\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: shard\.pathz: unknown key"):
+        load_config(p)
+
+
+def test_unknown_section(tmp_path: Path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("retreive:\n  top_k: 3\n")
+    with pytest.raises(ConfigError, match="unknown section 'retreive'"):
+        load_config(p)
+
+
+def test_out_of_range_value(tmp_path: Path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("contexts:\n  width: 0\n")
+    with pytest.raises(ConfigError, match=r"contexts\.width"):
+        load_config(p)
+
+
+def test_override_parses_yaml_values(tmp_path: Path):
+    p = tmp_path / "ok.yaml"
+    p.write_text("shard:\n  n_shards: 2\n")
+    cfg = load_config(p, ["shard.n_shards=5", "shard.paths=['a', 'b']"], root=str(tmp_path))
+    assert cfg.stages["shard"].n_shards == 5
+    assert cfg.stages["shard"].paths == ["a", "b"]
+    assert cfg.run.root == str(tmp_path)
+
+
+def test_bad_override_syntax():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_config(None, ["shard.n_shards"], stages=["shard"])
+
+
+def test_missing_config_file(tmp_path: Path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")

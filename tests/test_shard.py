@@ -1,0 +1,168 @@
+"""Stage `shard` (and `contexts`, `queries`): readers, ids, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.base import RunParams, plan_stage, run_stage_locally
+from tasks.contexts import ContextsParams, ContextsStage, build_contexts
+from tasks.shard import CorpusInputError, ShardParams, ShardStage
+from tasks.store import ArtefactStore
+
+DOC = (
+    "The kettle boiled at seven. Anna poured the tea into two cups. She carried them upstairs.\n\n"
+    "Her brother was still asleep. She left his cup on the desk. The sun came through the window."
+)
+
+
+def run_shard(tmp_path: Path, **params) -> pa.Table:
+    store = ArtefactStore(tmp_path / "root")
+    plan = plan_stage(ShardStage(), ShardParams(**params), RunParams(), store, {})
+    art, _ = run_stage_locally(plan)
+    return art.read_table().sort_by("sent_id"), art
+
+
+def test_text_files_one_document_per_file(tmp_path: Path):
+    (tmp_path / "a.txt").write_text(DOC)
+    (tmp_path / "b.txt").write_text(DOC.replace("Anna", "Maria"))
+    table, art = run_shard(tmp_path, paths=[str(tmp_path / "*.txt")], n_shards=2)
+    assert table.num_rows == 12
+    assert sorted(set(table.column("doc_id").to_pylist())) == [0, 1]
+    first = table.filter(pa.compute.equal(table.column("doc_id"), 0))
+    assert first.column("para_idx").to_pylist() == [0, 0, 0, 1, 1, 1]
+    assert first.column("sent_idx").to_pylist() == list(range(6))
+    assert first.column("text").to_pylist()[1] == "Anna poured the tea into two cups."
+    assert art.stats["documents"] == 2 and art.stats["sentences"] == 12
+
+
+def test_ids_do_not_depend_on_shard_count(tmp_path: Path):
+    for i in range(5):
+        (tmp_path / f"d{i}.txt").write_text(DOC.replace("seven", f"{i + 5} o'clock"))
+    one, _ = run_shard(tmp_path / "x", paths=[str(tmp_path / "*.txt")], n_shards=1)
+    three, _ = run_shard(tmp_path / "y", paths=[str(tmp_path / "*.txt")], n_shards=3)
+    cols = ["sent_id", "doc_id", "section_id", "sent_idx", "text"]
+    assert one.select(cols).equals(three.select(cols))
+
+
+def test_jsonl_gz_books_format_sections(tmp_path: Path):
+    recs = [
+        {"book": "b1", "section": "ch1", "paragraphs": ["One two three four. Five six seven eight."]},
+        {"book": "b1", "section": "ch2", "paragraphs": ["Nine ten eleven twelve.", ""]},
+        {"book": "b2", "section": "ch1", "paragraphs": []},
+    ]
+    path = tmp_path / "c.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+    table, art = run_shard(tmp_path, paths=[str(path)], n_shards=1)
+    assert table.column("section_id").to_pylist() == [0, 0, 1]
+    assert table.column("doc_id").to_pylist() == [0, 0, 0]
+    assert art.stats["empty_documents"] == 1
+
+
+def test_parquet_reader(tmp_path: Path):
+    pq.write_table(pa.table({"body": [DOC, ""], "name": ["x", "y"]}), tmp_path / "c.parquet")
+    table, art = run_shard(
+        tmp_path, paths=[str(tmp_path / "c.parquet")], parquet_text_column="body",
+        parquet_doc_column="name", n_shards=1,
+    )
+    assert table.num_rows == 6 and art.stats["empty_documents"] == 1
+
+
+def test_non_utf8_names_file_and_byte_offset(tmp_path: Path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"Fine words here today.\n\nBroken \xff byte in this line.")
+    with pytest.raises(CorpusInputError, match=r"bad\.txt: invalid UTF-8 at byte offset 31"):
+        run_shard(tmp_path, paths=[str(bad)], n_shards=1)
+    table, _ = run_shard(tmp_path, paths=[str(bad)], n_shards=1, encoding_errors="replace")
+    assert "\ufffd" in "".join(table.column("text").to_pylist())
+
+
+def test_jsonl_bad_line_names_line(tmp_path: Path):
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"text": "A fine sentence is here."}\n{oops\n')
+    with pytest.raises(CorpusInputError, match=r"c\.jsonl:2: invalid JSON"):
+        run_shard(tmp_path, paths=[str(p)], n_shards=1)
+
+
+def test_empty_files_and_missing_paths(tmp_path: Path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n\n  \n")
+    (tmp_path / "ok.txt").write_text(DOC)
+    table, art = run_shard(tmp_path, paths=[str(tmp_path / "*.txt")], n_shards=1)
+    assert table.num_rows == 6
+    assert art.stats["empty_files"] == 1 and art.stats["empty_documents"] == 1
+    with pytest.raises(CorpusInputError, match="matches no file"):
+        run_shard(tmp_path, paths=[str(tmp_path / "nothing*.txt")])
+    only_empty = tmp_path / "e"
+    only_empty.mkdir()
+    (only_empty / "e.txt").write_text("")
+    with pytest.raises(CorpusInputError, match="no non-empty document"):
+        run_shard(tmp_path, paths=[str(only_empty / "*.txt")])
+
+
+def test_single_10mb_line_is_dropped_with_a_reason(tmp_path: Path):
+    p = tmp_path / "huge.txt"
+    p.write_text(DOC + "\n\n" + ("word " * 2_100_000) + "\n\n" + DOC)
+    table, art = run_shard(tmp_path, paths=[str(p)], n_shards=1)
+    assert art.stats["dropped_paragraph_too_long"] == 1
+    assert table.num_rows == 12
+    # The dropped paragraph leaves a gap in sent_idx, so no context spans it.
+    assert table.column("sent_idx").to_pylist() == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12]
+
+
+def test_length_bounds_drop_and_count(tmp_path: Path):
+    (tmp_path / "a.txt").write_text("Hi. " + DOC)
+    table, art = run_shard(tmp_path, paths=[str(tmp_path / "a.txt")], n_shards=1, min_tokens=3)
+    assert art.stats["dropped_too_short"] == 1
+    assert table.column("sent_idx").to_pylist()[0] == 1
+
+
+def test_build_contexts_windows_stay_inside_sections_and_skip_gaps():
+    sent_id = np.arange(10)
+    section = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
+    para = np.array([0, 0, 1, 1, 0, 0, 0, 1, 1, 1])
+    idx = np.array([0, 1, 2, 3, 0, 1, 2, 4, 5, 6])  # a gap between sentences 6 and 7
+    ctx, chunks = build_contexts(sent_id, section, section, para, idx, 1, "paragraph", 5)
+    assert ctx["centre_sent_id"].tolist() == [1, 2, 5, 8]
+    assert ctx["left_sent_ids"] == [[0], [1], [4], [7]]
+    assert ctx["right_sent_ids"] == [[2], [3], [6], [9]]
+    assert chunks["first_sent_id"].tolist() == [0, 2, 4, 7]
+    assert ctx["chunk_id"].tolist() == [0, 1, 2, 3]
+    wide, _ = build_contexts(sent_id, section, section, para, idx, 2, "window", 3)
+    assert wide["centre_sent_id"].tolist() == []  # no 5 consecutive sentences in one section
+    five = np.zeros(5, dtype=int)
+    wide, chunks = build_contexts(np.arange(5), five, five, five, np.arange(5), 2, "window", 3)
+    assert wide["centre_sent_id"].tolist() == [2] and wide["left_sent_ids"] == [[0, 1]]
+    assert chunks["n_sents"].tolist() == [3, 2]
+
+
+def test_contexts_stage_on_spine(spine):
+    ctx = spine["contexts"].read_table()
+    sents = spine["shard"].read_table(["sent_id", "section_id"])
+    section_of = dict(zip(*(sents.column(c).to_pylist() for c in ("sent_id", "section_id")), strict=True))
+    for row in ctx.slice(0, 200).to_pylist():
+        ids = row["left_sent_ids"] + [row["centre_sent_id"]] + row["right_sent_ids"]
+        assert ids == list(range(ids[0], ids[0] + len(ids)))
+        assert {section_of[i] for i in ids} == {row["section_id"]}
+    assert (spine["contexts"].files_dir / "chunks.parquet").exists()
+
+
+def test_queries_sample_is_seeded_and_sharded(spine):
+    q = spine["queries"].read_table()
+    assert q.num_rows == 60
+    assert set(q.column("shard").to_pylist()) == {0, 1}
+    assert spine["queries"].stats["n_shards"] == 2
+    assert q.column("sent_id").null_count == 0
+
+
+def test_contexts_params_reject_bad_width():
+    with pytest.raises(ValueError):
+        ContextsParams(width=0)
+    assert ContextsStage.inputs == ("shard",)
