@@ -1,0 +1,354 @@
+"""Stage `label`: the Origin similarity of every pair (Sec. 3.3, Eq. 4) — the product's output.
+
+For a pair (s1, s2): C = Cs1 + Cs2 (from `select`), v_s = [S(s, c) for c in C], label =
+cosine(v_s1, v_s2). S and its Eq. 3 terms come from the `score` artefact, which holds each needed
+(s, c) once (:func:`required_score_table` says which); here they are only looked up, vectorised
+over blocks of pairs (models/origin.py). The label is also computed from each term alone
+(label_disc, label_fwd, label_left, label_right) so that ablations need no rescoring.
+
+Splits: a seeded hash of the unordered pair assigns train/dev/test (paper 98/1/1, Sec. 3.4);
+given pairs (the Origin evaluation on STS) get split "eval".
+
+For given pairs the stats also hold Spearman x100 per evaluation set under the "all" convention
+(subsets of a year concatenated) and the "mean" convention (mean over subsets), per Eq. 3 term
+alone, without each term (Table 9; λ recovered from the score rows), and for the TF-IDF cosine
+of the two sentences as a baseline; ``files/origin.json`` holds the same as a nested report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field, field_validator
+
+from models.origin import (
+    TERM_COLUMNS,
+    TERMS,
+    ContextSets,
+    ScoreLookup,
+    origin_labels,
+    pair_split,
+    recover_lambdas,
+    required_scores,
+    spearman_conventions,
+)
+from tasks.base import Stage, StageContext, StageParams
+
+SPLITS = ("train", "dev", "test")
+#: subset names that are separate evaluation sets rather than parts of one year's set
+SPLIT_SUBSETS = {"train", "dev", "test", "trial"}
+
+
+class LabelParams(StageParams):
+    split_ratios: list[float] = Field(default_factory=lambda: [98.0, 1.0, 1.0])  # train/dev/test
+    center: bool = False  # subtract each vector's mean (Pearson); the paper uses raw cosine
+    block_pairs: int = Field(20_000, ge=1)  # pairs per vectorised block (memory bound)
+    hist_bins: int = Field(20, ge=2)
+    ablations: bool = True  # per-term and without-term Spearman for given pairs
+
+    @field_validator("split_ratios")
+    @classmethod
+    def _three(cls, v: list[float]) -> list[float]:
+        if len(v) != 3 or min(v) < 0 or sum(v) <= 0:
+            raise ValueError("label.split_ratios needs three non-negative numbers (train/dev/test)")
+        return v
+
+
+LABEL_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.int64()),
+        ("s1_id", pa.int64()),
+        ("s2_id", pa.int64()),
+        ("s1", pa.string()),
+        ("s2", pa.string()),
+        ("label", pa.float32()),
+        ("label_disc", pa.float32()),
+        ("label_fwd", pa.float32()),
+        ("label_left", pa.float32()),
+        ("label_right", pa.float32()),
+        ("n_ctx1", pa.int32()),
+        ("n_ctx2", pa.int32()),
+        ("source", pa.string()),
+        ("split", pa.string()),
+        ("dataset", pa.string()),
+        ("subset", pa.string()),
+        ("gold", pa.float64()),
+    ]
+)
+
+
+def required_score_table(select: pa.Table, pairs: pa.Table) -> pa.Table:
+    """The (query_id, context_id) pairs whose S the `score` stage must compute so that every
+    pair can be labelled: {s1, s2} x (Cs1 ∪ Cs2), each once, sorted."""
+    cs = ContextSets.from_rows(
+        select.column("query_id").to_numpy(),
+        select.column("context_id").to_numpy(),
+        select.column("position").to_numpy() if "position" in select.column_names else None,
+    )
+    q, c = required_scores(
+        cs, pairs.column("s1_query_id").to_numpy(), pairs.column("s2_query_id").to_numpy()
+    )
+    return pa.table({"query_id": q, "context_id": c})
+
+
+def score_views(score: pa.Table) -> tuple[list[str], np.ndarray]:
+    """(names, values[n, k]) of the score views: S and each Eq. 3 term (NaN where absent)."""
+    if "S" not in score.column_names:
+        raise ValueError("score artefact has no column 'S' (Eq. 3)")
+    names = ["S", *TERMS]
+    cols = []
+    for name in names:
+        col = "S" if name == "S" else TERM_COLUMNS[name]
+        if col in score.column_names:
+            arr = score.column(col).cast(pa.float64()).to_numpy(zero_copy_only=False)
+            cols.append(np.where(np.isnan(arr), np.nan, arr))
+        else:
+            cols.append(np.full(score.num_rows, np.nan))
+    return names, np.stack(cols, axis=1) if cols else np.zeros((0, len(names)))
+
+
+def report_name(dataset: str, subset: str) -> str:
+    """Evaluation-set name: a year's subsets form one set (STS12), splits are sets of their own
+    (STSb.dev, SICK-R.trial)."""
+    return f"{dataset}.{subset}" if subset in SPLIT_SUBSETS else dataset
+
+
+class LabelStage(Stage):
+    name = "label"
+    version = "1"
+    Params = LabelParams
+    inputs = ("queries", "select", "pairs", "score")
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: LabelParams = ctx.params
+        t0 = time.perf_counter()
+        pairs = ctx.input("pairs").read_table()
+        sel = ctx.input("select").read_table(["query_id", "context_id", "position"])
+        score = ctx.input("score").read_table()
+        queries = ctx.input("queries").read_table(["query_id", "text"])
+
+        cs = ContextSets.from_rows(
+            sel.column("query_id").to_numpy(),
+            sel.column("context_id").to_numpy(),
+            sel.column("position").to_numpy(),
+        )
+        s1 = pairs.column("s1_query_id").to_numpy()
+        s2 = pairs.column("s2_query_id").to_numpy()
+        names, values = score_views(score)
+        given = (
+            "source" in pairs.column_names
+            and pairs.num_rows > 0
+            and bool(np.all(pairs.column("source").to_numpy(zero_copy_only=False) == "given"))
+        )
+        lam = None
+        if given and p.ablations:
+            lam = recover_lambdas(values[:20000, 0], values[:20000, 1:])
+            if lam is not None:  # S without each term (Table 9) as extra views
+                for k, term in enumerate(TERMS):
+                    if lam[k] != 0 and not np.all(np.isnan(values[:, 1 + k])):
+                        names.append(f"wo_{term}")
+                        values = np.column_stack([values, values[:, 0] - lam[k] * values[:, 1 + k]])
+                both = lam[2] * np.nan_to_num(values[:, 3]) + lam[3] * np.nan_to_num(values[:, 4])
+                names.append("wo_both_contexts")
+                values = np.column_stack([values, values[:, 0] - both])
+        lookup = ScoreLookup(
+            score.column("query_id").to_numpy(), score.column("context_id").to_numpy(), values
+        )
+        labels = origin_labels(cs, s1, s2, lookup, block_pairs=p.block_pairs, center=p.center)
+        t_label = time.perf_counter() - t0
+
+        text_of = dict(
+            zip(
+                queries.column("query_id").to_pylist(),
+                queries.column("text").to_pylist(),
+                strict=True,
+            )
+        )
+        n1 = cs.sizes(s1)
+        n2 = cs.sizes(s2)
+        n = pairs.num_rows
+        if given:
+            split = np.full(n, "eval", dtype=object)
+        else:
+            split = np.asarray(SPLITS, dtype=object)[
+                pair_split(s1, s2, ctx.run.seed, p.split_ratios)
+            ]
+
+        def col(name: str, typ: pa.DataType) -> pa.Array:
+            if name in pairs.column_names:
+                return pairs.column(name).cast(typ)
+            return pa.nulls(n, typ)
+
+        table = pa.table(
+            {
+                "pair_id": pairs.column("pair_id").cast(pa.int64()),
+                "s1_id": s1,
+                "s2_id": s2,
+                "s1": [text_of.get(int(x)) for x in s1],
+                "s2": [text_of.get(int(x)) for x in s2],
+                "label": labels[:, 0].astype(np.float32),
+                "label_disc": labels[:, 1].astype(np.float32),
+                "label_fwd": labels[:, 2].astype(np.float32),
+                "label_left": labels[:, 3].astype(np.float32),
+                "label_right": labels[:, 4].astype(np.float32),
+                "n_ctx1": n1.astype(np.int32),
+                "n_ctx2": n2.astype(np.int32),
+                "source": col("source", pa.string()),
+                "split": pa.array(split.tolist(), pa.string()),
+                "dataset": col("dataset", pa.string()),
+                "subset": col("subset", pa.string()),
+                "gold": col("gold", pa.float64()),
+            },
+            schema=LABEL_SCHEMA,
+        )
+        stats = self._stats(ctx, p, table, n1, n2, t_label, lookup.n_lookups)
+        if given:
+            report = self._origin_report(ctx, p, table, names, labels, lam)
+            (ctx.files_dir / "origin.json").write_text(json.dumps(report, indent=2))
+            for ds, r in report["datasets"].items():
+                stats[f"spearman_all.{ds}"] = r["spearman_all"]
+                stats[f"spearman_mean.{ds}"] = r["spearman_mean"]
+                stats[f"n_pairs.{ds}"] = r["n_pairs"]
+                for view, v in r.get("views", {}).items():
+                    stats[f"spearman_all.{ds}.{view}"] = v["spearman_all"]
+        self._plot(ctx, table, given)
+        return table, stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(shard_stats[0])
+
+    # ---- reporting ----------------------------------------------------------------------------
+    def _stats(
+        self,
+        ctx: StageContext,
+        p: LabelParams,
+        table: pa.Table,
+        n1: np.ndarray,
+        n2: np.ndarray,
+        t_label: float,
+        n_lookups: int,
+    ) -> dict[str, Any]:
+        lab = table.column("label").to_numpy(zero_copy_only=False).astype(np.float64)
+        ok = np.isfinite(lab)
+        n = table.num_rows
+        stats: dict[str, Any] = {
+            "pairs": n,
+            "pairs_nan": int((~ok).sum()),
+            "mean_cs": round(float(np.mean(np.r_[n1, n2])) if n else 0.0, 3),
+            "score_lookups": int(n_lookups),
+            "label_seconds": round(t_label, 4),
+            "label_seconds_per_pair": t_label / max(1, n),
+        }
+        if ok.any():
+            q = np.percentile(lab[ok], [5, 50, 95])
+            counts, edges = np.histogram(lab[ok], bins=p.hist_bins)
+            stats.update(
+                label_mean=round(float(lab[ok].mean()), 5),
+                label_std=round(float(lab[ok].std()), 5),
+                label_p05=round(float(q[0]), 5),
+                label_p50=round(float(q[1]), 5),
+                label_p95=round(float(q[2]), 5),
+                label_hist_counts=counts.tolist(),
+                label_hist_edges=[round(float(e), 5) for e in edges],
+            )
+        split = table.column("split").to_numpy(zero_copy_only=False)
+        for s in (*SPLITS, "eval"):
+            stats[f"split_{s}"] = int((split == s).sum())
+        src = table.column("source").to_numpy(zero_copy_only=False)
+        for s in sorted({x for x in src if x is not None}):
+            stats[f"pairs_{s}"] = int((src == s).sum())
+            m = (src == s) & ok
+            if m.any():
+                stats[f"label_mean_{s}"] = round(float(lab[m].mean()), 5)
+        for stage in ("select", "pairs", "score"):  # seconds per labelled pair, by stage
+            secs = ctx.upstream[stage].manifest.get("timings", {}).get("total_seconds")
+            if secs is not None and n:
+                stats[f"{stage}_seconds_per_pair"] = float(secs) / n
+        return stats
+
+    def _origin_report(
+        self,
+        ctx: StageContext,
+        p: LabelParams,
+        table: pa.Table,
+        names: list[str],
+        labels: np.ndarray,
+        lam: np.ndarray | None,
+    ) -> dict[str, Any]:
+        ds = table.column("dataset").to_pylist()
+        sub = table.column("subset").to_pylist()
+        gold = table.column("gold").to_numpy(zero_copy_only=False).astype(np.float64)
+        sets = np.asarray([report_name(d, s) for d, s in zip(ds, sub, strict=True)], dtype=object)
+        subs = np.asarray(sub, dtype=object)
+        base = _tfidf_cosine(table.column("s1").to_pylist(), table.column("s2").to_pylist())
+        views = {names[k]: labels[:, k] for k in range(1, len(names)) if p.ablations}
+        views["tfidf_cosine"] = base
+        out: dict[str, Any] = {}
+        for name in sorted(set(sets)):
+            m = sets == name
+            s_all, s_mean = spearman_conventions(labels[m, 0], gold[m], subs[m])
+            r: dict[str, Any] = {
+                "spearman_all": _r(s_all),
+                "spearman_mean": _r(s_mean),
+                "n_pairs": int(m.sum()),
+                "n_nan": int(np.isnan(labels[m, 0]).sum()),
+                "views": {},
+            }
+            for view, pred in views.items():
+                if np.all(np.isnan(pred[m])):
+                    continue
+                a, b = spearman_conventions(pred[m], gold[m], subs[m])
+                r["views"][view] = {"spearman_all": _r(a), "spearman_mean": _r(b)}
+            out[name] = r
+        return {
+            "datasets": out,
+            "lambdas": None if lam is None else dict(zip(TERMS, map(float, lam), strict=True)),
+            "config": {"label": p.model_dump(mode="json"), **ctx.all_params},
+        }
+
+    def _plot(self, ctx: StageContext, table: pa.Table, given: bool) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        lab = table.column("label").to_numpy(zero_copy_only=False).astype(np.float64)
+        src = table.column("source").to_numpy(zero_copy_only=False)
+        ok = np.isfinite(lab)
+        ncols = 2 if given else 1
+        fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, 4), squeeze=False)
+        ax = axes[0, 0]
+        for s in sorted({x for x in src if x is not None}):
+            m = ok & (src == s)
+            if m.any():
+                ax.hist(lab[m], bins=30, alpha=0.6, label=f"{s} ({int(m.sum())})")
+        ax.set_xlabel("Origin label (Eq. 4 cosine)")
+        ax.set_ylabel("pairs")
+        ax.legend()
+        if given:
+            gold = table.column("gold").to_numpy(zero_copy_only=False).astype(np.float64)
+            axes[0, 1].scatter(gold[ok], lab[ok], s=4, alpha=0.4)
+            axes[0, 1].set_xlabel("gold similarity")
+            axes[0, 1].set_ylabel("Origin label")
+        fig.tight_layout()
+        fig.savefig(ctx.files_dir / "label_hist.png", dpi=100)
+        plt.close(fig)
+
+
+def _r(x: float) -> float | None:
+    return None if not np.isfinite(x) else round(float(x), 2)
+
+
+def _tfidf_cosine(a: list[str | None], b: list[str | None]) -> np.ndarray:
+    """Cosine of TF-IDF vectors of the two sentences (IDF from all of them): the baseline."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    a = [x or "" for x in a]
+    b = [x or "" for x in b]
+    vec = TfidfVectorizer(sublinear_tf=True).fit(sorted(set(a) | set(b)))
+    xa, xb = vec.transform(a), vec.transform(b)
+    return np.asarray(xa.multiply(xb).sum(axis=1)).ravel()

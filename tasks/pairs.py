@@ -1,0 +1,198 @@
+"""Stage `pairs`: which sentence pairs get Origin labels (Eq. 4).
+
+``mode: mine`` (the dataset ctxsim builds from corpus queries) mixes nearest neighbours in an
+embedding space (faiss), pairs whose selected context sets share a context, and random pairs
+(models/pairs.py). ``mode: given`` labels exactly the pairs of the queries artefact's
+``files/given_pairs.parquet`` (the Origin evaluation on STS sets); ``auto`` picks ``given`` when
+that file exists.
+
+Encoders for mining: ``tfidf`` (TF-IDF uni+bigram LSA vectors, no weights; IDF from a sample of
+corpus sentences) or any sentence-transformers model by registry short name, path or hub id
+(models/registry.py ``resolve_model``).
+
+Rows: pair_id, s1_query_id, s2_query_id, source (knn/shared/random/given), and for given pairs
+dataset, subset, gold (null otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import Field, model_validator
+
+from models.pairs import (
+    knn_pairs,
+    knn_search,
+    mix_pairs,
+    shared_context_pairs,
+    tfidf_embed,
+)
+from tasks.base import Stage, StageContext, StageParams
+
+PAIRS_SCHEMA = pa.schema(
+    [
+        ("pair_id", pa.int64()),
+        ("s1_query_id", pa.int64()),
+        ("s2_query_id", pa.int64()),
+        ("source", pa.string()),
+        ("dataset", pa.string()),
+        ("subset", pa.string()),
+        ("gold", pa.float64()),
+    ]
+)
+GIVEN_FILE = "given_pairs.parquet"
+
+
+class PairsParams(StageParams):
+    mode: Literal["auto", "mine", "given"] = "auto"
+    pairs_per_query: float = Field(5.0, gt=0)  # mined pairs = pairs_per_query x queries
+    max_pairs: int | None = Field(None, ge=1)  # cap on mined pairs
+    ratio_knn: float = Field(0.5, ge=0)
+    ratio_shared: float = Field(0.25, ge=0)
+    ratio_random: float = Field(0.25, ge=0)
+    encoder: str = "tfidf"  # tfidf | sentence-transformers short name / path / hub id
+    embed_dim: int = Field(256, ge=2)  # tfidf LSA dimensions
+    idf_sample: int = Field(50_000, ge=0)  # corpus sentences for the tfidf IDF / SVD fit
+    encode_batch_size: int = Field(128, ge=1)
+    knn_k: int = Field(10, ge=1)
+    flat_max: int = Field(50_000, ge=1)  # exact IndexFlatIP up to here, IVF above
+    ivf_nlist: int | None = Field(None, ge=1)  # default 4 sqrt(n)
+    ivf_nprobe: int = Field(16, ge=1)
+    max_pairs_per_context: int = Field(10, ge=1)
+    skip_same_text: bool = True  # identical texts are trivially similar: no information
+
+    @model_validator(mode="after")
+    def _ratios(self) -> PairsParams:
+        if self.ratio_knn + self.ratio_shared + self.ratio_random <= 0:
+            raise ValueError("pairs: ratio_knn + ratio_shared + ratio_random must be > 0")
+        return self
+
+
+class PairsStage(Stage):
+    name = "pairs"
+    version = "1"
+    Params = PairsParams
+    inputs = ("queries", "select", "shard")
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: PairsParams = ctx.params
+        given_path = ctx.input("queries").files_dir / GIVEN_FILE
+        mode = p.mode if p.mode != "auto" else ("given" if given_path.exists() else "mine")
+        if mode == "given":
+            table = self._given(given_path)
+        else:
+            table = self._mine(ctx, p)
+        src = table.column("source").to_numpy(zero_copy_only=False)
+        stats: dict[str, Any] = {"pairs": table.num_rows, "mode": mode}
+        for name in ("knn", "shared", "random", "given"):
+            stats[f"pairs_{name}"] = int((src == name).sum())
+        return table, stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(shard_stats[0])
+
+    def _given(self, path: Any) -> pa.Table:
+        if not path.exists():
+            raise FileNotFoundError(f"pairs.mode is 'given' but {path} does not exist")
+        g = pq.read_table(path)
+        need = {"pair_id", "s1_query_id", "s2_query_id", "dataset", "subset", "gold"}
+        missing = need - set(g.column_names)
+        if missing:
+            raise ValueError(f"{path}: missing columns {sorted(missing)}")
+        n = g.num_rows
+        return pa.table(
+            {
+                "pair_id": g["pair_id"].cast(pa.int64()),
+                "s1_query_id": g["s1_query_id"].cast(pa.int64()),
+                "s2_query_id": g["s2_query_id"].cast(pa.int64()),
+                "source": pa.array(["given"] * n, pa.string()),
+                "dataset": g["dataset"].cast(pa.string()),
+                "subset": g["subset"].cast(pa.string()),
+                "gold": g["gold"].cast(pa.float64()),
+            },
+            schema=PAIRS_SCHEMA,
+        )
+
+    def _mine(self, ctx: StageContext, p: PairsParams) -> pa.Table:
+        rng = np.random.default_rng(ctx.run.seed)
+        q = ctx.input("queries").read_table(["query_id", "text"])
+        ids = q.column("query_id").to_numpy()
+        texts = q.column("text").to_pylist()
+        if len(ids) < 2:
+            raise ValueError("pairs: fewer than two queries to pair")
+        if p.skip_same_text:  # keep the first query of each distinct text
+            _, first = np.unique(np.asarray(texts, dtype=object), return_index=True)
+            keep = np.sort(first)
+        else:
+            keep = np.arange(len(ids))
+        ids_k = ids[keep]
+        n_total = int(round(p.pairs_per_query * len(ids_k)))
+        if p.max_pairs:
+            n_total = min(n_total, p.max_pairs)
+        wsum = p.ratio_knn + p.ratio_shared + p.ratio_random
+        quotas = {
+            "knn": int(round(n_total * p.ratio_knn / wsum)),
+            "shared": int(round(n_total * p.ratio_shared / wsum)),
+        }
+        quotas["random"] = max(0, n_total - quotas["knn"] - quotas["shared"])
+        cands: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if quotas["knn"]:
+            emb = self._embed(ctx, p, [texts[i] for i in keep], rng)
+            nbr, _ = knn_search(
+                emb,
+                p.knn_k,
+                flat_max=p.flat_max,
+                nlist=p.ivf_nlist,
+                nprobe=p.ivf_nprobe,
+                use_gpu=ctx.device.startswith("cuda"),
+                seed=ctx.run.seed,
+            )
+            cands["knn"] = knn_pairs(nbr, ids_k)
+        if quotas["shared"]:
+            sel = ctx.input("select").read_table(["query_id", "context_id"])
+            sq = sel.column("query_id").to_numpy()
+            ok = np.isin(sq, ids_k)
+            cands["shared"] = shared_context_pairs(
+                sq[ok], sel.column("context_id").to_numpy()[ok], p.max_pairs_per_context, rng
+            )
+        s1, s2, src = mix_pairs(cands, quotas, ids_k, rng)
+        n = len(s1)
+        return pa.table(
+            {
+                "pair_id": np.arange(n, dtype=np.int64),
+                "s1_query_id": s1,
+                "s2_query_id": s2,
+                "source": pa.array(src.tolist(), pa.string()),
+                "dataset": pa.nulls(n, pa.string()),
+                "subset": pa.nulls(n, pa.string()),
+                "gold": pa.nulls(n, pa.float64()),
+            },
+            schema=PAIRS_SCHEMA,
+        )
+
+    def _embed(
+        self, ctx: StageContext, p: PairsParams, texts: list[str], rng: np.random.Generator
+    ) -> np.ndarray:
+        if p.encoder == "tfidf":
+            fit = None
+            if p.idf_sample:
+                corpus = ctx.input("shard").read_table(["text"]).column("text")
+                take = rng.choice(len(corpus), size=min(p.idf_sample, len(corpus)), replace=False)
+                fit = corpus.take(pa.array(np.sort(take))).to_pylist()
+            return tfidf_embed(texts, p.embed_dim, fit_texts=fit, seed=ctx.run.seed)
+        from sentence_transformers import SentenceTransformer
+
+        from models.registry import resolve_model
+
+        model = SentenceTransformer(str(resolve_model(p.encoder)), device=ctx.device)
+        emb = model.encode(
+            texts,
+            batch_size=p.encode_batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(emb, np.float32)

@@ -1,0 +1,258 @@
+"""Stage `select`: a diverse context set Cs for every query (Sec. 3.3, "Constructing C").
+
+Candidates are the query's screened contexts in discriminator rank order (Eq. 1 via `screen`);
+Cs is built incrementally (models/selection.py): one context per text chunk, and no context whose
+(i-1)-th sentence has word-set Jaccard >= 0.5 with that of a chosen one, up to |Cs| (paper 500).
+
+Ablations of Sec. 5.4: ``strategy: random`` draws |Cs| contexts uniformly from the whole corpus;
+``one_per_chunk: false`` + ``jaccard_threshold: null`` is "two-step without diversity".
+
+TODO: the paper ranks the candidates by the full Eq. 3 score S. S needs the generators, which the
+`score` stage runs after `select` and `pairs` (it only scores what labelling needs); ordering by
+S would need a second scoring pass over all screened candidates. Here the rank is the
+discriminator's.
+
+Rows: query_id, context_id, position (0-based order within Cs), chunk_id, rank (the screen rank).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from models.selection import select as select_contexts
+from models.selection import token_ranks, word_set
+from tasks.base import Stage, StageContext, StageParams
+
+SELECT_SCHEMA = pa.schema(
+    [
+        ("query_id", pa.int64()),
+        ("context_id", pa.int64()),
+        ("position", pa.int32()),
+        ("chunk_id", pa.int64()),
+        ("rank", pa.int32()),
+    ]
+)
+
+
+class SelectParams(StageParams):
+    max_size: int = Field(8, ge=1)  # |Cs| (paper 500, Table 7)
+    strategy: Literal["ranked", "random"] = "ranked"  # random = Sec. 5.4 ablation (2)
+    one_per_chunk: bool = True
+    jaccard_threshold: float | None = Field(0.5, ge=0.0, le=1.0)  # None disables the rule
+    method: Literal["prefix", "lsh", "exact"] = "prefix"  # all apply the same rule (see models)
+    num_perm: int = Field(128, ge=8)  # MinHash permutations (method lsh)
+    lsh_threshold: float = Field(0.3, gt=0.0, lt=1.0)  # LSH operating point, below the rule's
+    exclude_own: bool = True  # drop contexts whose window contains the query sentence itself
+
+
+class SelectStage(Stage):
+    name = "select"
+    version = "1"
+    Params = SelectParams
+    inputs = ("queries", "contexts", "shard")
+    optional_inputs = ("screen",)
+
+    def num_shards(self, ctx: StageContext) -> int:
+        return int(ctx.input("queries").stats.get("n_shards", 1))
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: SelectParams = ctx.params
+        queries = ctx.input("queries").read_table(["query_id", "sent_id", "shard"])
+        queries = queries.filter(pc.equal(queries["shard"], shard))
+        qids = queries.column("query_id").to_numpy()
+        qsent = queries.column("sent_id").to_pylist()
+        contexts = ContextIndex(ctx.input("contexts").read_table())
+        if p.strategy == "random":
+            rows = self._random(ctx, p, qids, qsent, contexts)
+            n_cand = 0
+        else:
+            rows, n_cand = self._ranked(ctx, p, shard, qids, qsent, contexts)
+        table = pa.table(rows, schema=SELECT_SCHEMA)
+        sizes = np.bincount(
+            np.searchsorted(qids, table.column("query_id").to_numpy()), minlength=len(qids)
+        )
+        stats = {
+            "queries": int(len(qids)),
+            "selected": int(table.num_rows),
+            "candidates": int(n_cand),
+            "queries_short": int((sizes < p.max_size).sum()),  # |Cs| below max_size
+            "queries_empty": int((sizes == 0).sum()),
+        }
+        return table, stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        total = super().summarize(ctx, shard_stats)
+        total["mean_cs"] = round(total.get("selected", 0) / max(1, total.get("queries", 0)), 3)
+        p: SelectParams = ctx.params
+        total.update(strategy=p.strategy, max_size=p.max_size, method=p.method)
+        return total
+
+    # ---- strategies ---------------------------------------------------------------------------
+    def _ranked(
+        self,
+        ctx: StageContext,
+        p: SelectParams,
+        shard: int,
+        qids: np.ndarray,
+        qsent: list[int | None],
+        contexts: ContextIndex,
+    ) -> tuple[dict[str, list], int]:
+        if "screen" not in ctx.upstream:
+            raise ValueError(
+                "select.strategy 'ranked' needs the `screen` stage's ranking; run it or use "
+                "select.strategy: random"
+            )
+        screen_art = ctx.input("screen")
+        cols = ["query_id", "context_id", "chunk_id", "rank", "is_own"]
+        if len(screen_art.parts) == self.num_shards(ctx):
+            screen = screen_art.read_part(shard, cols)
+        else:
+            screen = screen_art.read_table(cols)
+        screen = screen.filter(pc.is_in(screen["query_id"], pa.array(qids)))
+        sq = screen.column("query_id").to_numpy()
+        order = np.lexsort((screen.column("rank").to_numpy(), sq))
+        sq = sq[order]
+        sc = screen.column("context_id").to_numpy()[order]
+        sch = screen.column("chunk_id").to_numpy()[order]
+        srank = screen.column("rank").to_numpy()[order]
+        sown = screen.column("is_own").to_numpy(zero_copy_only=False)[order]
+        prev_ids = contexts.prev_sent_ids(sc)
+        texts = SentenceTexts(ctx.input("shard"))
+        sets = texts.word_sets(prev_ids)
+        # one token order for the whole shard (rare first) keeps prefix-filter lists short
+        ranks = (
+            token_ranks(list({id(x): x for x in sets}.values())) if p.method == "prefix" else None
+        )
+        bounds = np.searchsorted(sq, qids), np.searchsorted(sq, qids, side="right")
+        out: dict[str, list] = {f.name: [] for f in SELECT_SCHEMA}
+        for qi, q in enumerate(qids):
+            lo, hi = int(bounds[0][qi]), int(bounds[1][qi])
+            idx = np.arange(lo, hi)
+            if p.exclude_own:
+                keep = ~sown[lo:hi]
+                if qsent[qi] is not None:
+                    keep &= ~contexts.window_contains(sc[lo:hi], int(qsent[qi]))
+                idx = idx[keep]
+            chosen = select_contexts(
+                [sets[i] for i in idx],
+                [int(x) for x in sch[idx]] if p.one_per_chunk else None,
+                p.max_size,
+                p.jaccard_threshold,
+                method=p.method,
+                num_perm=p.num_perm,
+                lsh_threshold=p.lsh_threshold,
+                seed=ctx.run.seed + 1,
+                ranks=ranks,
+            )
+            pick = idx[np.asarray(chosen, dtype=np.int64)]
+            out["query_id"].extend([int(q)] * len(pick))
+            out["context_id"].extend(sc[pick].tolist())
+            out["position"].extend(range(len(pick)))
+            out["chunk_id"].extend(sch[pick].tolist())
+            out["rank"].extend(srank[pick].tolist())
+        return out, len(sq)
+
+    def _random(
+        self,
+        ctx: StageContext,
+        p: SelectParams,
+        qids: np.ndarray,
+        qsent: list[int | None],
+        contexts: ContextIndex,
+    ) -> dict[str, list]:
+        out: dict[str, list] = {f.name: [] for f in SELECT_SCHEMA}
+        n = len(contexts.context_ids)
+        for q, s in zip(qids, qsent, strict=True):
+            rng = np.random.default_rng([ctx.run.seed, int(q)])
+            k = min(n, p.max_size + 2 * contexts.width + 1)
+            cand = rng.choice(n, size=k, replace=False)
+            cids = contexts.context_ids[cand]
+            if p.exclude_own and s is not None:
+                cids = cids[~contexts.window_contains(cids, int(s))]
+            cids = cids[: p.max_size]
+            out["query_id"].extend([int(q)] * len(cids))
+            out["context_id"].extend(cids.tolist())
+            out["position"].extend(range(len(cids)))
+            out["chunk_id"].extend(contexts.chunk_ids(cids).tolist())
+            out["rank"].extend([-1] * len(cids))
+        return out
+
+
+class ContextIndex:
+    """Vectorised look-ups into the `contexts` table by context_id."""
+
+    def __init__(self, table: pa.Table):
+        ids = table.column("context_id").to_numpy()
+        order = np.argsort(ids, kind="stable")
+        self.context_ids = ids[order]
+        self._chunk = table.column("chunk_id").to_numpy()[order]
+        self._centre = table.column("centre_sent_id").to_numpy()[order]
+        left = table.column("left_sent_ids").combine_chunks()
+        right = table.column("right_sent_ids").combine_chunks()
+        lo = left.offsets.to_numpy()
+        lv = left.values.to_numpy()
+        nl = np.diff(lo)
+        last = np.where(nl > 0, lv[np.maximum(lo[1:] - 1, 0)] if len(lv) else -1, -1)
+        self._prev = last[order]
+        # window bounds (ids are consecutive inside a section): [first left, last right]
+        ro = right.offsets.to_numpy()
+        rv = right.values.to_numpy()
+        nr = np.diff(ro)
+        first = np.where(nl > 0, lv[np.minimum(lo[:-1], max(len(lv) - 1, 0))] if len(lv) else 0, 0)
+        lastr = np.where(nr > 0, rv[np.maximum(ro[1:] - 1, 0)] if len(rv) else 0, 0)
+        centre = table.column("centre_sent_id").to_numpy()
+        self._lo = np.where(nl > 0, first, centre)[order]
+        self._hi = np.where(nr > 0, lastr, centre)[order]
+        self.width = int(nl.max()) if len(nl) else 0
+
+    def _rows(self, cids: np.ndarray) -> np.ndarray:
+        cids = np.asarray(cids, np.int64)
+        idx = np.searchsorted(self.context_ids, cids)
+        bad = (idx >= len(self.context_ids)) | (
+            self.context_ids[np.minimum(idx, len(self.context_ids) - 1)] != cids
+        )
+        if bad.any():
+            raise KeyError(f"context_id {int(cids[bad][0])} is not in the contexts artefact")
+        return idx
+
+    def prev_sent_ids(self, cids: np.ndarray) -> np.ndarray:
+        """The (i-1)-th sentence of each context (last left sentence; -1 if none)."""
+        return self._prev[self._rows(cids)]
+
+    def chunk_ids(self, cids: np.ndarray) -> np.ndarray:
+        return self._chunk[self._rows(cids)]
+
+    def window_contains(self, cids: np.ndarray, sent_id: int) -> np.ndarray:
+        r = self._rows(cids)
+        return (self._lo[r] <= sent_id) & (sent_id <= self._hi[r])
+
+
+class SentenceTexts:
+    """Texts of corpus sentences by sent_id, read once per shard."""
+
+    def __init__(self, shard_artefact: Any):
+        t = shard_artefact.read_table(["sent_id", "text"])
+        ids = t.column("sent_id").to_numpy()
+        order = np.argsort(ids, kind="stable")
+        self.ids = ids[order]
+        self.texts = t.column("text").take(pa.array(order))
+
+    def word_sets(self, sent_ids: np.ndarray) -> list[frozenset[str]]:
+        sent_ids = np.asarray(sent_ids, np.int64)
+        uniq, inv = np.unique(sent_ids, return_inverse=True)
+        valid = uniq >= 0
+        idx = np.searchsorted(self.ids, uniq)
+        idx_c = np.minimum(idx, len(self.ids) - 1)
+        missing = valid & ((idx >= len(self.ids)) | (self.ids[idx_c] != uniq))
+        if missing.any():
+            raise KeyError(f"sent_id {int(uniq[missing][0])} is not in the shard artefact")
+        texts = self.texts.take(pa.array(idx_c[valid])).to_pylist()
+        sets_u: list[frozenset[str]] = [frozenset()] * len(uniq)
+        for j, text in zip(np.flatnonzero(valid), texts, strict=True):
+            sets_u[j] = word_set(text)
+        return [sets_u[i] for i in inv.ravel()]
