@@ -20,7 +20,8 @@ app = typer.Typer(
 )
 
 ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config (default configs/quickstart.yaml)")
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config (default configs/quickstart.yaml)"),
 ]
 RootOpt = Annotated[str | None, typer.Option("--root", help="artefact root (overrides run.root)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
@@ -39,7 +40,9 @@ def _root_of(config: Path | None, root: str | None) -> str:
 
     if root:
         return root
-    path = config or (Path("configs/quickstart.yaml") if Path("configs/quickstart.yaml").exists() else None)
+    path = config or (
+        Path("configs/quickstart.yaml") if Path("configs/quickstart.yaml").exists() else None
+    )
     return load_config(path, stages=[]).run.root
 
 
@@ -109,7 +112,9 @@ def runs(config: ConfigOpt = None, root: RootOpt = None, json_out: JsonOpt = Fal
 @app.command(epilog="Example: ctxsim inspect shard --limit 3 --json")
 def inspect(
     stage: Annotated[str, typer.Argument(help="stage name, e.g. shard, retrieve, label")],
-    run_id: Annotated[str | None, typer.Option("--run", help="run id (default: latest artefact)")] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run", help="run id (default: latest artefact)")
+    ] = None,
     config: ConfigOpt = None,
     root: RootOpt = None,
     limit: Annotated[int, typer.Option("--limit", help="sample rows to show")] = 5,
@@ -154,6 +159,79 @@ def inspect(
 from flows.cli_ops import register  # noqa: E402 - ops commands (issue 6)
 
 register(app)
+
+
+@app.command(
+    epilog="Example: ctxsim origin --config configs/books.yaml --sts-dir ../shared/data/sts "
+    "--sets 'STSb.dev' --json-out origin.json"
+)
+def origin(
+    sts_dir: Annotated[Path, typer.Option("--sts-dir", help="directory holding STS sets")],
+    config: ConfigOpt = None,
+    root: RootOpt = None,
+    set_: SetOpt = None,
+    sets: Annotated[
+        list[str] | None, typer.Option("--sets", help="fnmatch on DATASET.SUBSET (default: all)")
+    ] = None,
+    max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per set, seeded")] = None,
+    cs_size: Annotated[int | None, typer.Option("--cs-size", help="|Cs| (Table 7)")] = None,
+    random_contexts: Annotated[
+        bool, typer.Option("--random-contexts", help="Sec. 5.4: random instead of retrieved")
+    ] = False,
+    no_diversity: Annotated[
+        bool, typer.Option("--no-diversity", help="Sec. 5.4: no chunk / Jaccard rule")
+    ] = False,
+    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json-out", help="write the report here")
+    ] = None,
+) -> None:
+    """Origin similarity (Eq. 4) on every pair of the STS sets found in a directory.
+
+    Retrieves contexts for these outside sentences from the corpus, scores them (Eq. 3) and
+    reports Spearman x100 per set ("all" and "mean" conventions), per Eq. 3 term and without
+    each term (Table 9), next to a TF-IDF cosine baseline."""
+    from flows.config import ConfigError, load_config
+    from flows.prefect_env import configure_prefect
+
+    if not sts_dir.is_dir():
+        _fail(f"--sts-dir {sts_dir} is not a directory")
+    config = config or Path("configs/quickstart.yaml")
+    overrides = list(set_ or []) + [
+        "queries.source=sts",
+        f"queries.sts_dir='{sts_dir.resolve()}'",
+        f"queries.sts_sets={json.dumps(sets or ['*'])}",
+        "pairs.mode=given",
+    ]
+    if max_pairs:
+        overrides.append(f"queries.max_pairs_per_set={max_pairs}")
+    if cs_size:
+        overrides.append(f"select.max_size={cs_size}")
+    if random_contexts:
+        overrides.append("select.strategy=random")
+    if no_diversity:
+        overrides += ["select.one_per_chunk=false", "select.jaccard_threshold=null"]
+    try:
+        cfg = load_config(config, overrides, root)
+    except ConfigError as e:
+        _fail(str(e))
+    configure_prefect(cfg.run.root)
+    from flows.pipeline import run_pipeline
+    from tasks.store import ArtefactStore
+
+    try:
+        record = run_pipeline(str(config), overrides, root, "label", run_id)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e), 1)
+    label = record["stages"]["label"]
+    art = ArtefactStore(cfg.run.root).require("label", label["fingerprint"])
+    report = json.loads((art.files_dir / "origin.json").read_text())
+    report["config"] = cfg.to_dict()
+    report["run_id"] = record["run_id"]
+    text = json.dumps(report, indent=2, default=str)
+    if json_out:
+        json_out.write_text(text)
+    typer.echo(text)
 
 
 def main() -> None:

@@ -39,13 +39,16 @@ def register(app: typer.Typer) -> None:
 
         if stop:
             pid = ops.stop_server(home)
-            typer.echo(f"stopped server pid {pid}" if pid else "no server pid file: nothing to stop")
+            typer.echo(
+                f"stopped server pid {pid}" if pid else "no server pid file: nothing to stop"
+            )
             return
         if host not in ("127.0.0.1", "localhost", "::1"):
             typer.secho(
                 f"warning: binding {host}: anyone who can reach it controls your flows; set "
                 "PREFECT_SERVER_API_AUTH_STRING or keep it behind a firewall",
-                fg=typer.colors.YELLOW, err=True,
+                fg=typer.colors.YELLOW,
+                err=True,
             )
         try:
             info = ops.start_server(host, port, home, ui=ui, timeout=timeout)
@@ -58,7 +61,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command(epilog="Example: ctxsim worker --pool ctxsim --gpus 0,1")
     def worker(
-        pool: Annotated[str, typer.Option(help="process work pool (created if missing)")] = "ctxsim",
+        pool: Annotated[
+            str, typer.Option(help="process work pool (created if missing)")
+        ] = "ctxsim",
         gpus: Annotated[
             str | None, typer.Option(help="GPU indices, e.g. 0,1 or 'all': one worker per GPU")
         ] = None,
@@ -67,6 +72,9 @@ def register(app: typer.Typer) -> None:
         name: Annotated[str, typer.Option(help="worker name prefix")] = "ctxsim",
         log_dir: Annotated[Path | None, typer.Option(help="one log file per worker")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="print the commands only")] = False,
+        compose: Annotated[
+            bool, typer.Option("--compose", help="print the docker-compose worker services")
+        ] = False,
     ) -> None:
         """Start Prefect process workers: one per GPU (own CUDA_VISIBLE_DEVICES, --limit 1)."""
         import json
@@ -77,9 +85,19 @@ def register(app: typer.Typer) -> None:
             specs = ops.worker_specs(pool, ops.parse_gpus(gpus), cpu_workers, name, work_queue)
         except ValueError as e:
             _fail(str(e))
+        if compose:
+            import yaml
+
+            services = ops.compose_worker_services(specs)
+            typer.echo("# paste under services: in docker-compose.yml; add `<<: *ctxsim` to each")
+            typer.echo(yaml.safe_dump({"services": services}, sort_keys=False, width=200))
+            return
         if dry_run:
-            typer.echo(json.dumps([{"name": s.name, "argv": list(s.argv), "env": s.env}
-                                   for s in specs], indent=2))
+            typer.echo(
+                json.dumps(
+                    [{"name": s.name, "argv": list(s.argv), "env": s.env} for s in specs], indent=2
+                )
+            )
             return
         if not os.environ.get("PREFECT_API_URL"):
             _fail("PREFECT_API_URL is not set: start a server (ctxsim server) and export it")

@@ -72,8 +72,9 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def wait_healthy(url: str, timeout: float = 180.0, proc: subprocess.Popen | None = None,
-                 log: Path | None = None) -> None:
+def wait_healthy(
+    url: str, timeout: float = 180.0, proc: subprocess.Popen | None = None, log: Path | None = None
+) -> None:
     """Poll the health endpoint; fail with the server's log tail if it dies or never answers."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -92,8 +93,9 @@ def _tail(log: Path | None, n: int = 30) -> str:
     return f"; last lines of {log}:\n" + "\n".join(lines)
 
 
-def server_env(home: Path, database_url: str | None = None, base: dict[str, str] | None = None
-               ) -> dict[str, str]:
+def server_env(
+    home: Path, database_url: str | None = None, base: dict[str, str] | None = None
+) -> dict[str, str]:
     """Environment of a server process: its own PREFECT_HOME (the SQLite file lives there unless
     PREFECT_SERVER_DATABASE_CONNECTION_URL points at PostgreSQL), telemetry off."""
     env = dict(os.environ if base is None else base)
@@ -115,8 +117,16 @@ def database_of(env: dict[str, str], home: Path) -> str:
 
 
 def server_command(host: str, port: int, ui: bool = True) -> list[str]:
-    return [prefect_exe(), "server", "start", "--host", host, "--port", str(port),
-            "--ui" if ui else "--no-ui"]
+    return [
+        prefect_exe(),
+        "server",
+        "start",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--ui" if ui else "--no-ui",
+    ]
 
 
 def start_server(
@@ -144,8 +154,12 @@ def start_server(
     log = home / "server.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            server_command(host, port, ui), env=env, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            server_command(host, port, ui),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     (home / "server.pid").write_text(f"{proc.pid}\n{url}\n")
     try:
@@ -248,27 +262,41 @@ def worker_specs(
         raise ValueError(f"--limit must be >= 1, got {limit}")
 
     def argv(name: str) -> tuple[str, ...]:
-        cmd = [prefect, "worker", "start", "--pool", pool, "--type", "process",
-               "--name", name, "--limit", str(limit)]
+        cmd = [
+            prefect,
+            "worker",
+            "start",
+            "--pool",
+            pool,
+            "--type",
+            "process",
+            "--name",
+            name,
+            "--limit",
+            str(limit),
+        ]
         if work_queue:
             cmd += ["--work-queue", work_queue]
         return tuple(cmd)
 
     if gpus:
         return [
-            WorkerSpec(f"{name_prefix}-gpu{g}", argv(f"{name_prefix}-gpu{g}"),
-                       {"CUDA_VISIBLE_DEVICES": g})
+            WorkerSpec(
+                f"{name_prefix}-gpu{g}", argv(f"{name_prefix}-gpu{g}"), {"CUDA_VISIBLE_DEVICES": g}
+            )
             for g in gpus
         ]
     return [
-        WorkerSpec(f"{name_prefix}-cpu{i}", argv(f"{name_prefix}-cpu{i}"),
-                   {"CUDA_VISIBLE_DEVICES": ""})
+        WorkerSpec(
+            f"{name_prefix}-cpu{i}", argv(f"{name_prefix}-cpu{i}"), {"CUDA_VISIBLE_DEVICES": ""}
+        )
         for i in range(n_cpu)
     ]
 
 
-def start_workers(specs: list[WorkerSpec], log_dir: Path | None = None,
-                  base_env: dict[str, str] | None = None) -> list[subprocess.Popen]:
+def start_workers(
+    specs: list[WorkerSpec], log_dir: Path | None = None, base_env: dict[str, str] | None = None
+) -> list[subprocess.Popen]:
     """Start every worker (each its own process group); logs to ``log_dir/<name>.log`` if given."""
     procs = []
     for spec in specs:
@@ -283,8 +311,15 @@ def start_workers(specs: list[WorkerSpec], log_dir: Path | None = None,
             log_dir.mkdir(parents=True, exist_ok=True)
             out = open(log_dir / f"{spec.name}.log", "ab")  # noqa: SIM115 - closed below
         try:
-            procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT
-                                          if out else None, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT if out else None,
+                    start_new_session=True,
+                )
+            )
         finally:
             if out is not None:
                 out.close()
@@ -338,7 +373,39 @@ def serve_pipeline(
     from flows.pipeline import select_stages
 
     select_stages(load_config(config_path, overrides, root), until)  # fail fast, before serving
-    params: dict[str, Any] = {"config": config_path, "overrides": overrides or [], "root": root,
-                              "until": until, "run_id": run_id}
-    pipeline_flow.serve(name=name, cron=cron, parameters=params, limit=limit,
-                        print_starting_message=True)
+    params: dict[str, Any] = {
+        "config": config_path,
+        "overrides": overrides or [],
+        "root": root,
+        "until": until,
+        "run_id": run_id,
+    }
+    pipeline_flow.serve(
+        name=name, cron=cron, parameters=params, limit=limit, print_starting_message=True
+    )
+
+
+# ---- docker-compose -------------------------------------------------------------------------
+def compose_worker_services(specs: list[WorkerSpec]) -> dict[str, dict[str, Any]]:
+    """The docker-compose services equivalent to ``specs`` (what docker-compose.yml must hold).
+
+    In a container the GPU is pinned by a device reservation rather than CUDA_VISIBLE_DEVICES
+    (the container sees only its reserved device), so a spec's CUDA_VISIBLE_DEVICES becomes the
+    service's ``device_ids``; CPU workers get no reservation.
+    """
+    services: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        svc: dict[str, Any] = {"command": list(spec.argv)}
+        gpu = spec.env.get("CUDA_VISIBLE_DEVICES")
+        if gpu:
+            svc["deploy"] = {
+                "resources": {
+                    "reservations": {
+                        "devices": [
+                            {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}
+                        ]
+                    }
+                }
+            }
+        services[f"worker-{spec.name.rsplit('-', 1)[-1]}"] = svc
+    return services

@@ -56,7 +56,9 @@ def plan_from_spec(spec: dict[str, Any]) -> StagePlan:
     store = ArtefactStore(spec["root"])
     stage = load_stage(spec["stage"])
     upstream = {k: store.require(k, fp) for k, fp in spec["upstream"].items()}
-    return plan_stage(stage, stage.Params(**spec["params"]), RunParams(**spec["run"]), store, upstream)
+    return plan_stage(
+        stage, stage.Params(**spec["params"]), RunParams(**spec["run"]), store, upstream
+    )
 
 
 @task(
@@ -99,7 +101,10 @@ def inject_fault(stage: str, shard: int) -> None:
 
 
 def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:
-    rows = [{"stat": "fingerprint", "value": art.fingerprint}, {"stat": "rows", "value": art.num_rows}]
+    rows = [
+        {"stat": "fingerprint", "value": art.fingerprint},
+        {"stat": "rows", "value": art.num_rows},
+    ]
     rows.append({"stat": "reused", "value": reused})
     rows += [{"stat": k, "value": v} for k, v in sorted(art.stats.items())]
     try:
@@ -132,7 +137,9 @@ def execute(
     """Run (or reuse) every stage in order; record the run under ROOT/runs/<run-id>.json."""
     log = get_logger()
     store = ArtefactStore(cfg.run.root)
-    run_id = safe_name(run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}", "run id")
+    run_id = safe_name(
+        run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}", "run id"
+    )
     record: dict[str, Any] = {
         "run_id": run_id,
         "config_source": cfg.source,
@@ -171,8 +178,12 @@ def execute(
                 art = publish_stage(plan, n, infos)
             log.info(
                 "%s %s: %s (%d rows, %d shards computed, %.1fs)",
-                "reused" if reused else "published", name, art.fingerprint, art.num_rows,
-                computed, time.perf_counter() - t0,
+                "reused" if reused else "published",
+                name,
+                art.fingerprint,
+                art.num_rows,
+                computed,
+                time.perf_counter() - t0,
             )
             artefacts[name] = art
             record["stages"][name] = {
@@ -223,5 +234,10 @@ def run_pipeline(
     cfg = load_config(config, overrides, root)
     runner = make_task_runner(cfg.run)
     flow_ = pipeline_flow.with_options(task_runner=runner) if runner is not None else pipeline_flow
-    return flow_(config=str(Path(config)) if config else None, overrides=overrides, root=root,
-                 until=until, run_id=run_id)
+    return flow_(
+        config=str(Path(config)) if config else None,
+        overrides=overrides,
+        root=root,
+        until=until,
+        run_id=run_id,
+    )

@@ -31,7 +31,11 @@ def make_task_runner(run: RunParams) -> Any | None:
         if run.runner_address:
             return DaskTaskRunner(address=run.runner_address)
         return DaskTaskRunner(
-            cluster_kwargs={"n_workers": run.max_workers, "threads_per_worker": 1, "processes": True}
+            cluster_kwargs={
+                "n_workers": run.max_workers,
+                "threads_per_worker": 1,
+                "processes": True,
+            }
         )
     if kind == "ray":
         try:
@@ -39,7 +43,9 @@ def make_task_runner(run: RunParams) -> Any | None:
         except ImportError:
             raise ValueError("run.task_runner: ray needs `pip install prefect-ray`") from None
         init: dict[str, Any] = {"num_cpus": run.max_workers}
-        return RayTaskRunner(address=run.runner_address, init_kwargs=None if run.runner_address else init)
+        return RayTaskRunner(
+            address=run.runner_address, init_kwargs=None if run.runner_address else init
+        )
     raise ValueError(
         f"run.task_runner: unknown runner {kind!r} (sequential, thread, process, dask, ray)"
     )

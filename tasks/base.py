@@ -189,16 +189,36 @@ def plan_stage(
 
 
 def compute_shard(plan: StagePlan, shard: int) -> dict[str, Any]:
-    """Compute and durably record one shard, unless it is already done (then return its record)."""
-    done = plan.store.shard_done(plan.stage.name, plan.fingerprint, shard)
+    """Compute and durably record one shard, unless it is already done (then return its record).
+
+    A shard lease (tasks/lease.py) makes workers sharing one artefact root take turns: whoever
+    holds it computes; a waiter re-checks after acquiring and finds the shard done.
+    """
+    import json
+
+    from tasks.faults import maybe_fail
+    from tasks.lease import shard_lease
+    from tasks.store import MANIFEST
+
+    name, fp, store = plan.stage.name, plan.fingerprint, plan.store
+    done = store.shard_done(name, fp, shard)
     if done is not None:
         return {**done, "reused": True}
-    ctx = plan.context()
-    t0 = time.perf_counter()
-    table, stats = plan.stage.run_shard(ctx, shard)
-    info = plan.store.write_shard(
-        plan.stage.name, plan.fingerprint, shard, table, stats, time.perf_counter() - t0
-    )
+    with shard_lease(store.root, name, fp, shard) as lease:
+        done = store.shard_done(name, fp, shard)
+        if done is not None:  # computed by the previous holder while we waited
+            return {**done, "reused": True}
+        manifest = store.final_dir(name, fp) / MANIFEST
+        if manifest.exists():  # another worker published the whole stage while we waited
+            part = json.loads(manifest.read_text())["parts"][shard]
+            return {**part, "stats": {}, "seconds": 0.0, "reused": True}
+        maybe_fail(name, shard, store.root)
+        ctx = plan.context()
+        t0 = time.perf_counter()
+        table, stats = plan.stage.run_shard(ctx, shard)
+        if lease.lost:
+            get_logger().warning("%s shard %d: lease expired while computing", name, shard)
+        info = store.write_shard(name, fp, shard, table, stats, time.perf_counter() - t0)
     return {**info, "reused": False}
 
 

@@ -93,8 +93,14 @@ def build_contexts(
             ok_c &= sent_idx[j] - sent_idx[centre] == d
         ok[centre[ok_c]] = True
     centres = np.flatnonzero(ok)
-    left = np.stack([sent_id[centres - width + k] for k in range(width)], axis=1) if len(centres) else []
-    right = np.stack([sent_id[centres + 1 + k] for k in range(width)], axis=1) if len(centres) else []
+    left = (
+        np.stack([sent_id[centres - width + k] for k in range(width)], axis=1)
+        if len(centres)
+        else []
+    )
+    right = (
+        np.stack([sent_id[centres + 1 + k] for k in range(width)], axis=1) if len(centres) else []
+    )
     contexts = {
         "context_id": np.arange(len(centres), dtype=np.int64),
         "chunk_id": chunk_of[centres].astype(np.int64),
@@ -121,8 +127,14 @@ class ContextsStage(Stage):
         if len(arr["sent_id"]) == 0:
             raise ValueError("contexts: the shard artefact has no sentences")
         contexts, chunks = build_contexts(
-            arr["sent_id"], arr["section_id"], arr["doc_id"], arr["para_idx"], arr["sent_idx"],
-            p.width, p.chunk, p.chunk_sentences,
+            arr["sent_id"],
+            arr["section_id"],
+            arr["doc_id"],
+            arr["para_idx"],
+            arr["sent_idx"],
+            p.width,
+            p.chunk,
+            p.chunk_sentences,
         )
         chunk_table = pa.table(chunks, schema=CHUNK_SCHEMA)
         pq.write_table(chunk_table, ctx.files_dir / "chunks.parquet", compression="zstd")

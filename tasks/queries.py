@@ -121,7 +121,8 @@ class QueriesStage(Stage):
         if not p.sts_dir:
             raise ValueError("queries.source is 'sts' but queries.sts_dir is not set")
         sets = [
-            s for s in discover(p.sts_dir)
+            s
+            for s in discover(p.sts_dir)
             if any(fnmatch.fnmatch(f"{s.dataset}.{s.subset}", pat) for pat in p.sts_sets)
         ]
         if not sets:

@@ -167,11 +167,14 @@ def _jsonl_sections(path: Path, p: ShardParams, counts: Counter) -> Iterator[Sec
                 paras = [x.strip() for x in paras if x and x.strip()]
             elif p.text_field in rec:
                 if not isinstance(rec[p.text_field], str):
-                    raise CorpusInputError(f"{path}:{lineno}: field {p.text_field!r} must be a string")
+                    raise CorpusInputError(
+                        f"{path}:{lineno}: field {p.text_field!r} must be a string"
+                    )
                 paras = _blocks(rec[p.text_field])
             else:
                 raise CorpusInputError(
-                    f"{path}:{lineno}: record has neither {p.paragraphs_field!r} nor {p.text_field!r}"
+                    f"{path}:{lineno}: record has neither "
+                    f"{p.paragraphs_field!r} nor {p.text_field!r}"
                 )
             if not paras:
                 counts["empty_documents"] += 1
@@ -226,7 +229,8 @@ class ShardStage(Stage):
         """Input files by path, size and mtime: an edited corpus gets a new fingerprint."""
         return {
             "files": [
-                [str(f.resolve()), f.stat().st_size, int(f.stat().st_mtime)] for f in _expand(params.paths)
+                [str(f.resolve()), f.stat().st_size, int(f.stat().st_mtime)]
+                for f in _expand(params.paths)
             ]
         }
 
@@ -255,13 +259,19 @@ class ShardStage(Stage):
                 for sent in split_sentences(para, p.splitter):
                     n_tok = count_tokens(sent)
                     reason = (
-                        "too_short" if n_tok < p.min_tokens else "too_long" if n_tok > p.max_tokens else None
+                        "too_short"
+                        if n_tok < p.min_tokens
+                        else "too_long"
+                        if n_tok > p.max_tokens
+                        else None
                     )
                     if reason:
                         counts[f"dropped_{reason}"] += 1
                     else:
                         if kept_in_doc >= 1 << SENTS_PER_DOC_BITS:
-                            raise CorpusInputError(f"document {sec.doc_key} has over 2**24 sentences")
+                            raise CorpusInputError(
+                                f"document {sec.doc_key} has over 2**24 sentences"
+                            )
                         cols["sent_id"].append((doc_id << SENTS_PER_DOC_BITS) + kept_in_doc)
                         cols["doc_id"].append(doc_id)
                         cols["doc_name"].append(sec.doc_key.rsplit("/", 1)[-1])

@@ -116,7 +116,9 @@ class ArtefactStore:
         return self.root / safe_name(stage, "stage name") / safe_name(fp, "fingerprint")
 
     def partial_dir(self, stage: str, fp: str) -> Path:
-        return self.root / safe_name(stage, "stage name") / f".partial-{safe_name(fp, 'fingerprint')}"
+        return (
+            self.root / safe_name(stage, "stage name") / f".partial-{safe_name(fp, 'fingerprint')}"
+        )
 
     # ---- reading ----------------------------------------------------------------------------
     def get(self, stage: str, fp: str, verify: bool = True) -> Artefact | None:
@@ -148,7 +150,9 @@ class ArtefactStore:
         sdir = self.root / safe_name(stage, "stage name")
         if not sdir.is_dir():
             return None
-        found = [d for d in sdir.iterdir() if (d / MANIFEST).exists() and not d.name.startswith(".")]
+        found = [
+            d for d in sdir.iterdir() if (d / MANIFEST).exists() and not d.name.startswith(".")
+        ]
         if not found:
             return None
         newest = max(found, key=lambda d: (d / MANIFEST).stat().st_mtime)
@@ -194,7 +198,13 @@ class ArtefactStore:
         return None
 
     def write_shard(
-        self, stage: str, fp: str, shard: int, table: pa.Table, stats: dict[str, Any], seconds: float
+        self,
+        stage: str,
+        fp: str,
+        shard: int,
+        table: pa.Table,
+        stats: dict[str, Any],
+        seconds: float,
     ) -> dict[str, Any]:
         """Write one shard's part and then its done-marker, each by atomic rename."""
         pdir = self.open_partial(stage, fp)
@@ -238,7 +248,11 @@ class ArtefactStore:
         for f in sorted(fdir.rglob("*")):
             if f.is_file():
                 files.append(
-                    {"file": str(f.relative_to(pdir)), "bytes": f.stat().st_size, "sha256": sha256_file(f)}
+                    {
+                        "file": str(f.relative_to(pdir)),
+                        "bytes": f.stat().st_size,
+                        "sha256": sha256_file(f),
+                    }
                 )
         schema = None
         if parts:
@@ -261,7 +275,9 @@ class ArtefactStore:
         except FileNotFoundError:
             won = self._await_concurrent_publish(stage, fp)
             if won is None:
-                raise StoreError(f"{stage}/{fp}: partial directory vanished during publish") from None
+                raise StoreError(
+                    f"{stage}/{fp}: partial directory vanished during publish"
+                ) from None
             return won
         for marker in staging.glob("_shard-*.json"):
             marker.unlink()
@@ -274,11 +290,15 @@ class ArtefactStore:
             shutil.rmtree(staging, ignore_errors=True)
             won = self.get(stage, fp)
             if won is None:
-                raise StoreError(f"{stage}/{fp}: publish lost a race and the winner is invalid") from None
+                raise StoreError(
+                    f"{stage}/{fp}: publish lost a race and the winner is invalid"
+                ) from None
             return won
         return Artefact(stage, fp, final, manifest)
 
-    def _await_concurrent_publish(self, stage: str, fp: str, timeout: float = 60.0) -> Artefact | None:
+    def _await_concurrent_publish(
+        self, stage: str, fp: str, timeout: float = 60.0
+    ) -> Artefact | None:
         """If another writer is mid-publish of the same artefact, wait for its result."""
         sdir = self.root / stage
         deadline = time.monotonic() + timeout

@@ -40,7 +40,9 @@ def run_spine(root: Path, overrides: dict | None = None, until: str = "queries")
         stage = load_stage(name)
         upstream = {i: arts[i] for i in stage.inputs}
         upstream |= {i: arts[i] for i in stage.optional_inputs if i in arts}
-        arts[name], _ = run_stage_locally(plan_stage(stage, cfg.stages[name], cfg.run, store, upstream))
+        arts[name], _ = run_stage_locally(
+            plan_stage(stage, cfg.stages[name], cfg.run, store, upstream)
+        )
     return arts
 
 

@@ -19,9 +19,23 @@ pytestmark = pytest.mark.integration
 
 def _cmd(root: Path, run_id: str) -> list[str]:
     return [
-        sys.executable, "-m", "flows.cli", "run", "--config", str(REPO / "configs/quickstart.yaml"),
-        "--root", str(root), "--until", "queries", "--run-id", run_id, "--quiet",
-        "--set", f"shard.paths=['{SAMPLE}']", "--set", "shard.n_shards=4",
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "run",
+        "--config",
+        str(REPO / "configs/quickstart.yaml"),
+        "--root",
+        str(root),
+        "--until",
+        "queries",
+        "--run-id",
+        run_id,
+        "--quiet",
+        "--set",
+        f"shard.paths=['{SAMPLE}']",
+        "--set",
+        "shard.n_shards=4",
     ]
 
 
@@ -44,9 +58,12 @@ def _part_hashes(root: Path) -> dict[str, str]:
 def test_sigkill_mid_stage_then_resume(tmp_path: Path):
     killed_root = tmp_path / "killed"
     proc = subprocess.Popen(
-        _cmd(killed_root, "r1"), cwd=REPO, start_new_session=True,
+        _cmd(killed_root, "r1"),
+        cwd=REPO,
+        start_new_session=True,
         env=_env(CTXSIM_FAULT="shard:2:delay=120"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     partial = killed_root / "shard"
     deadline = time.monotonic() + 240
@@ -65,22 +82,30 @@ def test_sigkill_mid_stage_then_resume(tmp_path: Path):
     record = json.loads((killed_root / "runs" / "r1.json").read_text())
     assert record["status"] == "running"  # killed without a chance to record anything
 
-    rerun = subprocess.run(_cmd(killed_root, "r1") + ["--json"], cwd=REPO, env=_env(),
-                           capture_output=True, text=True, timeout=400)
+    rerun = subprocess.run(
+        _cmd(killed_root, "r1") + ["--json"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     record = json.loads((killed_root / "runs" / "r1.json").read_text())
     assert record["status"] == "completed"
     assert record["stages"]["shard"]["shards_computed"] == 2  # shards 0 and 1 were reused
 
     clean_root = tmp_path / "clean"
-    clean = subprocess.run(_cmd(clean_root, "r2"), cwd=REPO, env=_env(),
-                           capture_output=True, text=True, timeout=400)
+    clean = subprocess.run(
+        _cmd(clean_root, "r2"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400
+    )
     assert clean.returncode == 0, clean.stderr[-3000:]
     assert _part_hashes(killed_root) == _part_hashes(clean_root)
     assert len(_part_hashes(clean_root)) >= 7
 
-    again = subprocess.run(_cmd(clean_root, "r3"), cwd=REPO, env=_env(),
-                           capture_output=True, text=True, timeout=400)
+    again = subprocess.run(
+        _cmd(clean_root, "r3"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     rec3 = json.loads((clean_root / "runs" / "r3.json").read_text())
     assert {s["status"] for s in rec3["stages"].values()} == {"reused"}

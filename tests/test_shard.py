@@ -53,7 +53,11 @@ def test_ids_do_not_depend_on_shard_count(tmp_path: Path):
 
 def test_jsonl_gz_books_format_sections(tmp_path: Path):
     recs = [
-        {"book": "b1", "section": "ch1", "paragraphs": ["One two three four. Five six seven eight."]},
+        {
+            "book": "b1",
+            "section": "ch1",
+            "paragraphs": ["One two three four. Five six seven eight."],
+        },
         {"book": "b1", "section": "ch2", "paragraphs": ["Nine ten eleven twelve.", ""]},
         {"book": "b2", "section": "ch1", "paragraphs": []},
     ]
@@ -69,8 +73,11 @@ def test_jsonl_gz_books_format_sections(tmp_path: Path):
 def test_parquet_reader(tmp_path: Path):
     pq.write_table(pa.table({"body": [DOC, ""], "name": ["x", "y"]}), tmp_path / "c.parquet")
     table, art = run_shard(
-        tmp_path, paths=[str(tmp_path / "c.parquet")], parquet_text_column="body",
-        parquet_doc_column="name", n_shards=1,
+        tmp_path,
+        paths=[str(tmp_path / "c.parquet")],
+        parquet_text_column="body",
+        parquet_doc_column="name",
+        n_shards=1,
     )
     assert table.num_rows == 6 and art.stats["empty_documents"] == 1
 
@@ -146,7 +153,9 @@ def test_build_contexts_windows_stay_inside_sections_and_skip_gaps():
 def test_contexts_stage_on_spine(spine):
     ctx = spine["contexts"].read_table()
     sents = spine["shard"].read_table(["sent_id", "section_id"])
-    section_of = dict(zip(*(sents.column(c).to_pylist() for c in ("sent_id", "section_id")), strict=True))
+    section_of = dict(
+        zip(*(sents.column(c).to_pylist() for c in ("sent_id", "section_id")), strict=True)
+    )
     for row in ctx.slice(0, 200).to_pylist():
         ids = row["left_sent_ids"] + [row["centre_sent_id"]] + row["right_sent_ids"]
         assert ids == list(range(ids[0], ids[0] + len(ids)))
