@@ -234,6 +234,58 @@ def origin(
     typer.echo(text)
 
 
+@app.command(
+    epilog="Example: ctxsim evaluate data/artefacts/train/<fp>/files/model "
+    "--sts-dir ../shared/data/sts --ists-dir ../shared/data/ists2016 --json-out eval.json"
+)
+def evaluate(
+    model: Annotated[str, typer.Argument(help="sentence-transformers model dir or registry name")],
+    sts_dir: Annotated[Path | None, typer.Option("--sts-dir", help="STS sets to discover")] = None,
+    ists_dir: Annotated[Path | None, typer.Option("--ists-dir", help="iSTS 2016 gold")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out-dir", help="report.md and plots")] = None,
+    max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per subset")] = None,
+    device: Annotated[str, typer.Option("--device")] = "auto",
+    json_out: Annotated[Path | None, typer.Option("--json-out", help="write the JSON here")] = None,
+) -> None:
+    """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits and iSTS F1 for one model."""
+    from tasks.base import resolve_device
+    from tasks.evaluate import evaluate_model
+
+    if sts_dir is None and ists_dir is None:
+        _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches them)")
+    result = evaluate_model(
+        model,
+        sts_dir,
+        ists_dir,
+        device=resolve_device(device),
+        out_dir=out_dir,
+        max_pairs_per_subset=max_pairs,
+    )
+    text = json.dumps(result, indent=2, default=str)
+    if json_out:
+        json_out.write_text(text)
+    typer.echo(text)
+
+
+data_app = typer.Typer(help="Evaluation data: download the official releases (connected machines).")
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("download", epilog="Example: ctxsim data download sts data/eval/sts")
+def data_download(
+    kind: Annotated[str, typer.Argument(help="sts or ists")],
+    dest: Annotated[Path, typer.Argument(help="destination directory")],
+    url: Annotated[str | None, typer.Option("--url", help="a mirror of the archive")] = None,
+) -> None:
+    """Fetch, verify (sha256), unpack and lay out STS or iSTS as uniform TSV files."""
+    from tasks.sts_data import download
+
+    if kind not in ("sts", "ists"):
+        _fail("kind must be 'sts' or 'ists'")
+    manifest = download(kind, dest, url=url)
+    typer.echo(json.dumps(manifest, indent=2, default=str))
+
+
 def main() -> None:
     try:
         app()
