@@ -1,0 +1,415 @@
+"""Stage `train`: the Siamese surrogate of Sun et al. (2022), Sec. 3.4.
+
+A transformers backbone with mean pooling over its last layer; predicted similarity = cosine of
+the two sentence vectors; the objective is the L2 distance to the generated labels
+(sentence-transformers' ``CosineSimilarityLoss``), optimised with Adam (lr 1e-4, betas 0.9/0.999,
+Sec. 4.1 "Implementation Details"; AdamW with weight decay 0 is Adam). Optionally the CLRCMD
+contrastive loss over RCMD similarities (Lee et al. 2022, Sec. 3.3) instead.
+
+sentence-transformers' trainer brings evaluation on STSb dev every ``eval_steps`` (or the label
+dev split when no STSb dev is found), keeping the best checkpoint, and mid-epoch resume from the
+checkpoints in ``ctx.cache_dir``. Output: ``files/model`` (a sentence-transformers directory with a
+model card), ``files/metrics.json``, and a table with the evaluation history.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field
+
+from tasks.base import Stage, StageContext, StageParams
+
+TINY = "tiny-random"
+
+HISTORY_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("epoch", pa.float64()),
+        ("train_loss", pa.float64()),
+        ("dev_spearman", pa.float64()),
+        ("dev_pearson", pa.float64()),
+    ]
+)
+
+
+class TrainParams(StageParams):
+    """The `train` config section."""
+
+    backbone: str = TINY  # registry name (minilm, gemma-270m, ...), a local path, or tiny-random
+    loss: Literal["cosine", "clrcmd"] = "cosine"
+    label_column: str = "label"  # or label_disc / label_fwd / ... for the Eq. 3 ablations
+    train_splits: list[str] = Field(default_factory=lambda: ["train"])
+    max_train_pairs: int | None = None
+    max_seq_length: int = 64
+    batch_size: int = 16
+    epochs: float = 1.0
+    max_steps: int = 30  # > 0 overrides epochs
+    lr: float = 1e-4
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+    lr_scheduler: str = "constant"
+    eval_steps: int = 10  # evaluate (and checkpoint) every N steps; best dev Spearman is kept
+    save_total_limit: int = 2
+    logging_steps: int = 5
+    sts_dir: str | None = None  # where to find STSb dev for model selection
+    dev_set: str = "STSb.dev"
+    max_dev_pairs: int | None = None
+    freeze_embeddings: bool = False
+    bf16: bool = True  # used on CUDA only
+    # CLRCMD (loss = clrcmd)
+    clrcmd_temperature: float = 0.05
+    clrcmd_positive_threshold: float = 0.5
+    clrcmd_sparse: bool = True
+    clrcmd_chunk_size: int = 8
+    # tiny-random backbone (tests and quickstart): a WordPiece vocabulary learned from the texts
+    tiny_vocab_size: int = 2000
+    tiny_hidden_size: int = 32
+    tiny_layers: int = 2
+    tiny_heads: int = 2
+
+
+def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:
+    """A randomly initialised small BERT with a WordPiece vocabulary learned from ``texts``."""
+    import torch
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(
+        texts, trainers.WordPieceTrainer(vocab_size=p.tiny_vocab_size, special_tokens=special)
+    )
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    tok.decoder = decoders.WordPiece()
+    fast = BertTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=p.max_seq_length,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(out_dir)
+    cfg = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=p.tiny_hidden_size,
+        num_hidden_layers=p.tiny_layers,
+        num_attention_heads=p.tiny_heads,
+        intermediate_size=4 * p.tiny_hidden_size,
+        max_position_embeddings=max(64, p.max_seq_length + 2),
+    )
+    torch.manual_seed(seed)
+    BertModel(cfg).save_pretrained(out_dir)
+    return out_dir
+
+
+def resolve_backbone(name: str) -> str:
+    """A loadable directory or hub id for a backbone name (the registry when it knows it)."""
+    from models.registry import resolve_model
+
+    return str(resolve_model(name))
+
+
+def build_model(backbone_path: str, max_seq_length: int, device: str):
+    """SentenceTransformer = Transformer(backbone) + mean Pooling (Sec. 3.4); ST dirs load as is."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import models as st_models
+
+    if (Path(backbone_path) / "modules.json").exists():
+        model = SentenceTransformer(backbone_path, device=device)
+        model.max_seq_length = max_seq_length
+        return model
+    tr = st_models.Transformer(backbone_path, max_seq_length=max_seq_length)
+    tok = tr.tokenizer
+    if tok.pad_token is None:  # decoder-only backbones (Gemma, SmolLM) ship without one
+        tok.pad_token = tok.eos_token or tok.unk_token
+    pool = st_models.Pooling(tr.get_word_embedding_dimension(), pooling_mode="mean")
+    return SentenceTransformer(modules=[tr, pool], device=device)
+
+
+def _history_rows(log_history: list[dict[str, Any]], metric: str | None) -> pa.Table:
+    rows: dict[int, dict[str, Any]] = {}
+    for e in log_history:
+        step = int(e.get("step", 0))
+        r = rows.setdefault(
+            step,
+            {
+                "step": step,
+                "epoch": e.get("epoch"),
+                "train_loss": None,
+                "dev_spearman": None,
+                "dev_pearson": None,
+            },
+        )
+        if "loss" in e:
+            r["train_loss"] = float(e["loss"])
+        if metric and metric in e:
+            r["dev_spearman"] = float(e[metric]) * 100
+            pkey = metric.replace("spearman", "pearson")
+            if pkey in e:
+                r["dev_pearson"] = float(e[pkey]) * 100
+    ordered = [rows[k] for k in sorted(rows)]
+    return pa.Table.from_pylist(ordered, schema=HISTORY_SCHEMA)
+
+
+def _model_card(info: dict[str, Any]) -> str:
+    lines = [
+        "---",
+        "library_name: sentence-transformers",
+        "tags: [sentence-similarity, ctxsim]",
+        "---",
+        "",
+        "# ctxsim surrogate",
+        "",
+        "Siamese encoder trained on sentence-pair similarities generated from contexts",
+        "(Sun et al., TACL 2022, Sec. 3.4): mean pooling over the last layer, cosine similarity,",
+        f"loss `{info['loss']}`.",
+        "",
+        "| field | value |",
+        "| --- | --- |",
+    ]
+    for k in (
+        "backbone",
+        "backbone_path",
+        "label_run",
+        "label_column",
+        "n_train_pairs",
+        "n_dev_pairs",
+        "dev_set",
+        "steps",
+        "best_dev_spearman",
+        "final_dev_spearman",
+        "seconds",
+    ):
+        lines.append(f"| {k} | {info.get(k)} |")
+    lines += [
+        "",
+        "Load: `SentenceTransformer(path)`; evaluate: `ctxsim evaluate PATH --sts-dir DIR`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+class TrainStage(Stage):
+    name = "train"
+    version = "1"
+    Params = TrainParams
+    inputs = ("label",)
+    run_fields = ("seed", "device")
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        import torch
+        from datasets import Dataset
+        from sentence_transformers import (
+            SentenceTransformerTrainer,
+            SentenceTransformerTrainingArguments,
+        )
+        from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
+        from sentence_transformers.losses import CosineSimilarityLoss
+
+        from models.losses.clrcmd_loss import CLRCMDLoss
+
+        p: TrainParams = ctx.params
+        log = ctx.logger
+        t0 = time.perf_counter()
+        label_art = ctx.input("label")
+        table = label_art.read_table()
+        for col in ("s1", "s2", p.label_column, "split"):
+            if col not in table.column_names:
+                raise ValueError(f"label artefact {label_art.path} has no column {col!r}")
+        split = np.asarray(table.column("split").to_pylist(), dtype=object)
+        s1 = table.column("s1").to_pylist()
+        s2 = table.column("s2").to_pylist()
+        lab = np.asarray(table.column(p.label_column).to_pylist(), dtype=np.float64)
+        ok = np.isin(split, p.train_splits) & np.isfinite(lab)
+        ok &= np.array(
+            [a is not None and b is not None for a, b in zip(s1, s2, strict=True)], dtype=bool
+        )
+        idx = np.flatnonzero(ok)
+        if p.max_train_pairs is not None:
+            idx = idx[: p.max_train_pairs]
+        if len(idx) == 0:
+            raise ValueError(
+                f"no labelled pairs with split in {p.train_splits} in {label_art.path}"
+            )
+        train_ds = Dataset.from_dict(
+            {
+                "sentence1": [s1[i] for i in idx],
+                "sentence2": [s2[i] for i in idx],
+                "score": lab[idx].astype(np.float32).tolist(),
+            }
+        )
+
+        dev = self._dev_set(ctx, p, s1, s2, split, lab)
+        device = ctx.device
+        seed = ctx.run.seed
+        torch.manual_seed(seed)
+        if p.backbone == TINY:
+            texts = list(train_ds["sentence1"]) + list(train_ds["sentence2"])
+            if dev is not None:
+                texts += dev[0] + dev[1]
+            backbone_path = str(build_tiny_backbone(texts, ctx.files_dir / "backbone", p, seed))
+        else:
+            backbone_path = resolve_backbone(p.backbone)
+        model = build_model(backbone_path, p.max_seq_length, device)
+        if p.freeze_embeddings:
+            emb = model[0].auto_model.get_input_embeddings()
+            emb.weight.requires_grad_(False)
+
+        if p.loss == "cosine":
+            loss = CosineSimilarityLoss(model)
+        else:
+            loss = CLRCMDLoss(
+                model,
+                p.clrcmd_temperature,
+                p.clrcmd_positive_threshold,
+                p.clrcmd_sparse,
+                p.clrcmd_chunk_size,
+            )
+
+        evaluator, metric = None, None
+        if dev is not None:
+            evaluator = EmbeddingSimilarityEvaluator(
+                dev[0],
+                dev[1],
+                dev[2],
+                batch_size=max(p.batch_size, 32),
+                name="dev",
+                similarity_fn_names=["cosine"],
+                write_csv=False,
+            )
+            metric = "eval_dev_spearman_cosine"
+        ckpt_dir = ctx.cache_dir / "checkpoints"
+        use_bf16 = bool(p.bf16 and device.startswith("cuda") and torch.cuda.is_bf16_supported())
+        args = SentenceTransformerTrainingArguments(
+            output_dir=str(ckpt_dir),
+            num_train_epochs=p.epochs,
+            max_steps=p.max_steps if p.max_steps > 0 else -1,
+            per_device_train_batch_size=p.batch_size,
+            per_device_eval_batch_size=max(p.batch_size, 32),
+            learning_rate=p.lr,
+            adam_beta1=p.adam_beta1,
+            adam_beta2=p.adam_beta2,
+            weight_decay=p.weight_decay,
+            warmup_ratio=p.warmup_ratio,
+            lr_scheduler_type=p.lr_scheduler,
+            optim="adamw_torch",
+            bf16=use_bf16,
+            eval_strategy="steps" if evaluator is not None else "no",
+            eval_steps=p.eval_steps,
+            save_strategy="steps",
+            save_steps=p.eval_steps,
+            save_total_limit=p.save_total_limit,
+            load_best_model_at_end=evaluator is not None,
+            metric_for_best_model=metric,
+            greater_is_better=True,
+            logging_steps=p.logging_steps,
+            seed=seed,
+            data_seed=seed,
+            report_to=[],
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            use_cpu=not device.startswith("cuda"),
+        )
+        trainer = SentenceTransformerTrainer(
+            model=model,
+            args=args,
+            train_dataset=train_ds,
+            loss=loss,
+            evaluator=evaluator,
+            callbacks=_callbacks(),
+        )
+        resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
+        if resume:
+            log.info("train: resuming from the latest checkpoint in %s", ckpt_dir)
+        trainer.train(resume_from_checkpoint=True if resume else None)
+
+        final = evaluator(model) if evaluator is not None else {}
+        out_dir = ctx.files_dir / "model"
+        model.save(str(out_dir))
+        best = trainer.state.best_metric
+        info = {
+            "backbone": p.backbone,
+            "backbone_path": "files/backbone" if p.backbone == TINY else backbone_path,
+            "loss": p.loss,
+            "label_run": label_art.fingerprint,
+            "label_column": p.label_column,
+            "n_train_pairs": int(len(idx)),
+            "n_dev_pairs": int(len(dev[2])) if dev is not None else 0,
+            "dev_set": dev[3] if dev is not None else None,
+            "steps": int(trainer.state.global_step),
+            "best_dev_spearman": float(best) * 100 if best is not None else None,
+            "final_dev_spearman": float(final["dev_spearman_cosine"]) * 100 if final else None,
+            "resumed": bool(resume),
+            "bf16": use_bf16,
+            "device": device,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+        (out_dir / "README.md").write_text(_model_card(info))
+        (ctx.files_dir / "metrics.json").write_text(json.dumps(info, indent=2))
+        history = _history_rows(trainer.state.log_history, metric)
+        stats = {k: v for k, v in info.items() if v is not None}
+        return history, stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(shard_stats[0]) if shard_stats else {}
+
+    @staticmethod
+    def _dev_set(
+        ctx: StageContext, p: TrainParams, s1: list, s2: list, split: np.ndarray, lab: np.ndarray
+    ) -> tuple[list[str], list[str], list[float], str] | None:
+        """STSb dev from ``sts_dir`` when present, else the label artefact's dev split."""
+        if p.sts_dir:
+            from tasks.sts_data import discover
+
+            root = Path(p.sts_dir).expanduser()
+            if root.is_dir():
+                for s in discover(root):
+                    if s.name == p.dev_set:
+                        n = p.max_dev_pairs or len(s)
+                        return s.s1[:n], s.s2[:n], s.gold[:n], s.name
+                ctx.logger.warning("train: %s not found under %s", p.dev_set, root)
+            else:
+                ctx.logger.warning("train: sts_dir %s does not exist", root)
+        dev_idx = np.flatnonzero((split == "dev") & np.isfinite(lab))
+        if p.max_dev_pairs is not None:
+            dev_idx = dev_idx[: p.max_dev_pairs]
+        if len(dev_idx) < 3:
+            ctx.logger.warning("train: no dev set; training without model selection")
+            return None
+        return (
+            [s1[i] for i in dev_idx],
+            [s2[i] for i in dev_idx],
+            lab[dev_idx].tolist(),
+            "label.dev",
+        )
+
+
+def _callbacks() -> list:
+    """Extra trainer callbacks (a hook for tests that interrupt training to test resume)."""
+    return []
