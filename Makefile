@@ -9,11 +9,11 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: run test lint bench weights clean-artefacts
+.PHONY: run test lint bench weights clean-artefacts ci-deps
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,scale]'
 	@touch $(STAMP)
 
 ## Create the venv if needed, install, run the pipeline on the bundled sample corpus.
@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(VENV)/bin/ctxsim run --config $(CONFIG)
 
 ## Create the venv if needed, install, lint and run the test suite.
-test: $(STAMP)
+test: $(STAMP) ci-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
 
@@ -39,3 +39,19 @@ bench: $(STAMP)
 
 clean-artefacts:
 	rm -rf data/artefacts
+
+## System packages the operations tests use: PostgreSQL (a real server on loopback) and
+## docker-compose (`docker-compose config -q`). apt-get runs only when one is missing, and only
+## in CI (CI set) or as root; elsewhere those tests skip with a message saying so.
+ci-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
+	  || missing="$$missing postgresql"; \
+	command -v docker-compose >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ] && command -v apt-get >/dev/null 2>&1 \
+	   && { [ -n "$$CI" ] || [ "$$(id -u)" = 0 ]; }; then \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+	  echo "ci-deps: installing$$missing"; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq \
+	    --no-install-recommends $$missing; \
+	fi

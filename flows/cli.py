@@ -59,13 +59,18 @@ def run(
     """Run the pipeline (every stage of the config, or up to --until), reusing finished work."""
     from flows.config import ConfigError, load_config
     from flows.prefect_env import configure_prefect
+    from tasks.store import StoreError, safe_name
 
     if config is None:
         config = Path("configs/quickstart.yaml")
     overrides = list(set_ or []) + (["run.quiet=true"] if quiet else [])
     try:
         cfg = load_config(config, overrides, root)
-    except ConfigError as e:
+        if run_id is not None:
+            safe_name(run_id, "run id")
+        if until is not None and until not in cfg.stage_names:
+            raise ConfigError(f"--until {until!r} is not a stage of {config}")
+    except (ConfigError, StoreError) as e:
         _fail(str(e))
     if cfg.run.quiet:
         import os
@@ -76,7 +81,7 @@ def run(
 
     try:
         record = run_pipeline(str(config), overrides, root, until, run_id)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, StoreError) as e:
         _fail(str(e), 1)
     if json_out:
         typer.echo(json.dumps(record, indent=2, default=str))

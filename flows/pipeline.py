@@ -80,24 +80,7 @@ def shard_task(spec: dict[str, Any], shard: int) -> dict[str, Any]:
 
         torch.set_num_threads(run.torch_threads)
     resolve_device(run.device)
-    inject_fault(spec["stage"], shard)
     return compute_shard(plan_from_spec(spec), shard)
-
-
-def inject_fault(stage: str, shard: int) -> None:
-    """Chaos hook for resume tests and drills: CTXSIM_FAULT="stage:shard:delay=SECONDS" sleeps
-    before that shard, "stage:shard:fail" raises a permanent error. Unset in normal runs."""
-    import os
-
-    spec = os.environ.get("CTXSIM_FAULT", "")
-    for item in filter(None, spec.split(",")):
-        parts = item.split(":")
-        if len(parts) != 3 or parts[0] != stage or parts[1] != str(shard):
-            continue
-        if parts[2] == "fail":
-            raise ValueError(f"CTXSIM_FAULT: injected failure in {stage} shard {shard}")
-        if parts[2].startswith("delay="):
-            time.sleep(float(parts[2].split("=", 1)[1]))
 
 
 def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:

@@ -42,7 +42,7 @@ def make_task_runner(run: RunParams) -> Any | None:
             from prefect_ray import RayTaskRunner
         except ImportError:
             raise ValueError("run.task_runner: ray needs `pip install prefect-ray`") from None
-        init: dict[str, Any] = {"num_cpus": run.max_workers}
+        init: dict[str, Any] = {"num_cpus": run.max_workers, "include_dashboard": False}
         return RayTaskRunner(
             address=run.runner_address, init_kwargs=None if run.runner_address else init
         )

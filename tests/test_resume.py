@@ -57,11 +57,13 @@ def _part_hashes(root: Path) -> dict[str, str]:
 
 def test_sigkill_mid_stage_then_resume(tmp_path: Path):
     killed_root = tmp_path / "killed"
+    fault = tmp_path / "fault.json"  # shard 2 sleeps: a window to SIGKILL the run mid-stage
+    fault.write_text(json.dumps({"stage": "shard", "shard": 2, "kind": "delay", "seconds": 300}))
     proc = subprocess.Popen(
         _cmd(killed_root, "r1"),
         cwd=REPO,
         start_new_session=True,
-        env=_env(CTXSIM_FAULT="shard:2:delay=120"),
+        env=_env(CTXSIM_FAULT_FILE=str(fault)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

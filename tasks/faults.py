@@ -1,0 +1,47 @@
+"""Fault injection for resume drills and tests: make one shard of one stage fail on purpose.
+
+``CTXSIM_FAULT_FILE=/path/fault.json`` arms it; while that file exists and holds
+``{"stage": "queries", "shard": 1, "kind": "permanent"}`` (optionally ``"root": "/abs/root"``
+to hit only runs on that artefact root), computing that shard raises
+(``permanent`` -> ValueError, which Prefect does not retry; ``transient`` -> OSError, retried),
+or with ``"kind": "delay", "seconds": 60`` sleeps first (a window to SIGKILL a run mid-stage).
+Delete the file and retry the run: finished shards are reused, the failed one is computed.
+Unset (the default) it costs one ``os.environ`` lookup per shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+class InjectedFault(ValueError):
+    """A deliberate, permanent failure (bad-input class: not retried)."""
+
+
+class InjectedTransientFault(OSError):
+    """A deliberate transient failure (I/O class: retried by Prefect)."""
+
+
+def maybe_fail(stage: str, shard: int, root: str | Path | None = None) -> None:
+    path = os.environ.get("CTXSIM_FAULT_FILE")
+    if not path or not Path(path).exists():
+        return
+    try:
+        spec = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    if spec.get("stage") != stage or int(spec.get("shard", -1)) != shard:
+        return
+    if spec.get("root") and (root is None or Path(spec["root"]).resolve() != Path(root).resolve()):
+        return
+    if spec.get("kind") == "delay":
+        import time
+
+        time.sleep(float(spec.get("seconds", 60)))
+        return
+    msg = f"injected fault in {stage} shard {shard} (armed by {path})"
+    if spec.get("kind", "permanent") == "transient":
+        raise InjectedTransientFault(msg)
+    raise InjectedFault(msg)
