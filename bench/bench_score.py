@@ -1,0 +1,348 @@
+"""Benchmark `score`: the batched generative scoring engine (models/scoring.py) vs one pair per
+forward call, for both backends (seq2seq BERT2BERT, causal prefix LM), on real book sentences.
+
+Workload shaped like the score stage: Q sentences each against the same C contexts (so contexts
+are shared, as in Cs1 ∪ Cs2), every Eq. (3) direction. Reports pairs/s and target tokens/s
+(medians), the speed-up over the naive way, the largest score difference between the two
+(they must agree), peak RSS growth, and how the cost per pair grows with context width
+(sentences per side) and sentence length. Speed does not depend on the weights, so models are
+randomly initialised at the sizes named (``--real`` adds the packaged minilm BERT2BERT and
+SmolLM2-135M when installed).
+
+    .venv/bin/python -m bench.bench_score [--quick] [--real]
+"""
+
+# ruff: noqa: B023  (closures are timed inside the loop iteration that defines them)
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.bench_retrieve import load_paragraphs
+from bench.harness import median, peak_rss_mb, reset_peak_rss, timeit, write_results
+from models.generator import (
+    CausalPrefixScorer,
+    GenerativeScorer,
+    Seq2SeqScorer,
+    TinyConfig,
+    tiny_causal,
+    tiny_seq2seq,
+    train_wordpiece_tokenizer,
+)
+from models.scoring import EngineConfig, ScoringEngine, naive_score
+
+SIZES = {
+    "tiny": TinyConfig(64, 2, 2, 128),
+    "small": TinyConfig(256, 4, 4, 1024),
+}
+CUDA_NOTES = {
+    "cuda_autocast": "torch.autocast('cuda', dtype=torch.bfloat16); log-softmax in float32",
+    "cuda_inference": "torch.inference_mode(); weights stay float32, matmuls run in bf16",
+    "cuda_processes": "one process per GPU (CUDA_VISIBLE_DEVICES=i), query shards spread",
+    "cuda_oom": "torch.OutOfMemoryError -> halve the failing batch, retry both halves, "
+    "halve the token budget for the rest; a single pair that OOMs is raised",
+    "cuda_budget_hint": "token_budget 65536-262144 on an 80 GB GPU for 270M-parameter models; "
+    "max_logit_elems bounds batch x target positions x vocab (Gemma vocab 262144)",
+}
+
+
+def book_sentences(n: int, seed: int = 0) -> list[list[str]]:
+    """Runs of consecutive sentences (one list per paragraph) from two books."""
+    import blingfire
+
+    paras = load_paragraphs(2)
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in rng.permutation(len(paras)):
+        sents = [s for s in blingfire.text_to_sentences(paras[i]).split("\n") if s.strip()]
+        if len(sents) >= 9:
+            out.append(sents)
+        if len(out) == n:
+            break
+    return out
+
+
+def make_scorer(backend: str, size: str, tok: Any) -> GenerativeScorer:
+    if size == "minilm":
+        from transformers import AutoTokenizer
+
+        from models.generator import add_control_tokens, warm_start_seq2seq
+        from models.registry import resolve_model
+
+        path = str(resolve_model("minilm"))
+        t = AutoTokenizer.from_pretrained(path)
+        add_control_tokens(t)
+        return Seq2SeqScorer(warm_start_seq2seq(path, t), t)
+    if size in ("smollm2-135m", "gemma-270m"):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from models.registry import resolve_model
+
+        path = str(resolve_model(size))
+        return CausalPrefixScorer(
+            AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+        )
+    cfg = SIZES[size]
+    if backend == "seq2seq":
+        return Seq2SeqScorer(tiny_seq2seq(tok, cfg), tok)
+    return CausalPrefixScorer(tiny_causal(tok, cfg), tok)
+
+
+def workload(paras: list[list[str]], q: int, c: int, width: int, rng: np.random.Generator):
+    """q sentences x c contexts (width sentences per side), every pair."""
+    ctxs = []
+    for p in paras[:c]:
+        mid = len(p) // 2
+        ctxs.append((" ".join(p[mid - width : mid]), " ".join(p[mid + 1 : mid + 1 + width])))
+    pool = [s for p in paras[c:] for s in p]
+    sents = [pool[i] for i in rng.permutation(len(pool))[:q]]
+    lefts = [lc for _ in sents for lc, _ in ctxs]
+    rights = [rc for _ in sents for _, rc in ctxs]
+    ss = [s for s in sents for _ in ctxs]
+    return lefts, ss, rights
+
+
+def bench_one(
+    name: str, sc: GenerativeScorer, wl: tuple, n_naive: int, repeat: int, budget: int
+) -> dict[str, Any]:
+    lefts, sents, rights = wl
+    n = len(sents)
+    cfg = EngineConfig(token_budget=budget)
+    reset_peak_rss()
+    base = peak_rss_mb()
+    eng_times = timeit(lambda: ScoringEngine(sc, cfg).score(lefts, sents, rights), repeat, 1)
+    eng_rss = peak_rss_mb() - base
+    eng = ScoringEngine(sc, cfg)
+    got = eng.score(lefts, sents, rights)
+    sub = np.random.default_rng(1).permutation(n)[:n_naive]
+    sl, ss, sr = ([x[i] for i in sub] for x in (lefts, sents, rights))
+    reset_peak_rss()
+    base = peak_rss_mb()
+    t0 = time.perf_counter()
+    ref = naive_score(sc, sl, ss, sr)
+    naive_t = time.perf_counter() - t0
+    naive_rss = peak_rss_mb() - base
+    diff = max(float(np.max(np.abs(got[d][sub] - ref[d]))) for d in ref)
+    t = median(eng_times)
+    return {
+        "model": name,
+        "pairs": n,
+        "engine_pairs_per_s": n / t,
+        "naive_pairs_per_s": n_naive / naive_t,
+        "speedup": (n / t) / (n_naive / naive_t),
+        "engine_target_tok_per_s": eng.stats.target_tokens / t,
+        "forward_calls": eng.stats.forward_calls,
+        "encoder_passes": eng.stats.encoder_sources,
+        "padded_tokens_per_target_token": eng.stats.padded_tokens / max(1, eng.stats.target_tokens),
+        "max_abs_diff_vs_naive": diff,
+        "engine_peak_rss_growth_mb": eng_rss,
+        "naive_peak_rss_growth_mb": naive_rss,
+    }
+
+
+def book_windows(n_books: int, seed: int = 0) -> dict[str, Any]:
+    """Windows [c<, s, c>] (one sentence per side) inside sections of the first n books."""
+    import glob
+    import gzip
+    import json
+
+    import blingfire
+
+    from bench.bench_retrieve import BOOKS
+
+    w: dict[str, list] = {k: [] for k in ("left", "sentence", "right", "doc", "section")}
+    sec = 0
+    for doc, path in enumerate(sorted(glob.glob(BOOKS))[:n_books]):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                sents = [
+                    s
+                    for para in json.loads(line)["paragraphs"]
+                    for s in blingfire.text_to_sentences(para).split("\n")
+                    if len(s.split()) >= 3
+                ]
+                for i in range(1, len(sents) - 1):
+                    for k, v in zip(
+                        w, (sents[i - 1], sents[i], sents[i + 1], doc, sec), strict=True
+                    ):
+                        w[k].append(v)
+                sec += 1
+    return {k: np.asarray(v) if k in ("doc", "section") else v for k, v in w.items()}
+
+
+def quality(args: argparse.Namespace) -> None:
+    """'Does the true context win' on held-out book sentences, per term and for S_gen, and the
+    validation perplexity per direction, for packaged models (zero-shot causal LMs and a
+    briefly trained BERT2BERT)."""
+    from models.generator import DIRECTIONS, eq3_example
+    from models.generator_training import TrainConfig, train_generator
+    from tasks.generator import random_partners
+
+    rng = np.random.default_rng(0)
+    w = book_windows(args.books)
+    docs = np.unique(w["doc"])
+    val_docs = docs[-2:]
+    is_val = np.isin(w["doc"], val_docs)
+    va, tr = np.flatnonzero(is_val), np.flatnonzero(~is_val)
+    va = va[rng.permutation(len(va))[: 20 * args.n_eval]]
+    lengths = np.asarray([len(w["left"][i]) + len(w["right"][i]) for i in va], np.float64)
+    partner = random_partners(lengths, w["section"][va], 0.2, rng)
+    pick = rng.permutation(len(va))[: args.n_eval]
+    own, rand = va[pick], va[partner[pick]]
+    n = len(own)
+    sents = [w["sentence"][i] for i in own] * 2
+    lefts = [w["left"][i] for i in own] + [w["left"][i] for i in rand]
+    rights = [w["right"][i] for i in own] + [w["right"][i] for i in rand]
+    rows = []
+    for name in args.models.split(","):
+        t0 = time.perf_counter()
+        backend = "seq2seq" if name == "minilm" else "causal"
+        sc = make_scorer(backend, name, None)
+        row: dict[str, Any] = {"model": name, "backend": backend, "eval_sentences": n}
+        row["n_params_m"] = sum(p.numel() for m in sc.modules() for p in m.parameters()) / 1e6
+        cache: dict = {}
+        if backend == "seq2seq":
+            tr_sub = tr[rng.permutation(len(tr))[: args.train_windows]]
+            ex = [
+                (
+                    d,
+                    *sc.example_ids(
+                        d, *eq3_example(d, w["left"][i], w["sentence"][i], w["right"][i]), cache
+                    ),
+                )
+                for i in tr_sub
+                for d in DIRECTIONS
+            ]
+            cfg = TrainConfig(
+                steps=100_000,
+                batch_size=16,
+                lr=1e-4,
+                warmup_steps=20,
+                max_seconds=args.train_seconds,
+            )
+            summ = train_generator(sc, ex, cfg, log=print)
+            row["train_steps"] = summ["steps"]
+            row["train_seconds"] = round(summ["seconds"], 1)
+            row["train_windows_seen"] = summ["steps"] * 16 // 3
+        eng = ScoringEngine(sc, EngineConfig(token_budget=args.budget))
+        t1 = time.perf_counter()
+        res = eng.score(lefts, sents, rights)
+        secs = time.perf_counter() - t1
+        s_gen = sum(res[d].astype(np.float64) for d in DIRECTIONS)
+        # held-out perplexity per direction from the own-context scores (mean over sentences)
+        row |= {f"val_ppl_{d}": float(np.exp(-np.mean(res[d][:n]))) for d in DIRECTIONS}
+        for key, v in [*((f"gen_{d}", res[d]) for d in DIRECTIONS), ("S_gen", s_gen)]:
+            row[f"wins_{key}"] = float(np.mean(v[:n] > v[n:]))
+        row["score_pairs_per_s"] = 2 * n / secs
+        row["score_target_tok_per_s"] = eng.stats.target_tokens / secs
+        row["total_seconds"] = time.perf_counter() - t0
+        print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+        rows.append(row)
+        del sc
+        write_results("score_quality", rows, quality_meta(args))
+
+
+def quality_meta(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "what": "own context vs a random held-out context (different section, length within "
+        "+-20%) for held-out sentences of the last 2 of the first N books; wins = share where "
+        "the own context scores higher; S_gen = fwd + left + right (lambda 1)",
+        "books": args.books,
+        "train": f"minilm BERT2BERT: AdamW lr 1e-4, batch 16, {args.train_seconds}s wall cap",
+        "torch_threads": args.threads,
+        "templates": "models.generator.DEFAULT_TEMPLATES",
+        "val_ppl": "exp(-mean over held-out sentences of the mean target-token log-prob)",
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quality", action="store_true", help="true-context-wins with real models")
+    ap.add_argument("--models", default="gemma-270m,smollm2-135m,minilm")
+    ap.add_argument("--n-eval", type=int, default=200)
+    ap.add_argument("--books", type=int, default=8)
+    ap.add_argument("--train-windows", type=int, default=20000)
+    ap.add_argument("--train-seconds", type=float, default=600)
+    ap.add_argument("--quick", action="store_true", help="fewer pairs, tiny + small only")
+    ap.add_argument("--real", action="store_true", help="add packaged minilm / SmolLM2 models")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--budget", type=int, default=8192)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    if args.quality:
+        quality(args)
+        return
+    q, c, n_naive = (12, 8, 24) if args.quick else (30, 12, 60)
+    paras = book_sentences(c + 60)
+    tok = train_wordpiece_tokenizer([s for p in paras for s in p], vocab_size=4000)
+    rng = np.random.default_rng(0)
+    wl = workload(paras, q, c, 1, rng)
+    models = [(b, s) for s in ("tiny", "small") for b in ("seq2seq", "causal")]
+    if args.real:
+        models += [("seq2seq", "minilm"), ("causal", "smollm2-135m")]
+    rows = []
+    for backend, size in models:
+        try:
+            sc = make_scorer(backend, size, tok)
+        except Exception as e:  # noqa: BLE001 - a missing package skips that model
+            print(f"skip {backend}/{size}: {e}")
+            continue
+        name = f"{backend}/{size}"
+        row = bench_one(name, sc, wl, n_naive, args.repeat, args.budget)
+        row["n_params_m"] = sum(p.numel() for m in sc.modules() for p in m.parameters()) / 1e6
+        rows.append(row)
+        print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    # scaling of the engine's cost per pair (small models): context width, sentence length
+    scale_rows = []
+    for backend in ("seq2seq", "causal"):
+        sc = make_scorer(backend, "small", tok)
+        for width in (1, 2, 4):
+            wlw = workload(paras, q, c, width, np.random.default_rng(0))
+            t = median(timeit(lambda: ScoringEngine(sc).score(*wlw), args.repeat, 1))
+            scale_rows.append(
+                {
+                    "model": f"{backend}/small",
+                    "vary": "context width",
+                    "value": width,
+                    "ms_per_pair": 1000 * t / len(wlw[1]),
+                }
+            )
+        for lo, hi in ((1, 10), (10, 25), (25, 80)):
+            pool = [s for p in paras for s in p if lo <= len(s.split()) < hi]
+            sents = pool[: q * c]
+            ctx_l, _, ctx_r = workload(paras, 1, c, 1, np.random.default_rng(0))
+            wls = (
+                [ctx_l[i % c] for i in range(len(sents))],
+                sents,
+                [ctx_r[i % c] for i in range(len(sents))],
+            )
+            t = median(timeit(lambda: ScoringEngine(sc).score(*wls), args.repeat, 1))
+            scale_rows.append(
+                {
+                    "model": f"{backend}/small",
+                    "vary": "sentence words",
+                    "value": f"{lo}-{hi - 1}",
+                    "ms_per_pair": 1000 * t / len(sents),
+                }
+            )
+    for r in scale_rows:
+        print(r, flush=True)
+    meta = {
+        "workload": f"{q} book sentences x {c} contexts (1 sentence per side), 3 directions; "
+        f"naive on {n_naive} random pairs of them",
+        "torch_threads": args.threads,
+        "token_budget": args.budget,
+        "speed_goal": ">= 10x over one pair per forward call",
+        **CUDA_NOTES,
+    }
+    write_results("score" + ("_quick" if args.quick else ""), rows + scale_rows, meta)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""Batched scoring engine for the generative terms of Eq. (3), and S itself.
+
+What makes it fast, compared with one pair per forward call (bench/bench_score.py measures it):
+
+* every distinct text is tokenised once; identical (source, target) requests are computed once;
+* requests are sorted by length (seq2seq: by source, so pairs that share a context sit together)
+  and cut into batches by a padded-token budget, so padding stays small;
+* seq2seq: one encoder pass per distinct source in a batch, reused by every target that shares
+  it (the ``fwd`` source ``(c<, c>)`` is shared by every sentence scored against a context);
+* ``torch.inference_mode``; bf16 autocast on CUDA (log-softmax in float32); torch threads on CPU;
+* the vocabulary head runs only on real target positions (no logits for prompts or padding).
+
+Robust by construction: a CUDA out-of-memory error halves the failing batch and retries both
+halves (and halves the budget for what follows); every request lands in its own output slot, so
+no pair is lost or duplicated and the scores do not depend on the batch size (up to float
+rounding). ``oom_hook(batch_size)`` is called before each forward so tests can simulate OOM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.generator import DIRECTIONS, GenerativeScorer, Ids, eq3_example
+
+OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError,)
+
+
+@dataclass
+class EngineConfig:
+    """Batching knobs (the score stage's params feed these)."""
+
+    token_budget: int = 8192  # padded source + target tokens per forward call
+    max_batch: int = 256  # examples per forward call
+    max_logit_elems: int = 1 << 27  # batch x target positions x vocab (float32 logits)
+    bf16_on_cuda: bool = True
+    num_threads: int = 0  # CPU torch threads; 0 leaves torch's default
+
+
+@dataclass
+class EngineStats:
+    requests: int = 0
+    distinct_requests: int = 0
+    distinct_texts: int = 0
+    forward_calls: int = 0
+    encoder_sources: int = 0
+    target_tokens: int = 0
+    padded_tokens: int = 0
+    oom_retries: int = 0
+    seconds: float = 0.0
+    per_direction_seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "per_direction_seconds"}
+        d.update({f"seconds_{k}": round(v, 4) for k, v in self.per_direction_seconds.items()})
+        d["seconds"] = round(self.seconds, 4)
+        return d
+
+
+class ScoringEngine:
+    """Scores many (sentence, context) pairs with any :class:`GenerativeScorer`."""
+
+    def __init__(
+        self,
+        scorer: GenerativeScorer,
+        config: EngineConfig | None = None,
+        oom_hook: Callable[[int], None] | None = None,
+    ):
+        self.scorer = scorer
+        self.config = config or EngineConfig()
+        self.oom_hook = oom_hook
+        self.stats = EngineStats()
+        self._scale = 1.0  # shrinks after an OOM
+        if self.config.num_threads > 0 and scorer.device.type == "cpu":
+            torch.set_num_threads(self.config.num_threads)
+
+    # ---- public ---------------------------------------------------------------------------
+    def score(
+        self,
+        lefts: Sequence[str],
+        sentences: Sequence[str],
+        rights: Sequence[str],
+        directions: Sequence[str] = DIRECTIONS,
+    ) -> dict[str, np.ndarray]:
+        """Mean target-token log-prob of each Eq. (3) term for each window ``[l, s, r]``."""
+        if not len(lefts) == len(sentences) == len(rights):
+            raise ValueError("lefts, sentences and rights must have the same length")
+        t0 = time.perf_counter()
+        texts = list(dict.fromkeys([*lefts, *sentences, *rights]))
+        cache = dict(zip(texts, self.scorer.tokenize(texts), strict=True))
+        self.stats.distinct_texts += len(texts)
+        out: dict[str, np.ndarray] = {}
+        for d in directions:
+            td = time.perf_counter()
+            reqs = []
+            for lft, s, r in zip(lefts, sentences, rights, strict=True):
+                src, tgt = eq3_example(d, lft, s, r)
+                reqs.append(self.scorer.example_ids(d, src, tgt, cache))
+            out[d] = self.score_ids(d, reqs)
+            self.stats.per_direction_seconds[d] = self.stats.per_direction_seconds.get(d, 0.0) + (
+                time.perf_counter() - td
+            )
+        self.stats.seconds += time.perf_counter() - t0
+        return out
+
+    def score_ids(self, direction: str, requests: Sequence[tuple[Ids, Ids]]) -> np.ndarray:
+        """Mean log-prob per target token for each (source ids, target ids) request."""
+        n = len(requests)
+        self.stats.requests += n
+        if n == 0:
+            return np.zeros(0, dtype=np.float32)
+        uniq: dict[tuple[Ids, Ids], int] = {}
+        where = np.fromiter((uniq.setdefault(r, len(uniq)) for r in requests), np.int64, n)
+        distinct = list(uniq)
+        self.stats.distinct_requests += len(distinct)
+        total = np.full(len(distinct), np.nan, dtype=np.float64)
+        count = np.zeros(len(distinct), dtype=np.float64)
+        if self.scorer.shares_sources:  # keep requests of one source together (one encoding)
+            rank = {s: i for i, s in enumerate(sorted({s for s, _ in distinct}))}
+            keys = [(len(s), rank[s], len(t)) for s, t in distinct]
+        else:  # one sequence per request: sort by its padded length
+            keys = [(len(s) + len(t), len(t), 0) for s, t in distinct]
+        order = sorted(range(len(distinct)), key=keys.__getitem__)
+        with self._inference():
+            for batch in self._batches(order, distinct):
+                self._run(direction, batch, distinct, total, count)
+        if np.isnan(total).any():  # cannot happen unless a batch was skipped: fail loudly
+            raise RuntimeError(f"{int(np.isnan(total).sum())} requests were not scored")
+        return (total / np.maximum(count, 1.0)).astype(np.float32)[where]
+
+    # ---- internals ------------------------------------------------------------------------
+    def _inference(self) -> contextlib.AbstractContextManager[Any]:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        if self.scorer.device.type == "cuda" and self.config.bf16_on_cuda:
+            stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
+        return stack
+
+    def _batches(self, order: list[int], distinct: list[tuple[Ids, Ids]]) -> list[list[int]]:
+        """Greedy cut of the sorted requests under the token, size and logit budgets."""
+        cfg, vocab = self.config, max(self.scorer.vocab_size, 1)
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        max_s = max_t = 0
+        for i in order:
+            s, t = len(distinct[i][0]), len(distinct[i][1]) + 1
+            ns, nt, nb = max(max_s, s), max(max_t, t), len(cur) + 1
+            fits = (
+                nb <= max(1, int(cfg.max_batch * self._scale))
+                and nb * (ns + nt) <= cfg.token_budget * self._scale
+                and nb * nt * vocab <= cfg.max_logit_elems * self._scale
+            )
+            if cur and not fits:
+                batches.append(cur)
+                cur, ns, nt = [], s, t
+            cur.append(i)
+            max_s, max_t = ns, nt
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def _run(
+        self,
+        direction: str,
+        batch: list[int],
+        distinct: list[tuple[Ids, Ids]],
+        total: np.ndarray,
+        count: np.ndarray,
+    ) -> None:
+        srcs = [distinct[i][0] for i in batch]
+        tgts = [distinct[i][1] for i in batch]
+        try:
+            if self.oom_hook is not None:
+                self.oom_hook(len(batch))
+            lp, n = self.scorer.token_logprobs(direction, srcs, tgts)
+        except OOM_ERRORS:
+            if len(batch) == 1:
+                raise
+            self.stats.oom_retries += 1
+            self._scale = max(self._scale / 2, 1e-3)
+            if self.scorer.device.type == "cuda":
+                torch.cuda.empty_cache()
+            half = len(batch) // 2
+            self._run(direction, batch[:half], distinct, total, count)
+            self._run(direction, batch[half:], distinct, total, count)
+            return
+        idx = np.asarray(batch)
+        total[idx] = lp.double().cpu().numpy()
+        count[idx] = n.double().cpu().numpy()
+        self.stats.forward_calls += 1
+        self.stats.encoder_sources += len(set(srcs))
+        self.stats.target_tokens += int(sum(len(t) for t in tgts))
+        self.stats.padded_tokens += len(batch) * (
+            max(len(s) for s in srcs) + max(len(t) for t in tgts)
+        )
+
+
+def naive_score(
+    scorer: GenerativeScorer,
+    lefts: Sequence[str],
+    sentences: Sequence[str],
+    rights: Sequence[str],
+    directions: Sequence[str] = DIRECTIONS,
+) -> dict[str, np.ndarray]:
+    """The baseline the engine is measured against: one pair per ``log_prob`` call."""
+    out: dict[str, np.ndarray] = {}
+    for d in directions:
+        vals = []
+        for lft, s, r in zip(lefts, sentences, rights, strict=True):
+            src, tgt = eq3_example(d, lft, s, r)
+            vals.append(scorer.log_prob(d, [src], [tgt])[0])
+        out[d] = np.asarray(vals, dtype=np.float32)
+    return out
+
+
+@dataclass(frozen=True)
+class Lambdas:
+    """Weights of Eq. (3): S = l1 log p(y=1|s,c) + l2 fwd + l3 left + l4 right."""
+
+    disc: float = 1.0
+    fwd: float = 1.0
+    left: float = 1.0
+    right: float = 1.0
+
+
+def combine_eq3(
+    disc_logprob: np.ndarray,
+    gen_fwd: np.ndarray,
+    gen_left: np.ndarray,
+    gen_right: np.ndarray,
+    lambdas: Lambdas,
+) -> np.ndarray:
+    """S(s, c) of Eq. (3), float32 (terms are already length-normalised mean log-probs)."""
+    s = (
+        lambdas.disc * np.asarray(disc_logprob, dtype=np.float64)
+        + lambdas.fwd * np.asarray(gen_fwd, dtype=np.float64)
+        + lambdas.left * np.asarray(gen_left, dtype=np.float64)
+        + lambdas.right * np.asarray(gen_right, dtype=np.float64)
+    )
+    return s.astype(np.float32)
+
+
+def log_sigmoid(logits: np.ndarray) -> np.ndarray:
+    """log p(y=1) = log sigmoid(logit), numerically stable (Eq. 1 -> Eq. 3's first term)."""
+    x = np.asarray(logits, dtype=np.float64)
+    return (-np.logaddexp(0.0, -x)).astype(np.float32)

@@ -1,0 +1,478 @@
+"""Stage `generator`: the generative context scorers of Sec. 3.2.2 (Eq. 2), trained on the corpus.
+
+Training windows ``[c<, s, c>]`` come from the `contexts` artefact (w sentences per side, inside
+one section); documents are split into train and held-out sets, so validation never sees a
+training document. Each window gives one example per Eq. (3) direction (fwd, left, right).
+
+``backbone``: ``tiny-random`` (a from-scratch model: WordPiece vocabulary learnt from the training
+windows + a small BERT2BERT or Llama-style config sized by ``tiny_*``), or a registry short name /
+path / hub id (models/registry.py): ``minilm`` warm-starts BERT2BERT, ``gemma-270m`` and
+``smollm2-135m`` are causal prefix LMs. ``train_steps: 0`` packages a pretrained backbone as is.
+
+Published files (``files/``): ``generator.json`` (backend, templates, limits, where the weights
+are) and, unless a pretrained backbone is used untouched, the weights as safetensors
+(``model/`` or ``model_<direction>/``) with the tokenizer. Training checkpoints live in the
+stage's cache dir, so a crash resumes mid-epoch.
+
+Rows: one per held-out evaluation sentence — its own context and a random held-out context of
+similar length, each Eq. (3) generative term for both, and S_gen (lambda-weighted sum); the stats
+say how often the own context wins, per term and for S_gen, and the validation perplexity per
+direction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import torch
+from pydantic import Field, model_validator
+
+from models.generator import (
+    DEFAULT_TEMPLATES,
+    DIRECTIONS,
+    CausalPrefixScorer,
+    GenerativeScorer,
+    Limits,
+    Seq2SeqScorer,
+    TinyConfig,
+    add_control_tokens,
+    eq3_example,
+    tiny_causal,
+    tiny_seq2seq,
+    train_wordpiece_tokenizer,
+    warm_start_seq2seq,
+)
+from models.generator_training import (
+    Example,
+    TrainConfig,
+    train_generator,
+    validation_perplexity,
+)
+from models.registry import resolve_model
+from models.scoring import EngineConfig, ScoringEngine
+from tasks.base import Stage, StageContext, StageParams
+
+META_FILE = "generator.json"
+TINY = "tiny-random"
+
+
+class GeneratorParams(StageParams):
+    backend: Literal["seq2seq", "causal"] = "seq2seq"
+    backbone: str = TINY  # tiny-random | minilm | gemma-270m | smollm2-135m | path | hub id
+    shared: bool = True  # seq2seq: one model for the three directions (else one per direction)
+    templates: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TEMPLATES))  # causal
+    max_context_tokens: int = Field(96, ge=1)  # per side; the left side keeps its last tokens
+    max_sentence_tokens: int = Field(64, ge=1)
+    # tiny-random: sizes of the from-scratch model and its learnt WordPiece vocabulary
+    tiny_hidden: int = Field(64, ge=8)
+    tiny_layers: int = Field(2, ge=1)
+    tiny_heads: int = Field(2, ge=1)
+    tiny_intermediate: int = Field(128, ge=8)
+    tokenizer_vocab: int = Field(4000, ge=100)
+    # data
+    max_train_windows: int = Field(20_000, ge=1)
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)  # of documents (of sections if 1 document)
+    max_val_windows: int = Field(300, ge=1)
+    # training (train_steps 0: package the backbone untrained)
+    train_steps: int = Field(300, ge=0)
+    batch_size: int = Field(16, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    lr: float = Field(5e-4, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_steps: int = Field(30, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    checkpoint_every: int = Field(100, ge=0)
+    max_train_seconds: float = Field(0.0, ge=0)  # wall-clock cap on training (0 = none)
+    copy_pretrained: bool = False  # train_steps 0: copy the backbone's weights into the artefact
+    model_cache_dir: str | None = None  # where registry models are assembled (default ~/.cache)
+    # "does the true context win" evaluation on held-out sentences
+    n_eval: int = Field(200, ge=0)
+    length_tolerance: float = Field(0.2, ge=0)  # random context within +-20% of own length
+    lambda_fwd: float = 1.0
+    lambda_left: float = 1.0
+    lambda_right: float = 1.0
+    token_budget: int = Field(8192, ge=1)  # scoring engine budget for the evaluation
+
+    @model_validator(mode="after")
+    def _check(self) -> GeneratorParams:
+        if self.backbone == TINY and self.train_steps == 0:
+            raise ValueError("generator: backbone tiny-random needs train_steps > 0")
+        if self.tiny_hidden % self.tiny_heads:
+            raise ValueError("generator: tiny_hidden must be a multiple of tiny_heads")
+        missing = set(DIRECTIONS) - set(self.templates)
+        if self.backend == "causal" and missing:
+            raise ValueError(f"generator.templates lacks directions {sorted(missing)}")
+        return self
+
+
+# ---- building, saving and loading scorers ---------------------------------------------------
+
+
+def _limits(p: GeneratorParams) -> Limits:
+    return Limits(
+        max_context_tokens=p.max_context_tokens, max_sentence_tokens=p.max_sentence_tokens
+    )
+
+
+def build_scorer(
+    p: GeneratorParams, train_texts: list[str], device: str, seed: int, tokenizer: Any = None
+) -> tuple[GenerativeScorer, Any, str | None]:
+    """(scorer, tokenizer, resolved backbone dir or None for tiny-random)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if p.backbone == TINY:
+        tok = tokenizer or train_wordpiece_tokenizer(train_texts, p.tokenizer_vocab)
+        cfg = TinyConfig(p.tiny_hidden, p.tiny_layers, p.tiny_heads, p.tiny_intermediate)
+        if p.backend == "causal":
+            return (
+                CausalPrefixScorer(
+                    tiny_causal(tok, cfg, seed), tok, p.templates, _limits(p), device
+                ),
+                tok,
+                None,
+            )
+        models: Any = (
+            tiny_seq2seq(tok, cfg, seed)
+            if p.shared
+            else {d: tiny_seq2seq(tok, cfg, seed + i) for i, d in enumerate(DIRECTIONS)}
+        )
+        return Seq2SeqScorer(models, tok, _limits(p), device), tok, None
+    path = str(resolve_model(p.backbone, p.model_cache_dir))
+    if p.backend == "causal":
+        tok = tokenizer or AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        return CausalPrefixScorer(model, tok, p.templates, _limits(p), device), tok, path
+    tok = tokenizer or AutoTokenizer.from_pretrained(path)
+    add_control_tokens(tok)
+    models = (
+        warm_start_seq2seq(path, tok, seed)
+        if p.shared
+        else {d: warm_start_seq2seq(path, tok, seed + i) for i, d in enumerate(DIRECTIONS)}
+    )
+    return Seq2SeqScorer(models, tok, _limits(p), device), tok, path
+
+
+def save_scorer(scorer: GenerativeScorer, files: Path, meta: dict[str, Any], weights: bool) -> None:
+    """``generator.json`` (+ safetensors weights and tokenizer when ``weights``)."""
+    if weights:
+        if isinstance(scorer, Seq2SeqScorer) and not scorer.shared:
+            for d in DIRECTIONS:
+                scorer.models[d].save_pretrained(files / f"model_{d}")
+        else:
+            scorer.modules()[0].save_pretrained(files / "model")
+        scorer.tokenizer.save_pretrained(files / "tokenizer")
+    tmp = files / f".{META_FILE}.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
+    os.replace(tmp, files / META_FILE)
+
+
+def load_scorer(files: Path, device: str = "cpu") -> tuple[GenerativeScorer, dict[str, Any]]:
+    """The scorer a `generator` artefact describes (eval mode), and its metadata."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, EncoderDecoderModel
+
+    mpath = files / META_FILE
+    if not mpath.exists():
+        raise FileNotFoundError(f"{mpath} is missing: not a generator artefact")
+    meta = json.loads(mpath.read_text())
+    limits = Limits(**meta["limits"])
+    if meta["weights"] == "artefact":
+        tok = AutoTokenizer.from_pretrained(str(files / "tokenizer"))
+        where = {d: files / "model" for d in DIRECTIONS}
+        if not meta.get("shared", True):
+            where = {d: files / f"model_{d}" for d in DIRECTIONS}
+    else:  # an untouched pretrained backbone, by its resolved directory
+        src = Path(meta["weights"])
+        if not src.exists():
+            raise FileNotFoundError(
+                f"{mpath}: backbone directory {src} is gone; re-resolve {meta['backbone']!r}"
+            )
+        tok = AutoTokenizer.from_pretrained(str(src))
+        where = dict.fromkeys(DIRECTIONS, src)
+    if meta["backend"] == "causal":
+        model = AutoModelForCausalLM.from_pretrained(str(where["fwd"]), dtype=torch.float32)
+        return CausalPrefixScorer(model, tok, meta["templates"], limits, device), meta
+    if meta["weights"] != "artefact":
+        raise ValueError(f"{mpath}: a seq2seq generator must carry its trained weights")
+    loaded: dict[Path, Any] = {}
+    models = {
+        d: loaded.setdefault(w, EncoderDecoderModel.from_pretrained(str(w)))
+        for d, w in where.items()
+    }
+    shared = len(loaded) == 1
+    return Seq2SeqScorer(models["fwd"] if shared else models, tok, limits, device), meta
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+
+def _join_text(texts: np.ndarray, rows: list[list[int]]) -> list[str]:
+    return [" ".join(texts[r] for r in row) for row in rows]
+
+
+def load_windows(ctx: StageContext) -> dict[str, Any]:
+    """Every context window as texts, with its document and section (for the split)."""
+    sh = (
+        ctx.input("shard")
+        .read_table(["sent_id", "doc_id", "section_id", "text"])
+        .sort_by("sent_id")
+    )
+    sent_ids = sh.column("sent_id").to_numpy()
+    texts = np.asarray(sh.column("text").to_pylist(), dtype=object)
+    docs = sh.column("doc_id").to_numpy()
+    secs = sh.column("section_id").to_numpy()
+    co = ctx.input("contexts").read_table(
+        ["context_id", "centre_sent_id", "left_sent_ids", "right_sent_ids"]
+    )
+    if co.num_rows == 0:
+        raise ValueError("generator: the contexts artefact is empty (no window has both sides)")
+
+    def rows(ids: np.ndarray, what: str) -> np.ndarray:
+        r = np.searchsorted(sent_ids, ids)
+        rc = np.minimum(r, len(sent_ids) - 1)
+        if (sent_ids[rc] != ids).any():
+            raise ValueError(f"generator: contexts.{what} names sent_ids absent from `shard`")
+        return rc
+
+    centre = rows(co.column("centre_sent_id").to_numpy(), "centre_sent_id")
+    left = [
+        rows(np.asarray(x, np.int64), "left_sent_ids").tolist()
+        for x in co.column("left_sent_ids").to_pylist()
+    ]
+    right = [
+        rows(np.asarray(x, np.int64), "right_sent_ids").tolist()
+        for x in co.column("right_sent_ids").to_pylist()
+    ]
+    return {
+        "context_id": co.column("context_id").to_numpy().astype(np.int64),
+        "sent_id": sent_ids[centre],
+        "doc": docs[centre],
+        "section": secs[centre],
+        "left": _join_text(texts, left),
+        "sentence": texts[centre].tolist(),
+        "right": _join_text(texts, right),
+    }
+
+
+def split_windows(w: dict[str, Any], frac: float, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(train rows, held-out rows, unit) with whole documents held out (sections if one doc)."""
+    unit_name = "doc" if len(np.unique(w["doc"])) >= 2 else "section"
+    units = np.unique(w[unit_name])
+    if len(units) < 2:
+        raise ValueError("generator: need at least two sections to hold some out for validation")
+    rng = np.random.default_rng(seed)
+    n_val = min(len(units) - 1, max(1, round(frac * len(units))))
+    val_units = rng.choice(units, size=n_val, replace=False)
+    is_val = np.isin(w[unit_name], val_units)
+    return np.flatnonzero(~is_val), np.flatnonzero(is_val), unit_name
+
+
+def make_examples(scorer: GenerativeScorer, w: dict[str, Any], rows: np.ndarray) -> list[Example]:
+    cache: dict[str, Any] = {}
+    out: list[Example] = []
+    for i in rows:
+        for d in DIRECTIONS:
+            src, tgt = eq3_example(d, w["left"][i], w["sentence"][i], w["right"][i])
+            out.append((d, *scorer.example_ids(d, src, tgt, cache)))
+    return out
+
+
+def random_partners(
+    lengths: np.ndarray, section: np.ndarray, tol: float, rng: np.random.Generator
+) -> np.ndarray:
+    """For each row, another row of a different section whose context length is within
+    ``tol`` (relative) — chosen at random among those, else the closest in length."""
+    order = np.argsort(lengths, kind="stable")
+    sl = lengths[order]
+    out = np.empty(len(lengths), np.int64)
+    for i, n in enumerate(lengths):
+        lo = np.searchsorted(sl, n * (1 - tol), "left")
+        hi = np.searchsorted(sl, n * (1 + tol), "right")
+        cand = order[lo:hi]
+        cand = cand[section[cand] != section[i]]
+        if len(cand) == 0:
+            other = np.flatnonzero(section != section[i])
+            cand = other[np.argsort(np.abs(lengths[other] - n), kind="stable")[:1]]
+        out[i] = cand[rng.integers(len(cand))] if len(cand) else (i + 1) % len(lengths)
+    return out
+
+
+# ---- the stage ------------------------------------------------------------------------------
+
+EVAL_SCHEMA = pa.schema(
+    [("sent_id", pa.int64()), ("own_context_id", pa.int64()), ("random_context_id", pa.int64())]
+    + [
+        (f"{t}_{w}", pa.float32())
+        for t in ("gen_fwd", "gen_left", "gen_right", "S_gen")
+        for w in ("own", "random")
+    ]
+)
+
+
+class GeneratorStage(Stage):
+    name = "generator"
+    version = "1"
+    Params = GeneratorParams
+    inputs = ("shard", "contexts")
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: GeneratorParams = ctx.params
+        seed, device = ctx.run.seed, ctx.device
+        if ctx.run.torch_threads > 0:
+            torch.set_num_threads(ctx.run.torch_threads)
+        w = load_windows(ctx)
+        tr, va, unit = split_windows(w, p.val_fraction, seed)
+        rng = np.random.default_rng(seed)
+        tr = np.sort(rng.permutation(tr)[: p.max_train_windows])
+        va_all = va
+        va = np.sort(rng.permutation(va)[: p.max_val_windows])
+        stats: dict[str, Any] = {
+            "backend": p.backend,
+            "backbone": p.backbone,
+            "split_unit": unit,
+            "train_windows": len(tr),
+            "val_windows": len(va),
+        }
+        tok_dir = ctx.cache_dir / "tokenizer"
+        tokenizer = None
+        if p.backbone == TINY and tok_dir.exists():  # resume with the very same vocabulary
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
+        texts = [t for i in tr for t in (w["left"][i], w["sentence"][i], w["right"][i])]
+        t0 = time.perf_counter()
+        scorer, tok, backbone_dir = build_scorer(p, texts, device, seed, tokenizer)
+        if p.backbone == TINY and not tok_dir.exists():
+            tok.save_pretrained(str(tok_dir))
+        stats["build_seconds"] = round(time.perf_counter() - t0, 2)
+        stats["n_params"] = sum(x.numel() for m in scorer.modules() for x in m.parameters())
+        val_ex = make_examples(scorer, w, va)
+        trained = p.train_steps > 0
+        if trained:
+            train_ex = make_examples(scorer, w, tr)
+            before = validation_perplexity(scorer, val_ex)
+            stats |= {f"val_ppl_{d}_before": round(before[f"ppl_{d}"], 3) for d in DIRECTIONS}
+            summary = self._train(ctx, p, scorer, train_ex)
+            stats |= {
+                "train_steps": summary["steps"],
+                "train_epochs": round(summary["epochs"], 3),
+                "train_seconds": round(summary["seconds"], 1),
+                "train_tokens_per_s": round(summary["train_tokens_per_s"], 1),
+                "train_final_loss": round(summary["final_loss"], 4),
+                "train_stopped_early": summary["stopped_early"],
+            }
+            self._plot(ctx, summary["history"])
+        after = validation_perplexity(scorer, val_ex)
+        stats |= {f"val_ppl_{d}": round(after[f"ppl_{d}"], 3) for d in DIRECTIONS}
+        meta = {
+            "backend": p.backend,
+            "backbone": p.backbone,
+            "shared": p.shared,
+            "templates": p.templates,
+            "limits": {
+                "max_context_tokens": p.max_context_tokens,
+                "max_sentence_tokens": p.max_sentence_tokens,
+            },
+            "weights": "artefact"
+            if (trained or p.copy_pretrained or backbone_dir is None)
+            else backbone_dir,
+            "val_ppl": {d: after[f"ppl_{d}"] for d in DIRECTIONS},
+        }
+        if p.backend == "seq2seq" and meta["weights"] != "artefact":
+            meta["weights"] = "artefact"  # the control-token embeddings are new: always save
+        save_scorer(scorer, ctx.files_dir, meta, weights=meta["weights"] == "artefact")
+        table, wins = self._true_context_wins(p, scorer, w, va_all, rng)
+        stats |= wins
+        return table, stats
+
+    def _train(
+        self,
+        ctx: StageContext,
+        p: GeneratorParams,
+        scorer: GenerativeScorer,
+        train_ex: list[Example],
+    ) -> dict[str, Any]:
+        cfg = TrainConfig(
+            steps=p.train_steps,
+            batch_size=p.batch_size,
+            grad_accum=p.grad_accum,
+            lr=p.lr,
+            weight_decay=p.weight_decay,
+            warmup_steps=p.warmup_steps,
+            max_grad_norm=p.max_grad_norm,
+            checkpoint_every=p.checkpoint_every,
+            max_seconds=p.max_train_seconds,
+            seed=ctx.run.seed,
+        )
+        ckpt = ctx.cache_dir / "checkpoint.pt"
+        state = torch.load(ckpt, map_location="cpu", weights_only=True) if ckpt.exists() else None
+        if state is not None:
+            ctx.logger.info(f"generator: resuming from step {state['step']} ({ckpt})")
+
+        def save(s: dict[str, Any]) -> None:
+            tmp = ckpt.with_name(f".{ckpt.name}.{os.getpid()}.tmp")
+            torch.save(s, tmp)
+            os.replace(tmp, ckpt)
+
+        return train_generator(scorer, train_ex, cfg, state, save, ctx.logger.info)
+
+    def _plot(self, ctx: StageContext, history: list[dict[str, Any]]) -> None:
+        if not history:
+            return
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 3))
+        ax.plot([h["step"] for h in history], [h["loss"] for h in history])
+        ax.set_xlabel("step")
+        ax.set_ylabel("train NLL / target token")
+        fig.tight_layout()
+        fig.savefig(ctx.files_dir / "train_loss.png", dpi=100)
+        plt.close(fig)
+
+    def _true_context_wins(
+        self,
+        p: GeneratorParams,
+        scorer: GenerativeScorer,
+        w: dict[str, Any],
+        va: np.ndarray,
+        rng: np.random.Generator,
+    ) -> tuple[pa.Table, dict[str, Any]]:
+        """Held-out sentences: own context vs a random held-out context of similar length."""
+        n = min(p.n_eval, len(va))
+        if n == 0 or len(np.unique(w["section"][va])) < 2:
+            return EVAL_SCHEMA.empty_table(), {"eval_sentences": 0}
+        lengths = np.asarray([len(w["left"][i]) + len(w["right"][i]) for i in va], np.float64)
+        partner = random_partners(lengths, w["section"][va], p.length_tolerance, rng)
+        pick = np.sort(rng.permutation(len(va))[:n])
+        own, rand = va[pick], va[partner[pick]]
+        sents = [w["sentence"][i] for i in own]
+        lefts = [w["left"][i] for i in own] + [w["left"][i] for i in rand]
+        rights = [w["right"][i] for i in own] + [w["right"][i] for i in rand]
+        eng = ScoringEngine(scorer, EngineConfig(token_budget=p.token_budget))
+        t0 = time.perf_counter()
+        res = eng.score(lefts, sents + sents, rights)
+        secs = time.perf_counter() - t0
+        lam = {"fwd": p.lambda_fwd, "left": p.lambda_left, "right": p.lambda_right}
+        s_gen = sum(lam[d] * res[d].astype(np.float64) for d in DIRECTIONS).astype(np.float32)
+        cols: dict[str, Any] = {
+            "sent_id": w["sent_id"][own],
+            "own_context_id": w["context_id"][own],
+            "random_context_id": w["context_id"][rand],
+        }
+        stats: dict[str, Any] = {"eval_sentences": n}
+        for name, v in [*((f"gen_{d}", res[d]) for d in DIRECTIONS), ("S_gen", s_gen)]:
+            cols[f"{name}_own"], cols[f"{name}_random"] = v[:n], v[n:]
+            stats[f"wins_{name}"] = round(float(np.mean(v[:n] > v[n:])), 4)
+        stats["eval_pairs_per_s"] = round(2 * n / secs, 2) if secs > 0 else 0.0
+        return pa.table(cols, schema=EVAL_SCHEMA), stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(shard_stats[0]) if shard_stats else {}

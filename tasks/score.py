@@ -1,0 +1,267 @@
+"""Stage `score`: S(s, c) of Eq. (3) for every (sentence, context) pair that labelling needs.
+
+Which pairs: for every labelled pair (a, b) of `pairs`, both a and b against every context of
+Cs_a ∪ Cs_b (Cs from `select`), deduplicated (models/origin.py ``required_scores``, the same rule
+the `label` stage looks scores up by), so each distinct (query, context) is scored once.
+
+Terms (Sec. 3.3, Eq. 3): ``gen_fwd`` = (1/|s|) log p(s|c<,c>), ``gen_left`` = (1/|c<|) log
+p(c<|s,c>), ``gen_right`` = (1/|c>|) log p(c>|c<,s) from the `generator` artefact through the
+batched engine (models/scoring.py); ``disc_logprob`` = log sigmoid of the Eq. (1) logit, taken
+from `screen` where it ranked that (query, context) and otherwise computed with the
+`discriminator` artefact's model; ``disc_source`` records which (screen / model / missing: 0.0).
+S = lambda_disc * disc + lambda_fwd * fwd + lambda_left * left + lambda_right * right.
+
+Sharded like the queries: shard k scores the pairs whose query is in queries' shard k.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from pydantic import Field
+
+from models.origin import ContextSets, required_scores
+from models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
+from tasks.base import Stage, StageContext, StageParams
+from tasks.generator import load_scorer
+
+SCORE_SCHEMA = pa.schema(
+    [
+        ("query_id", pa.int64()),
+        ("context_id", pa.int64()),
+        ("disc_logprob", pa.float32()),
+        ("gen_fwd", pa.float32()),
+        ("gen_left", pa.float32()),
+        ("gen_right", pa.float32()),
+        ("S", pa.float32()),
+        ("disc_source", pa.string()),  # screen | model | missing (disc_logprob 0.0) | off
+    ]
+)
+
+
+class ScoreParams(StageParams):
+    lambda_disc: float = 1.0  # Eq. (3) weights (the paper does not publish its values)
+    lambda_fwd: float = 1.0
+    lambda_left: float = 1.0
+    lambda_right: float = 1.0
+    token_budget: int = Field(8192, ge=1)  # padded source+target tokens per forward call
+    max_batch: int = Field(256, ge=1)
+    max_logit_elems: int = Field(1 << 27, ge=1)  # batch x target positions x vocab
+    bf16_on_cuda: bool = True
+    disc_batch: int = Field(256, ge=1)  # windows per discriminator forward (pairs screen lacks)
+
+
+def required_pairs(ctx: StageContext) -> tuple[np.ndarray, np.ndarray]:
+    """(query_id, context_id), unique and sorted: {a, b} x (Cs_a ∪ Cs_b) over labelled pairs."""
+    sel = ctx.input("select").read_table(["query_id", "context_id", "position"])
+    pairs = ctx.input("pairs").read_table()
+    for col in ("s1_query_id", "s2_query_id"):
+        if col not in pairs.column_names:
+            raise ValueError(f"score: the pairs artefact lacks column {col!r} ({pairs.schema})")
+    cs = ContextSets.from_rows(
+        sel.column("query_id").to_numpy(),
+        sel.column("context_id").to_numpy(),
+        sel.column("position").to_numpy(),
+    )
+    return required_scores(
+        cs, pairs.column("s1_query_id").to_numpy(), pairs.column("s2_query_id").to_numpy()
+    )
+
+
+def _lookup(keys_sorted: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
+    pos = np.searchsorted(keys_sorted, wanted)
+    posc = np.minimum(pos, max(len(keys_sorted) - 1, 0))
+    if len(wanted) and (len(keys_sorted) == 0 or (keys_sorted[posc] != wanted).any()):
+        bad = wanted[keys_sorted[posc] != wanted][:3] if len(keys_sorted) else wanted[:3]
+        raise ValueError(f"score: {what} ids {bad.tolist()} are missing upstream")
+    return posc
+
+
+class ScoreStage(Stage):
+    name = "score"
+    version = "1"
+    Params = ScoreParams
+    inputs = ("queries", "contexts", "shard", "generator", "select", "pairs")
+    optional_inputs = ("screen", "discriminator")
+    run_fields = ()
+
+    def num_shards(self, ctx: StageContext) -> int:
+        return int(ctx.input("queries").stats.get("n_shards", 1))
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: ScoreParams = ctx.params
+        t0 = time.perf_counter()
+        if ctx.run.torch_threads > 0:
+            torch.set_num_threads(ctx.run.torch_threads)
+        queries = ctx.input("queries").read_table(["query_id", "text", "shard"])
+        in_shard = queries.filter(pc.equal(queries.column("shard"), shard))
+        q_all, c_all = required_pairs(ctx)
+        keep = np.isin(q_all, in_shard.column("query_id").to_numpy())
+        qid, cid = q_all[keep], c_all[keep]
+        n = len(qid)
+        if n == 0:
+            return SCORE_SCHEMA.empty_table(), {"pairs": 0, "queries": 0}
+
+        # texts: the query, and each context side (its sentences joined by a space)
+        qt = in_shard.sort_by("query_id")
+        q_keys = qt.column("query_id").to_numpy()
+        q_text = np.asarray(qt.column("text").to_pylist(), dtype=object)
+        sents = q_text[_lookup(q_keys, qid, "query")]
+        u_ctx = np.unique(cid)
+        co = ctx.input("contexts").read_table(["context_id", "left_sent_ids", "right_sent_ids"])
+        co = co.filter(pc.is_in(co.column("context_id"), pa.array(u_ctx))).sort_by("context_id")
+        c_keys = co.column("context_id").to_numpy()
+        _lookup(c_keys, u_ctx, "context")
+        left_ids = co.column("left_sent_ids").to_pylist()
+        right_ids = co.column("right_sent_ids").to_pylist()
+        need = np.unique(np.asarray([s for x in left_ids + right_ids for s in x], np.int64))
+        sh = ctx.input("shard").read_table(["sent_id", "text"])
+        sh = sh.filter(pc.is_in(sh.column("sent_id"), pa.array(need))).sort_by("sent_id")
+        s_keys = sh.column("sent_id").to_numpy()
+        s_text = np.asarray(sh.column("text").to_pylist(), dtype=object)
+        _lookup(s_keys, need, "sentence")
+
+        def side(rows: list[list[int]]) -> np.ndarray:
+            return np.asarray(
+                [" ".join(s_text[np.searchsorted(s_keys, r)]) for r in rows], dtype=object
+            )
+
+        crow = np.searchsorted(c_keys, cid)
+        lefts, rights = side(left_ids)[crow], side(right_ids)[crow]
+
+        scorer, meta = load_scorer(ctx.input("generator").files_dir, ctx.device)
+        engine = ScoringEngine(
+            scorer,
+            EngineConfig(
+                token_budget=p.token_budget,
+                max_batch=p.max_batch,
+                max_logit_elems=p.max_logit_elems,
+                bf16_on_cuda=p.bf16_on_cuda,
+            ),
+        )
+        t1 = time.perf_counter()
+        gen = engine.score(lefts.tolist(), sents.tolist(), rights.tolist())
+        gen_seconds = time.perf_counter() - t1
+
+        disc, source = self._disc(
+            ctx, p, qid, cid, sents, left_ids, right_ids, crow, s_keys, s_text
+        )
+        lam = Lambdas(p.lambda_disc, p.lambda_fwd, p.lambda_left, p.lambda_right)
+        S = combine_eq3(disc, gen["fwd"], gen["left"], gen["right"], lam)
+        table = pa.table(
+            {
+                "query_id": qid,
+                "context_id": cid,
+                "disc_logprob": disc,
+                "gen_fwd": gen["fwd"],
+                "gen_left": gen["left"],
+                "gen_right": gen["right"],
+                "S": S,
+                "disc_source": source,
+            },
+            schema=SCORE_SCHEMA,
+        )
+        est = engine.stats
+        stats = {
+            "pairs": n,
+            "queries": len(np.unique(qid)),
+            "contexts": len(u_ctx),
+            "gen_seconds": round(gen_seconds, 3),
+            "seconds": round(time.perf_counter() - t0, 3),
+            "forward_calls": est.forward_calls,
+            "encoder_sources": est.encoder_sources,
+            "target_tokens": est.target_tokens,
+            "padded_tokens": est.padded_tokens,
+            "oom_retries": est.oom_retries,
+            "disc_from_screen": int(np.sum(source == "screen")),
+            "disc_from_model": int(np.sum(source == "model")),
+            "disc_missing": int(np.sum(source == "missing")),
+        }
+        ctx.logger.info(
+            f"score shard {shard}: {n} pairs in {gen_seconds:.1f}s "
+            f"({n / max(gen_seconds, 1e-9):.1f} pairs/s, backend {meta['backend']})"
+        )
+        return table, stats
+
+    def _disc(
+        self,
+        ctx: StageContext,
+        p: ScoreParams,
+        qid: np.ndarray,
+        cid: np.ndarray,
+        sents: np.ndarray,
+        left_ids: list[list[int]],
+        right_ids: list[list[int]],
+        crow: np.ndarray,
+        s_keys: np.ndarray,
+        s_text: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """log sigmoid(disc logit) per pair, and where it came from."""
+        n = len(qid)
+        disc = np.zeros(n, np.float32)
+        source = np.full(n, "missing", dtype=object)
+        if p.lambda_disc == 0.0:
+            source[:] = "off"
+            return disc, source
+        if "screen" in ctx.upstream:
+            sc = ctx.input("screen").read_table(["query_id", "context_id", "disc_logit"])
+            key = sc.column("query_id").to_numpy() * (1 << 32) + sc.column("context_id").to_numpy()
+            order = np.argsort(key, kind="stable")
+            key, logit = key[order], sc.column("disc_logit").to_numpy()[order]
+            want = qid * (1 << 32) + cid
+            pos = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
+            hit = (key[pos] == want) if len(key) else np.zeros(n, bool)
+            disc[hit] = log_sigmoid(logit[pos[hit]])
+            source[hit] = "screen"
+        todo = np.flatnonzero(source == "missing")
+        if len(todo) and "discriminator" in ctx.upstream:
+            logits = self._disc_model(
+                ctx, p, todo, sents, left_ids, right_ids, crow, s_keys, s_text
+            )
+            disc[todo] = log_sigmoid(logits)
+            source[todo] = "model"
+        return disc, source
+
+    def _disc_model(
+        self,
+        ctx: StageContext,
+        p: ScoreParams,
+        todo: np.ndarray,
+        sents: np.ndarray,
+        left_ids: list[list[int]],
+        right_ids: list[list[int]],
+        crow: np.ndarray,
+        s_keys: np.ndarray,
+        s_text: np.ndarray,
+    ) -> np.ndarray:
+        """Eq. (1) logits with the discriminator model, encoding sides as the screen does
+        (each sentence cut to ``max_tokens``, a side's sentences concatenated)."""
+        from models.discriminator import encode_texts, pad_batch
+        from tasks.discriminator import load_discriminator
+
+        model, encode, meta = load_discriminator(ctx.input("discriminator").files_dir, "cpu")
+        max_tokens = int(meta["max_tokens"])
+        cache: dict[str, np.ndarray] = {}
+
+        def enc(text: str) -> np.ndarray:
+            if text not in cache:  # never empty, exactly as the screen encodes
+                cache[text] = encode_texts(encode, [text], max_tokens)[0]
+            return cache[text]
+
+        def side(ids: list[int]) -> np.ndarray:
+            return np.concatenate([enc(s_text[np.searchsorted(s_keys, i)]) for i in ids])
+
+        out = np.empty(len(todo), np.float32)
+        with torch.no_grad():
+            for lo in range(0, len(todo), p.disc_batch):
+                rows = todo[lo : lo + p.disc_batch]
+                lb = pad_batch([side(left_ids[crow[r]]) for r in rows])
+                cb = pad_batch([enc(sents[r]) for r in rows])
+                rb = pad_batch([side(right_ids[crow[r]]) for r in rows])
+                out[lo : lo + len(rows)] = model(lb, cb, rb).float().numpy()
+        return out

@@ -1,0 +1,400 @@
+"""The batched scoring engine (models/scoring.py): same scores as the naive way, whatever the
+batching; OOM back-off keeps every pair; sources are encoded once; Eq. (3) combination."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from models.generator import (
+    DIRECTIONS,
+    CausalPrefixScorer,
+    Seq2SeqScorer,
+    TinyConfig,
+    tiny_causal,
+    tiny_seq2seq,
+    train_wordpiece_tokenizer,
+)
+from models.scoring import (
+    EngineConfig,
+    Lambdas,
+    ScoringEngine,
+    combine_eq3,
+    log_sigmoid,
+    naive_score,
+)
+
+TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+WORDS = "the cat sat on a mat while dog ran far away from home it was dark and stormy night".split()
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_wordpiece_tokenizer([], vocab=WORDS)
+
+
+@pytest.fixture(scope="module", params=["seq2seq", "causal"])
+def scorer(request, tok):
+    if request.param == "seq2seq":
+        sc = Seq2SeqScorer(tiny_seq2seq(tok, TINY), tok)
+    else:
+        sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
+    sc.train(False)
+    return sc
+
+
+def windows(n: int, seed: int = 0):
+    """Windows of very different lengths, with contexts shared by several sentences."""
+    rng = np.random.default_rng(seed)
+
+    def sent() -> str:
+        return " ".join(rng.choice(WORDS, size=int(rng.integers(1, 14))))
+
+    ctxs = [(sent(), sent()) for _ in range(max(2, n // 4))]
+    sents = [sent() for _ in range(max(2, n // 3))]
+    out = []
+    for _ in range(n):
+        lft, r = ctxs[int(rng.integers(len(ctxs)))]
+        out.append((lft, sents[int(rng.integers(len(sents)))], r))
+    return [list(x) for x in zip(*out, strict=True)]
+
+
+@pytest.mark.parametrize("budget,max_batch", [(10_000, 256), (60, 3), (1, 1)])
+def test_engine_equals_naive_whatever_the_batching(scorer, budget, max_batch):
+    lefts, sents, rights = windows(24)
+    naive = naive_score(scorer, lefts, sents, rights)
+    eng = ScoringEngine(scorer, EngineConfig(token_budget=budget, max_batch=max_batch))
+    got = eng.score(lefts, sents, rights)
+    for d in DIRECTIONS:
+        assert got[d].shape == (24,) and got[d].dtype == np.float32
+        np.testing.assert_allclose(got[d], naive[d], rtol=1e-4, atol=1e-5)
+    if max_batch == 1:
+        assert eng.stats.forward_calls == eng.stats.distinct_requests
+
+
+def test_padding_next_to_long_rows_does_not_change_a_score(scorer):
+    short = (["a cat"], ["the dog"], ["it was"])
+    alone = ScoringEngine(scorer).score(*short)
+    lefts, sents, rights = windows(12, seed=3)
+    mixed = ScoringEngine(scorer, EngineConfig(token_budget=100_000)).score(
+        short[0] + lefts, short[1] + sents, short[2] + rights
+    )
+    for d in DIRECTIONS:
+        assert mixed[d][0] == pytest.approx(float(alone[d][0]), abs=1e-5)
+
+
+def test_simulated_oom_halves_batches_and_keeps_every_pair(scorer):
+    lefts, sents, rights = windows(30, seed=5)
+    ref = ScoringEngine(scorer).score(lefts, sents, rights)
+    seen: list[int] = []
+
+    def hook(batch_size: int) -> None:
+        seen.append(batch_size)
+        if batch_size > 3:
+            raise torch.OutOfMemoryError("simulated CUDA out of memory")
+
+    eng = ScoringEngine(scorer, EngineConfig(token_budget=100_000), oom_hook=hook)
+    got = eng.score(lefts, sents, rights)
+    assert eng.stats.oom_retries > 0 and max(seen) > 3
+    for d in DIRECTIONS:
+        np.testing.assert_allclose(got[d], ref[d], rtol=1e-4, atol=1e-5)
+    assert eng.stats.distinct_requests == 3 * len(set(zip(lefts, sents, rights, strict=True)))
+    assert all(np.isfinite(got[d]).all() for d in DIRECTIONS)
+
+
+def test_oom_on_a_single_pair_is_raised(scorer):
+    def hook(batch_size: int) -> None:
+        raise torch.OutOfMemoryError("always")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        ScoringEngine(scorer, oom_hook=hook).score(["a"], ["b"], ["c"])
+
+
+def test_duplicates_computed_once_and_sources_shared(tok):
+    sc = Seq2SeqScorer(tiny_seq2seq(tok, TINY), tok)
+    sc.train(False)
+    calls = []
+    orig = sc.encode
+
+    def counting_encode(direction, sources):
+        calls.append((direction, len(sources)))
+        return orig(direction, sources)
+
+    sc.encode = counting_encode  # type: ignore[method-assign]
+    lefts = ["a cat sat"] * 10 + ["the dog ran"] * 10
+    rights = ["on the mat"] * 10 + ["far away"] * 10
+    sents = [f"{w} was dark" for w in WORDS[:10]] * 2
+    lefts, sents, rights = lefts + lefts[:5], sents + sents[:5], rights + rights[:5]  # 5 duplicates
+    eng = ScoringEngine(sc)
+    out = eng.score(lefts, sents, rights, directions=("fwd",))
+    assert eng.stats.requests == 25 and eng.stats.distinct_requests == 20
+    assert sum(n for d, n in calls if d == "fwd") == 2  # two distinct (c<, c>) sources
+    np.testing.assert_array_equal(out["fwd"][20:], out["fwd"][:5])
+
+
+def test_combine_eq3_and_log_sigmoid():
+    disc = log_sigmoid(np.array([0.0, 40.0, -40.0]))
+    np.testing.assert_allclose(disc, [np.log(0.5), 0.0, -40.0], atol=1e-6)
+    s = combine_eq3(disc, np.ones(3), 2 * np.ones(3), 3 * np.ones(3), Lambdas(1.0, 0.5, 0.0, 2.0))
+    np.testing.assert_allclose(s, disc + 0.5 + 6.0, rtol=1e-6)
+    assert s.dtype == np.float32
+
+
+# ---- the `generator` and `score` stages on the sample corpus ----------------------------------
+
+
+class _Fixed:
+    """A stand-in upstream stage that publishes a given table (select, pairs, screen)."""
+
+    @staticmethod
+    def publish(root, name: str, table, files=None):
+        import hashlib
+
+        from tasks.base import RunParams, Stage, StageParams, plan_stage, run_stage_locally
+        from tasks.store import ArtefactStore
+
+        digest = hashlib.sha256(str(table.to_pydict()).encode()).hexdigest()
+
+        class Fixed(Stage):
+            def fingerprint_extra(self, params):
+                return {"table": digest}
+
+            def run_shard(self, ctx, shard):
+                if files is not None:
+                    files(ctx.files_dir)
+                return table, {}
+
+        Fixed.name = name
+        plan = plan_stage(
+            Fixed(), StageParams(), RunParams(root=str(root)), ArtefactStore(root), {}
+        )
+        return run_stage_locally(plan)[0]
+
+
+@pytest.fixture(scope="module")
+def generator_art(spine, tmp_path_factory):
+    from tasks.base import RunParams, plan_stage, run_stage_locally
+    from tasks.generator import GeneratorParams, GeneratorStage
+    from tasks.store import ArtefactStore
+
+    root = tmp_path_factory.mktemp("gen")
+    params = GeneratorParams(
+        train_steps=3,
+        n_eval=12,
+        max_train_windows=60,
+        max_val_windows=30,
+        tokenizer_vocab=300,
+        tiny_hidden=32,
+        tiny_intermediate=64,
+        checkpoint_every=2,
+    )
+    up = {k: spine[k] for k in ("shard", "contexts")}
+    run = RunParams(root=str(root), torch_threads=1)
+    plan = plan_stage(GeneratorStage(), params, run, ArtefactStore(root), up)
+    art, _ = run_stage_locally(plan)
+    return art, plan
+
+
+def test_generator_stage_publishes_a_loadable_scorer(generator_art):
+    from tasks.generator import load_scorer
+
+    art, plan = generator_art
+    st = art.stats
+    assert st["backend"] == "seq2seq" and st["train_steps"] == 3 and st["eval_sentences"] == 12
+    assert all(st[f"val_ppl_{d}"] > 1 for d in DIRECTIONS)
+    assert all(0.0 <= st[f"wins_{t}"] <= 1.0 for t in ("gen_fwd", "gen_left", "gen_right", "S_gen"))
+    assert (art.files_dir / "model" / "model.safetensors").exists()
+    assert (plan.store.root / "_cache" / "generator" / plan.fingerprint / "checkpoint.pt").exists()
+    rows = art.read_table()
+    assert rows.num_rows == 12
+    assert (
+        rows.column("own_context_id").to_numpy() != rows.column("random_context_id").to_numpy()
+    ).all()
+    scorer, meta = load_scorer(art.files_dir)
+    assert meta["backend"] == "seq2seq" and isinstance(scorer, Seq2SeqScorer)
+
+
+def test_causal_scorer_save_load_round_trip(tok, tmp_path):
+    from tasks.generator import load_scorer, save_scorer
+
+    sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
+    meta = {
+        "backend": "causal",
+        "backbone": "tiny-random",
+        "shared": True,
+        "templates": sc.templates,
+        "limits": {"max_context_tokens": 96, "max_sentence_tokens": 64},
+        "weights": "artefact",
+    }
+    save_scorer(sc, tmp_path, meta, weights=True)
+    sc2, _ = load_scorer(tmp_path)
+    lefts, sents, rights = windows(6)
+    a, b = (
+        ScoringEngine(sc).score(lefts, sents, rights),
+        ScoringEngine(sc2).score(lefts, sents, rights),
+    )
+    for d in DIRECTIONS:
+        np.testing.assert_allclose(a[d], b[d], rtol=1e-5, atol=1e-6)
+
+
+def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, tmp_path):
+    import pyarrow as pa
+
+    from tasks.base import RunParams, plan_stage, run_stage_locally
+    from tasks.generator import load_scorer
+    from tasks.score import ScoreParams, ScoreStage
+    from tasks.store import ArtefactStore
+
+    q = spine["queries"].read_table(["query_id", "shard"])
+    qids = q.column("query_id").to_numpy()[:6]
+    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()
+    rng = np.random.default_rng(0)
+    cs = {int(a): [int(x) for x in rng.choice(ctx_ids[:40], 3, replace=False)] for a in qids}
+    select = pa.table(
+        {
+            "query_id": pa.array([a for a in cs for _ in cs[a]], pa.int64()),
+            "context_id": pa.array([c for a in cs for c in cs[a]], pa.int64()),
+            "position": pa.array([i for a in cs for i in range(len(cs[a]))], pa.int32()),
+        }
+    )
+    plist = [(qids[0], qids[1]), (qids[1], qids[2]), (qids[3], qids[4]), (qids[0], qids[1])]
+    pairs = pa.table(
+        {
+            "pair_id": pa.array(range(len(plist)), pa.int64()),
+            "s1_query_id": pa.array([int(a) for a, _ in plist], pa.int64()),
+            "s2_query_id": pa.array([int(b) for _, b in plist], pa.int64()),
+        }
+    )
+    expected = {
+        (int(x), c) for a, b in plist for x in (a, b) for c in set(cs[int(a)]) | set(cs[int(b)])
+    }
+    a0 = int(qids[0])
+    screen = pa.table(
+        {
+            "query_id": pa.array([a0, a0], pa.int64()),
+            "context_id": pa.array(cs[a0][:2], pa.int64()),
+            "disc_logit": pa.array([2.0, -1.0], pa.float32()),
+        }
+    )
+    up = {k: spine[k] for k in ("queries", "contexts", "shard")}
+    up["generator"] = generator_art[0]
+    up["select"] = _Fixed.publish(tmp_path, "select", select)
+    up["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
+    up["screen"] = _Fixed.publish(tmp_path, "screen", screen)
+    params = ScoreParams(lambda_disc=1.0, lambda_fwd=1.0, lambda_left=0.5, lambda_right=2.0)
+    plan = plan_stage(
+        ScoreStage(), params, RunParams(root=str(tmp_path)), ArtefactStore(tmp_path), up
+    )
+    art, _ = run_stage_locally(plan)
+    t = art.read_table()
+    got = list(
+        zip(t.column("query_id").to_pylist(), t.column("context_id").to_pylist(), strict=True)
+    )
+    assert len(got) == len(set(got)) and set(got) == expected
+    assert art.stats["pairs"] == len(expected)
+    d = t.to_pydict()
+    for i, (qq, cc) in enumerate(got):
+        if qq == a0 and cc in cs[a0][:2]:
+            logit = 2.0 if cc == cs[a0][0] else -1.0
+            assert d["disc_source"][i] == "screen"
+            assert d["disc_logprob"][i] == pytest.approx(-np.log1p(np.exp(-logit)), abs=1e-6)
+        else:
+            assert d["disc_source"][i] == "missing" and d["disc_logprob"][i] == 0.0
+        s = (
+            d["disc_logprob"][i]
+            + d["gen_fwd"][i]
+            + 0.5 * d["gen_left"][i]
+            + 2.0 * d["gen_right"][i]
+        )
+        assert d["S"][i] == pytest.approx(s, rel=1e-5, abs=1e-5)
+    # the terms are those of the generator's scorer, one pair at a time
+    scorer, _ = load_scorer(generator_art[0].files_dir)
+    qtext = dict(
+        zip(*spine["queries"].read_table(["query_id", "text"]).to_pydict().values(), strict=True)
+    )
+    co = spine["contexts"].read_table().to_pydict()
+    sh = dict(
+        zip(*spine["shard"].read_table(["sent_id", "text"]).to_pydict().values(), strict=True)
+    )
+    k = co["context_id"].index(got[0][1])
+    left = " ".join(sh[x] for x in co["left_sent_ids"][k])
+    right = " ".join(sh[x] for x in co["right_sent_ids"][k])
+    ref = naive_score(scorer, [left], [qtext[got[0][0]]], [right])
+    assert d["gen_fwd"][0] == pytest.approx(float(ref["fwd"][0]), abs=1e-4)
+    assert d["gen_right"][0] == pytest.approx(float(ref["right"][0]), abs=1e-4)
+
+
+def _tiny_discriminator(files):
+    import json
+
+    from safetensors.torch import save_file
+
+    from models.discriminator import CoherenceDiscriminator, DiscriminatorConfig, ScratchTokenizer
+
+    tok = ScratchTokenizer(["<pad>", "<unk>", *WORDS])
+    cfg = DiscriminatorConfig(vocab_size=len(tok), emb_dim=8, hidden=8, head_hidden=8)
+    torch.manual_seed(0)
+    model = CoherenceDiscriminator(cfg)
+    save_file(model.state_dict(), str(files / "model.safetensors"))
+    (files / "vocab.json").write_text(json.dumps(tok.itos))
+    meta = {"tokenizer": "scratch", "model": cfg.to_dict(), "max_tokens": 16}
+    (files / "config.json").write_text(json.dumps(meta))
+
+
+def test_score_stage_computes_missing_disc_terms_with_the_discriminator(
+    spine, generator_art, tmp_path
+):
+    import pyarrow as pa
+
+    from models.discriminator import encode_texts, pad_batch
+    from tasks.base import RunParams, plan_stage, run_stage_locally
+    from tasks.discriminator import load_discriminator
+    from tasks.score import ScoreParams, ScoreStage
+    from tasks.store import ArtefactStore
+
+    q = spine["queries"].read_table(["query_id", "text"]).to_pydict()
+    co = spine["contexts"].read_table().to_pydict()
+    a, b = q["query_id"][:2]
+    cids = co["context_id"][:2]
+    select = pa.table(
+        {
+            "query_id": pa.array([a, b], pa.int64()),
+            "context_id": pa.array(cids, pa.int64()),
+            "position": pa.array([0, 0], pa.int32()),
+        }
+    )
+    pairs = pa.table(
+        {"s1_query_id": pa.array([a], pa.int64()), "s2_query_id": pa.array([b], pa.int64())}
+    )
+    up = {k: spine[k] for k in ("queries", "contexts", "shard")}
+    up["generator"] = generator_art[0]
+    up["select"] = _Fixed.publish(tmp_path, "select", select)
+    up["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
+    up["discriminator"] = _Fixed.publish(
+        tmp_path, "discriminator", pa.table({"x": [1]}), files=_tiny_discriminator
+    )
+    run = RunParams(root=str(tmp_path))
+    art, _ = run_stage_locally(
+        plan_stage(ScoreStage(), ScoreParams(), run, ArtefactStore(tmp_path), up)
+    )
+    t = art.read_table().to_pydict()
+    assert len(t["query_id"]) == 4 and set(t["disc_source"]) == {"model"}
+    model, encode, meta = load_discriminator(up["discriminator"].files_dir)
+    sh = dict(
+        zip(*spine["shard"].read_table(["sent_id", "text"]).to_pydict().values(), strict=True)
+    )
+    qtext = dict(zip(q["query_id"], q["text"], strict=True))
+    for i in range(4):
+        k = co["context_id"].index(t["context_id"][i])
+
+        def side(ids):
+            return np.concatenate(encode_texts(encode, [sh[x] for x in ids], 16))
+
+        with torch.no_grad():
+            logit = model(
+                pad_batch([side(co["left_sent_ids"][k])]),
+                pad_batch(encode_texts(encode, [qtext[t["query_id"][i]]], 16)),
+                pad_batch([side(co["right_sent_ids"][k])]),
+            ).item()
+        assert t["disc_logprob"][i] == pytest.approx(-np.log1p(np.exp(-logit)), abs=1e-5)
