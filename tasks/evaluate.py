@@ -96,6 +96,11 @@ def load_st(path: str | Path, device: str = "cpu", max_seq_length: int | None = 
     model = build_model(str(path), max_seq_length or 128, device)
     if max_seq_length:
         model.max_seq_length = max_seq_length
+    # Never ask for more positions than the backbone has (tiny models are trained short).
+    config = getattr(model[0], "auto_model", None) and model[0].auto_model.config
+    limit = getattr(config, "max_position_embeddings", None) if config is not None else None
+    if limit and model.max_seq_length and model.max_seq_length > limit - 2:
+        model.max_seq_length = limit - 2
     model.eval()
     return model
 
