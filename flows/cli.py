@@ -167,6 +167,33 @@ register(app)
 
 
 @app.command(
+    "train-generator",
+    epilog="Example: ctxsim train-generator --config configs/books.yaml "
+    "--set generator.train_steps=2000",
+)
+def train_generator(
+    config: ConfigOpt = None,
+    root: RootOpt = None,
+    set_: SetOpt = None,
+    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Train the generative scorers (Eq. 2) on corpus windows: `ctxsim run --until generator`.
+
+    Resumes mid-epoch from its checkpoint after a crash; the stage's stats give validation
+    perplexity per direction and how often the true context wins."""
+    run(
+        config=config,
+        root=root,
+        set_=set_,
+        until="generator",
+        run_id=run_id,
+        quiet=False,
+        json_out=json_out,
+    )
+
+
+@app.command(
     epilog="Example: ctxsim origin --config configs/books.yaml --sts-dir ../shared/data/sts "
     "--sets 'STSb.dev' --json-out origin.json"
 )
