@@ -1,0 +1,149 @@
+"""Stage `index`: the TF-IDF bag-of-bigram vectoriser and chunk matrix (Sun et al. 2022, Sec. 3.3).
+
+Retrieval ("primary screening") compares a sentence with every text chunk of the corpus; the fitted
+vectoriser and the chunk matrix are an artefact of their own so that later runs and outside
+queries (STS sentences for the Origin evaluation) reuse them. Stored without pickle: the
+vocabulary as JSON, idf and chunk ids as ``.npy``, the chunk matrix as scipy ``.npz``. When the
+main n-gram range starts above 1, a unigram index is stored too, for queries with no known n-gram.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+from pydantic import Field, model_validator
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from models.retrieval import fit_index, vectorizer_from_state, vectorizer_state
+from tasks.base import Stage, StageContext, StageParams
+from tasks.store import Artefact
+
+
+class IndexParams(StageParams):
+    ngram_min: int = Field(2, ge=1, le=5)  # the paper: bigrams
+    ngram_max: int = Field(2, ge=1, le=5)
+    lowercase: bool = True
+    sublinear_tf: bool = True
+    min_df: int = Field(1, ge=1)
+    max_features: int | None = Field(None, ge=1)
+    fallback_unigrams: bool = True  # index unigrams too, for queries with no known n-gram
+
+    @model_validator(mode="after")
+    def _range(self) -> IndexParams:
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(f"index.ngram_min {self.ngram_min} > index.ngram_max {self.ngram_max}")
+        return self
+
+
+def chunk_texts(contexts: Artefact, shard: Artefact) -> tuple[np.ndarray, list[str]]:
+    """(chunk ids sorted, the text of each chunk = its sentences joined by spaces)."""
+    path = contexts.files_dir / "chunks.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"index: {path} is missing (the contexts artefact has no chunks)")
+    chunks = pq.read_table(path, columns=["chunk_id", "first_sent_id", "n_sents"]).sort_by(
+        "chunk_id"
+    )
+    if chunks.num_rows == 0:
+        raise ValueError(f"index: {path} has no chunks (empty corpus)")
+    sents = shard.read_table(["sent_id", "text"]).sort_by("sent_id")
+    sent_ids = sents.column("sent_id").to_numpy()
+    texts = sents.column("text").to_pylist()
+    chunk_ids = chunks.column("chunk_id").to_numpy().astype(np.int64)
+    first = chunks.column("first_sent_id").to_numpy()
+    n = chunks.column("n_sents").to_numpy()
+    start = np.searchsorted(sent_ids, first)
+    bad = (start >= len(sent_ids)) | (sent_ids[np.minimum(start, len(sent_ids) - 1)] != first)
+    if len(sent_ids) == 0 or bad.any():
+        raise ValueError(
+            f"index: {path} names first_sent_id values absent from the shard artefact "
+            f"(e.g. {first[bad][:3].tolist() if len(sent_ids) else first[:3].tolist()})"
+        )
+    out = [" ".join(texts[s : s + k]) for s, k in zip(start.tolist(), n.tolist(), strict=True)]
+    return chunk_ids, out
+
+
+def _save(files: Path, prefix: str, vec: TfidfVectorizer, mat: sp.csr_matrix) -> dict[str, Any]:
+    settings, terms, idf = vectorizer_state(vec)
+    (files / f"{prefix}vocab.json").write_text(json.dumps(terms, ensure_ascii=False))
+    np.save(files / f"{prefix}idf.npy", idf)
+    sp.save_npz(files / f"{prefix}chunks.npz", mat, compressed=False)
+    return settings
+
+
+def load_index(
+    files: Path,
+) -> tuple[
+    np.ndarray, TfidfVectorizer, sp.csr_matrix, TfidfVectorizer | None, sp.csr_matrix | None
+]:
+    """(chunk ids, main vectoriser, main matrix, fallback vectoriser, fallback matrix)."""
+    meta_path = files / "index.json"
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{meta_path} is missing: not an index artefact")
+    meta = json.loads(meta_path.read_text())
+    chunk_ids = np.load(files / "chunk_ids.npy", allow_pickle=False)
+
+    def one(prefix: str, settings: dict[str, Any]) -> tuple[TfidfVectorizer, sp.csr_matrix]:
+        terms = json.loads((files / f"{prefix}vocab.json").read_text())
+        idf = np.load(files / f"{prefix}idf.npy", allow_pickle=False)
+        mat = sp.csr_matrix(sp.load_npz(files / f"{prefix}chunks.npz"), dtype=np.float32)
+        if mat.shape != (len(chunk_ids), len(terms)):
+            raise ValueError(
+                f"{files}/{prefix}chunks.npz has shape {mat.shape}, expected "
+                f"({len(chunk_ids)}, {len(terms)})"
+            )
+        return vectorizer_from_state(settings, terms, idf), mat
+
+    vec, mat = one("", meta["main"])
+    fb_vec = fb_mat = None
+    if meta.get("fallback"):
+        fb_vec, fb_mat = one("fallback_", meta["fallback"])
+    return chunk_ids, vec, mat, fb_vec, fb_mat
+
+
+class IndexStage(Stage):
+    name = "index"
+    version = "1"
+    Params = IndexParams
+    inputs = ("contexts", "shard")
+    run_fields = ()
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: IndexParams = ctx.params
+        chunk_ids, texts = chunk_texts(ctx.input("contexts"), ctx.input("shard"))
+        if len(texts) == 0:
+            raise ValueError("index: the contexts artefact has no chunks (empty corpus)")
+        common = {"lowercase": p.lowercase, "sublinear_tf": p.sublinear_tf}
+        vec, mat = fit_index(
+            texts,
+            ngram_range=(p.ngram_min, p.ngram_max),
+            min_df=p.min_df,
+            max_features=p.max_features,
+            **common,
+        )
+        files = ctx.files_dir
+        np.save(files / "chunk_ids.npy", chunk_ids)
+        meta: dict[str, Any] = {"main": _save(files, "", vec, mat), "fallback": None}
+        stats: dict[str, Any] = {
+            "chunks": len(texts),
+            "vocab": mat.shape[1],
+            "nnz": int(mat.nnz),
+            "empty_chunks": int((np.diff(mat.indptr) == 0).sum()),
+        }
+        if p.fallback_unigrams and p.ngram_min > 1:
+            fvec, fmat = fit_index(texts, ngram_range=(1, 1), **common)
+            meta["fallback"] = _save(files, "fallback_", fvec, fmat)
+            stats["fallback_vocab"] = fmat.shape[1]
+            stats["fallback_nnz"] = int(fmat.nnz)
+        (files / "index.json").write_text(json.dumps(meta, indent=2))
+        ctx.logger.info(f"index: {len(texts)} chunks, {mat.shape[1]} n-grams, {mat.nnz} non-zeros")
+        table = pa.table(
+            {"chunk_id": chunk_ids, "nnz": np.diff(mat.indptr).astype(np.int32)},
+            schema=pa.schema([("chunk_id", pa.int64()), ("nnz", pa.int32())]),
+        )
+        return table, stats

@@ -1,0 +1,234 @@
+"""Stage `screen`: rank retrieved chunks' contexts with the discriminator (Sun et al. 2022, 3.3).
+
+"We rank all contexts using the discriminative model based on Eq. (1). For discriminative models,
+we cache sentence representations in advance, and compute model scores in the last neural layer."
+The BiLSTM runs once over every corpus context side (c< and c>; for w = 1 these are single
+sentences, each encoded once however many contexts share it) and the context-only part of the
+last layer is cached in ``ctx.cache_dir`` as ``.npy`` (computed once per fingerprint, under a file
+lock, shared by every shard). Each query sentence is encoded once; a (query, context) pair then
+costs one tanh layer of size ``head_hidden`` (models/discriminator.py). The top ``keep`` contexts
+of each query are kept for the context-set stage, ties broken by context id.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from pydantic import Field
+
+from models.discriminator import CoherenceDiscriminator, encode_sequences, encode_texts
+from models.retrieval import select_topk
+from tasks.base import Stage, StageContext, StageParams
+from tasks.discriminator import Encoder, load_discriminator
+from tasks.retrieve import shard_queries
+
+SCREEN_SCHEMA = pa.schema(
+    [
+        ("query_id", pa.int64()),
+        ("context_id", pa.int64()),
+        ("chunk_id", pa.int64()),
+        ("disc_logit", pa.float32()),
+        ("rank", pa.int32()),  # 0 = best
+        ("is_own", pa.bool_()),
+    ]
+)
+
+
+class ScreenParams(StageParams):
+    keep: int = Field(50, ge=1)  # top M contexts per query (the paper's sets use up to 2000)
+    batch_size: int = Field(512, ge=1)  # sequences per BiLSTM batch when caching
+    score_batch: int = Field(65_536, ge=1)  # (query, context) pairs per last-layer call
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
+    np.save(tmp, arr)
+    os.replace(tmp, path)
+
+
+def context_cache(
+    ctx: StageContext,
+    model: CoherenceDiscriminator,
+    encode: Encoder,
+    max_tokens: int,
+    batch_size: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(context ids, chunk ids, centre sent ids, context part (n_ctx, K)), by context id.
+
+    The first shard to get here computes and saves the cache; the others wait on the lock and
+    then memory-map it.
+    """
+    cache = ctx.cache_dir
+    names = ("context_ids", "chunk_ids", "centre_sent_ids", "context_part")
+    paths = [cache / f"{n}.npy" for n in names]
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all(p.exists() for p in paths):
+            arrays = _compute_cache(ctx, model, encode, max_tokens, batch_size)
+            for p, a in zip(paths, arrays, strict=True):
+                _save_npy(p, a)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    out = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
+    return out[0], out[1], out[2], out[3]
+
+
+def _compute_cache(
+    ctx: StageContext,
+    model: CoherenceDiscriminator,
+    encode: Encoder,
+    max_tokens: int,
+    batch_size: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    conts = (
+        ctx.input("contexts")
+        .read_table(["context_id", "chunk_id", "centre_sent_id", "left_sent_ids", "right_sent_ids"])
+        .sort_by("context_id")
+    )
+    if conts.num_rows == 0:
+        raise ValueError("screen: the contexts artefact is empty (empty corpus)")
+    sents = ctx.input("shard").read_table(["sent_id", "text"]).sort_by("sent_id")
+    sent_ids = sents.column("sent_id").to_numpy()
+    tokens = encode_texts(encode, sents.column("text").to_pylist(), max_tokens)
+    w = len(conts.column("left_sent_ids")[0].as_py())
+    sides = []
+    for col in ("left_sent_ids", "right_sent_ids"):
+        ids = np.asarray(conts.column(col).to_pylist(), np.int64).reshape(-1, w)
+        rows = np.searchsorted(sent_ids, ids)
+        if (rows >= len(sent_ids)).any() or (
+            sent_ids[np.minimum(rows, len(sent_ids) - 1)] != ids
+        ).any():
+            raise ValueError(
+                f"screen: contexts.{col} names sent_ids absent from the shard artefact"
+            )
+        sides.append(rows)
+    # Each distinct side (a sentence for w = 1, a run of w sentences otherwise) is encoded once.
+    uniq, inv = np.unique(np.concatenate(sides), axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    seqs = [
+        tokens[int(r[0])] if w == 1 else np.concatenate([tokens[int(x)] for x in r]) for r in uniq
+    ]
+    dev = next(model.parameters()).device
+    reps = encode_sequences(model, seqs, batch_size, str(dev))
+    n = conts.num_rows
+    li, ri = inv[:n], inv[n:]
+    parts = []
+    with torch.no_grad():
+        for lo in range(0, n, 65_536):
+            sl = slice(lo, lo + 65_536)
+            left = torch.from_numpy(reps[li[sl]]).to(dev)
+            right = torch.from_numpy(reps[ri[sl]]).to(dev)
+            parts.append(model.context_part(left, right).float().cpu().numpy())
+    ctx.logger.info(f"screen: cached {n} contexts from {len(uniq)} encoded context sides")
+    return (
+        conts.column("context_id").to_numpy().astype(np.int64),
+        conts.column("chunk_id").to_numpy().astype(np.int64),
+        conts.column("centre_sent_id").to_numpy().astype(np.int64),
+        np.concatenate(parts).astype(np.float32),
+    )
+
+
+class ScreenStage(Stage):
+    name = "screen"
+    version = "1"
+    Params = ScreenParams
+    inputs = ("queries", "contexts", "retrieve", "discriminator", "shard")
+    run_fields = ()
+
+    def num_shards(self, ctx: StageContext) -> int:
+        return int(ctx.input("queries").stats.get("n_shards", 1))
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: ScreenParams = ctx.params
+        model, encode, meta = load_discriminator(ctx.input("discriminator").files_dir, ctx.device)
+        max_tokens = int(meta["max_tokens"])
+        context_ids, chunk_of, centre_of, ctx_part = context_cache(
+            ctx, model, encode, max_tokens, p.batch_size
+        )
+
+        q = shard_queries(ctx, shard, ["query_id", "text", "sent_id"])
+        qids = q.column("query_id").to_numpy().astype(np.int64)
+        qsent = pc.fill_null(q.column("sent_id"), -1).to_numpy().astype(np.int64)  # -1: outside
+        qtok = encode_texts(encode, q.column("text").to_pylist(), max_tokens)
+        dev = next(model.parameters()).device
+        with torch.no_grad():
+            qreps = torch.from_numpy(encode_sequences(model, qtok, p.batch_size, str(dev)))
+            qpart = model.centre_part(qreps.to(dev)).cpu().numpy()
+
+        # Contexts grouped by chunk: the contexts of chunk c are by_chunk[start[c]:end[c]].
+        by_chunk = np.lexsort((context_ids, chunk_of))
+        sorted_chunks = chunk_of[by_chunk]
+        hits = ctx.input("retrieve").read_part(shard, ["query_id", "chunk_id", "rank"])
+        hits = hits.sort_by([("query_id", "ascending"), ("rank", "ascending")])
+        h_q = hits.column("query_id").to_numpy()
+        h_c = hits.column("chunk_id").to_numpy()
+        q_lo = np.searchsorted(h_q, qids, "left")
+        q_hi = np.searchsorted(h_q, qids, "right")
+
+        out: dict[str, list[np.ndarray]] = {k: [] for k in SCREEN_SCHEMA.names}
+        n_cand = n_own_cand = n_own_kept = n_corpus = 0
+        own_ranks: list[int] = []
+        for i in range(len(qids)):
+            chunks = h_c[q_lo[i] : q_hi[i]]
+            a = np.searchsorted(sorted_chunks, chunks, "left")
+            b = np.searchsorted(sorted_chunks, chunks, "right")
+            lens = b - a
+            if lens.sum() == 0:
+                continue
+            idx = by_chunk[np.repeat(a - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())]
+            logits = np.empty(len(idx), np.float32)
+            qp = torch.from_numpy(qpart[i : i + 1]).to(dev)
+            with torch.no_grad():
+                for lo in range(0, len(idx), p.score_batch):
+                    sl = slice(lo, lo + p.score_batch)
+                    cp = torch.from_numpy(np.asarray(ctx_part[idx[sl]])).to(dev)
+                    logits[sl] = model.combine(cp, qp).cpu().numpy()
+            top, vals = select_topk(logits, context_ids[idx], p.keep, positive_only=False)
+            rows = np.searchsorted(context_ids, top)
+            own = centre_of[rows] == qsent[i]
+            n_cand += len(idx)
+            if qsent[i] >= 0:
+                n_corpus += 1
+                n_own_cand += int((centre_of[idx] == qsent[i]).any())
+                if own.any():
+                    n_own_kept += 1
+                    own_ranks.append(int(np.flatnonzero(own)[0]))
+            out["query_id"].append(np.full(len(top), qids[i], np.int64))
+            out["context_id"].append(top)
+            out["chunk_id"].append(chunk_of[rows])
+            out["disc_logit"].append(vals)
+            out["rank"].append(np.arange(len(top), dtype=np.int32))
+            out["is_own"].append(own)
+        cols = {
+            k: (
+                np.concatenate(v)
+                if v
+                else np.zeros(0, SCREEN_SCHEMA.field(k).type.to_pandas_dtype())
+            )
+            for k, v in out.items()
+        }
+        table = pa.table(cols, schema=SCREEN_SCHEMA)
+        stats = {
+            "queries": len(qids),
+            "rows": table.num_rows,
+            "candidates": n_cand,
+            "corpus_queries": n_corpus,
+            "own_in_candidates": n_own_cand,
+            "own_kept": n_own_kept,
+            "own_rank_sum": int(sum(own_ranks)),
+        }
+        return table, stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        total = super().summarize(ctx, shard_stats)
+        if total.get("own_kept"):
+            total["own_mean_rank"] = round(total["own_rank_sum"] / total["own_kept"], 3)
+        if total.get("queries"):
+            total["candidates_per_query"] = round(total["candidates"] / total["queries"], 1)
+        return total
