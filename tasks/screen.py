@@ -28,6 +28,7 @@ from models.retrieval import select_topk
 from tasks.base import Stage, StageContext, StageParams
 from tasks.discriminator import Encoder, load_discriminator
 from tasks.retrieve import shard_queries
+from tasks.store import fingerprint
 
 SCREEN_SCHEMA = pa.schema(
     [
@@ -65,7 +66,18 @@ def context_cache(
     The first shard to get here computes and saves the cache; the others wait on the lock and
     then memory-map it.
     """
-    cache = ctx.cache_dir
+    # Keyed by what the cache depends on (not by the screen's fingerprint, which includes the
+    # queries): an Origin run on new sentences reuses the corpus side computed by earlier runs.
+    key = fingerprint(
+        {
+            "contexts": ctx.input("contexts").fingerprint,
+            "shard": ctx.input("shard").fingerprint,
+            "discriminator": ctx.input("discriminator").fingerprint,
+            "max_tokens": max_tokens,
+        }
+    )
+    cache = ctx.store.root / "_cache" / "screen-contexts" / key
+    cache.mkdir(parents=True, exist_ok=True)
     names = ("context_ids", "chunk_ids", "centre_sent_ids", "context_part")
     paths = [cache / f"{n}.npy" for n in names]
     with open(cache / ".lock", "w") as lock:
