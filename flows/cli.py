@@ -285,6 +285,10 @@ def evaluate(
 
     if sts_dir is None and ists_dir is None:
         _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches them)")
+    if not Path(model).exists():
+        from models.registry import resolve_model
+
+        model = str(resolve_model(model))
     result = evaluate_model(
         model,
         sts_dir,
