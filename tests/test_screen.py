@@ -98,7 +98,7 @@ def test_outside_queries_and_cache_reuse(screened, tmp_path) -> None:
     assert set(ret.query_id) == {0, 1} and ret[ret.query_id == 1].fallback.all()
     out = arts["screen"].read_table().to_pandas()
     assert len(out) > 0 and not out.is_own.any() and set(out.query_id) <= {0, 1}
-    caches = list(tmp_path.glob("_cache/screen/*/context_part.npy"))
+    caches = list(tmp_path.glob("_cache/screen-contexts/*/context_part.npy"))
     assert len(caches) == 1
     n_ctx = screened["contexts"].num_rows
     assert np.load(caches[0], mmap_mode="r").shape[0] == n_ctx
