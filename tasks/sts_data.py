@@ -19,7 +19,6 @@ genres, "all" = concatenated), ``STSb`` and ``SICK-R`` (subsets = splits). Sourc
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import re
 import shutil
@@ -30,6 +29,8 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tasks.store import sha256_file
 
 TSV_HEADER = ["sentence1", "sentence2", "score"]
 _YEAR = re.compile(r"STS[-_]?(?:20)?(1[2-6])", re.IGNORECASE)
@@ -290,14 +291,6 @@ SOURCES: dict[str, list[dict[str, str | None]]] = {
         },
     ],
 }
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fetch(url: str, dest: Path, timeout: float = 60.0) -> Path:
