@@ -236,13 +236,19 @@ def combine_eq3(
     gen_right: np.ndarray,
     lambdas: Lambdas,
 ) -> np.ndarray:
-    """S(s, c) of Eq. (3), float32 (terms are already length-normalised mean log-probs)."""
-    s = (
-        lambdas.disc * np.asarray(disc_logprob, dtype=np.float64)
-        + lambdas.fwd * np.asarray(gen_fwd, dtype=np.float64)
-        + lambdas.left * np.asarray(gen_left, dtype=np.float64)
-        + lambdas.right * np.asarray(gen_right, dtype=np.float64)
-    )
+    """S(s, c) of Eq. (3), float32 (terms are already length-normalised mean log-probs).
+
+    A term whose lambda is 0 is left out entirely, so it may be NaN (not computed)."""
+    terms = [
+        (lambdas.disc, disc_logprob),
+        (lambdas.fwd, gen_fwd),
+        (lambdas.left, gen_left),
+        (lambdas.right, gen_right),
+    ]
+    s = np.zeros(len(np.asarray(disc_logprob)), dtype=np.float64)
+    for lam, values in terms:
+        if lam != 0.0:
+            s += lam * np.asarray(values, dtype=np.float64)
     return s.astype(np.float32)
 
 

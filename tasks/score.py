@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import torch
 from pydantic import Field
 
+from models.generator import DIRECTIONS
 from models.origin import ContextSets, required_scores
 from models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
 from tasks.base import Stage, StageContext, StageParams
@@ -54,6 +55,13 @@ class ScoreParams(StageParams):
     max_logit_elems: int = Field(1 << 27, ge=1)  # batch x target positions x vocab
     bf16_on_cuda: bool = True
     disc_batch: int = Field(256, ge=1)  # windows per discriminator forward (pairs screen lacks)
+    # A generative term whose lambda is 0 costs a third of the scoring time; skip it (its column
+    # is NaN, so its ablation label is absent) unless the ablation table needs it.
+    skip_zero_lambda: bool = True
+
+    def directions(self) -> list[str]:
+        lam = {"fwd": self.lambda_fwd, "left": self.lambda_left, "right": self.lambda_right}
+        return [d for d in DIRECTIONS if lam[d] != 0.0 or not self.skip_zero_lambda]
 
 
 def required_pairs(ctx: StageContext) -> tuple[np.ndarray, np.ndarray]:
@@ -92,6 +100,11 @@ class ScoreStage(Stage):
 
     def num_shards(self, ctx: StageContext) -> int:
         return int(ctx.input("queries").stats.get("n_shards", 1))
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        total = super().summarize(ctx, shard_stats)
+        total["directions"] = ",".join(ctx.params.directions())  # the generative terms computed
+        return total
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: ScoreParams = ctx.params
@@ -134,6 +147,7 @@ class ScoreStage(Stage):
         crow = np.searchsorted(c_keys, cid)
         lefts, rights = side(left_ids)[crow], side(right_ids)[crow]
 
+        directions = p.directions()
         scorer, meta = load_scorer(ctx.input("generator").files_dir, ctx.device)
         engine = ScoringEngine(
             scorer,
@@ -145,7 +159,9 @@ class ScoreStage(Stage):
             ),
         )
         t1 = time.perf_counter()
-        gen = engine.score(lefts.tolist(), sents.tolist(), rights.tolist())
+        gen = engine.score(lefts.tolist(), sents.tolist(), rights.tolist(), directions)
+        for d in DIRECTIONS:
+            gen.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # skipped: lambda is 0
         gen_seconds = time.perf_counter() - t1
 
         disc, source = self._disc(

@@ -324,6 +324,21 @@ def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, 
     assert d["gen_fwd"][0] == pytest.approx(float(ref["fwd"][0]), abs=1e-4)
     assert d["gen_right"][0] == pytest.approx(float(ref["right"][0]), abs=1e-4)
 
+    # a direction whose lambda is 0 is not computed (NaN), and S leaves it out
+    zero = ScoreParams(lambda_disc=1.0, lambda_fwd=1.0, lambda_left=0.5, lambda_right=0.0)
+    plan = plan_stage(
+        ScoreStage(), zero, RunParams(root=str(tmp_path)), ArtefactStore(tmp_path), up
+    )
+    art0, _ = run_stage_locally(plan)
+    z = art0.read_table().to_pydict()
+    assert art0.stats["directions"] == "fwd,left"
+    assert all(np.isnan(x) for x in z["gen_right"])
+    assert z["gen_fwd"] == pytest.approx(d["gen_fwd"], abs=1e-5)
+    want = (
+        np.asarray(d["disc_logprob"]) + np.asarray(d["gen_fwd"]) + 0.5 * np.asarray(d["gen_left"])
+    )
+    assert np.allclose(z["S"], want, atol=1e-5)
+
 
 def _tiny_discriminator(files):
     import json
