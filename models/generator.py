@@ -305,9 +305,16 @@ class Seq2SeqScorer(GenerativeScorer):
 
 
 class CausalPrefixScorer(GenerativeScorer):
-    """Decoder-only LM; a prompt template per direction, only ``{target}`` tokens scored."""
+    """Decoder-only LM; a prompt template per direction, only ``{target}`` tokens scored.
+
+    Requests that share a prompt (the forward term: one context, many candidate sentences) run
+    the prompt once and reuse its key/value cache for every target, as the seq2seq backend
+    reuses an encoded source."""
 
     backend = "causal"
+    shares_sources = True
+    #: run prompts once per batch when at most this share of the requests have distinct prompts
+    share_ratio = 0.75
 
     def __init__(
         self,
@@ -394,6 +401,54 @@ class CausalPrefixScorer(GenerativeScorer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if any(len(t) == 0 for t in targets):
             raise ValueError("empty target: nothing to score")
+        uniq: dict[Ids, int] = {}
+        index = [uniq.setdefault(tuple(s), len(uniq)) for s in sources]
+        if len(uniq) <= self.share_ratio * len(sources) and all(len(s) > 0 for s in uniq):
+            return self._shared_prompt_logprobs(list(uniq), index, targets)
+        return self._joint_logprobs(sources, targets)
+
+    def _shared_prompt_logprobs(
+        self, prompts: list[Ids], index: list[int], targets: Sequence[Ids]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompts once (left-padded, cache kept), then every target on its prompt's cache."""
+        p_ids, p_mask = _pad(prompts, self.pad, left=True)
+        p_pos = (p_mask.cumsum(1) - 1).clamp(min=0)
+        first = self.model.base_model(
+            input_ids=p_ids.to(self.device),
+            attention_mask=p_mask.to(self.device),
+            position_ids=p_pos.to(self.device),
+            use_cache=True,
+            return_dict=True,
+        )
+        row = torch.as_tensor(index, device=self.device)
+        cache = first.past_key_values
+        cache.reorder_cache(row)  # one cache row per request (rows of a prompt repeated)
+        t_ids, t_mask = _pad(targets, self.pad, left=False)
+        t_pos = p_mask.sum(1)[row.cpu()].unsqueeze(1) + torch.arange(t_ids.shape[1])
+        second = self.model.base_model(
+            input_ids=t_ids.to(self.device),
+            attention_mask=torch.cat([p_mask[row.cpu()], t_mask], 1).to(self.device),
+            position_ids=t_pos.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+            return_dict=True,
+        )
+        # the prompt's last position predicts target token 0; target position j predicts j + 1
+        hidden = torch.cat(
+            [
+                first.last_hidden_state[:, -1:].index_select(0, row),
+                second.last_hidden_state[:, :-1],
+            ],
+            1,
+        )
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        head = self.model.get_output_embeddings()
+        return _target_logprobs(hidden, head, t_ids.to(self.device), t_mask.to(self.device), cap)
+
+    def _joint_logprobs(
+        self, sources: Sequence[Ids], targets: Sequence[Ids]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One left-padded pass over prompt + target per request."""
         seqs = [tuple(s) + tuple(t) for s, t in zip(sources, targets, strict=True)]
         ids, mask = _pad(seqs, self.pad, left=True)  # targets end every row at the same column
         pos = (mask.cumsum(1) - 1).clamp(min=0)

@@ -125,6 +125,49 @@ def test_causal_log_prob_matches_manual(tok):
         assert np.isclose(g, lp[pos, torch.tensor(t_ids)].mean().item(), atol=1e-5)
 
 
+def _tiny_gemma3(tok):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    conf = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=6,  # shorter than the prompts: the cache must respect the window
+        pad_token_id=tok.pad_token_id,
+        final_logit_softcapping=30.0,
+    )
+    return Gemma3ForCausalLM(conf)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_causal_shared_prompt_cache_matches_manual(tok, arch):
+    """Targets scored on a prompt's reused key/value cache equal one full pass per pair."""
+    model = tiny_causal(tok, TINY) if arch == "llama" else _tiny_gemma3(tok)
+    sc = CausalPrefixScorer(model, tok)
+    contexts = [("the cat sat on the mat", "she said"), ("it was dark", "a dog ran far away")]
+    sentences = ["we went to the market", "nothing", "it was a dark and stormy night"]
+    sources = [(lft, None, rgt) for lft, rgt in contexts for _ in sentences]
+    targets = sentences * len(contexts)
+    ids = [sc.example_ids("fwd", src, tgt) for src, tgt in zip(sources, targets, strict=True)]
+    with torch.inference_mode():
+        shared = sc.token_logprobs("fwd", [p for p, _ in ids], [t for _, t in ids])
+        joint = sc._joint_logprobs([p for p, _ in ids], [t for _, t in ids])
+    assert torch.allclose(shared[0], joint[0], atol=1e-4)
+    assert torch.equal(shared[1], joint[1])
+    for (p_ids, t_ids), total in zip(ids, shared[0], strict=True):
+        seq = torch.tensor([[*p_ids, *t_ids]])
+        with torch.no_grad():
+            logits = sc.model(input_ids=seq).logits[0]
+        lp = torch.log_softmax(logits.double(), -1)
+        pos = torch.arange(len(p_ids) - 1, len(p_ids) + len(t_ids) - 1)
+        assert np.isclose(total.item(), lp[pos, torch.tensor(t_ids)].sum().item(), atol=1e-4)
+
+
 # ---- directions are not mixed up: a known answer after a few training steps -------------------
 
 
