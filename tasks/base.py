@@ -214,8 +214,11 @@ def compute_shard(plan: StagePlan, shard: int) -> dict[str, Any]:
             return {**part, "stats": {}, "seconds": 0.0, "reused": True}
         maybe_fail(name, shard, store.root)
         ctx = plan.context()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         table, stats = plan.stage.run_shard(ctx, shard)
+        # CPU seconds of this process (all its threads): exact under the sequential and process
+        # runners, shared between concurrent shards under the thread runner
+        stats = {**stats, "cpu_seconds": round(time.process_time() - c0, 3)}
         if lease.lost:
             get_logger().warning("%s shard %d: lease expired while computing", name, shard)
         info = store.write_shard(name, fp, shard, table, stats, time.perf_counter() - t0)

@@ -1,0 +1,104 @@
+"""End-to-end cost of a finished `ctxsim run`: labelled pairs per CPU-hour, per-stage breakdown.
+
+Reads run records (``ROOT/runs/<id>.json``) and the manifests they point to, so it measures the
+real pipeline, not a model of it. Per stage: wall seconds of the shards computed in that run,
+CPU seconds (``cpu_seconds`` in the manifest's stats; absent for artefacts published before it
+was recorded), rows, and whether the stage was computed or reused. Two rates are reported,
+because corpus-side stages (shard, contexts, index, discriminator) are paid once per corpus and
+then reused by every labelling run:
+
+- ``pairs_per_cpu_hour_all``: labelled pairs / CPU time of every stage computed for them;
+- ``pairs_per_cpu_hour_marginal``: labelled pairs / CPU time of the per-query stages only
+  (queries, retrieve, screen, select, pairs, score, label) - the cost of more pairs.
+
+Several runs of one config at different corpus sizes give the growth with corpus size (``--runs
+a b c``). Usage::
+
+    .venv/bin/python -m bench.bench_pipeline --root data/artefacts --runs books-label
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.harness import write_results
+
+PER_QUERY = ("queries", "retrieve", "screen", "select", "pairs", "score", "label")
+
+
+def stage_rows(root: Path, run_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    rec_path = root / "runs" / f"{run_id}.json"
+    if not rec_path.exists():
+        raise FileNotFoundError(f"{rec_path}: no such run record (see `ctxsim runs`)")
+    rec = json.loads(rec_path.read_text())
+    rows = []
+    for name, st in rec["stages"].items():
+        manifest = Path(st["path"]) / "_MANIFEST.json"
+        m = json.loads(manifest.read_text()) if manifest.exists() else {}
+        stats = m.get("stats", {})
+        wall = float(m.get("timings", {}).get("total_seconds", st.get("seconds", 0.0)))
+        rows.append(
+            {
+                "run": run_id,
+                "stage": name,
+                "status": st.get("status"),
+                "rows": st.get("rows"),
+                "shards": st.get("shards"),
+                "wall_s": round(wall, 1),
+                "cpu_s": round(float(stats["cpu_seconds"]), 1) if "cpu_seconds" in stats else None,
+            }
+        )
+    return rows, rec
+
+
+def summarise(rows: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]:
+    label = next((r for r in rows if r["stage"] == "label"), None)
+    if label is None:
+        raise ValueError(f"run {rec['run_id']!r} has no label stage (run it with --until label)")
+    pairs = int(label["rows"] or 0)
+
+    def cost(keep: tuple[str, ...] | None) -> float:
+        sel = [r for r in rows if keep is None or r["stage"] in keep]
+        # CPU seconds where recorded, else wall seconds x torch threads (an upper bound)
+        threads = max(int(rec.get("config", {}).get("run", {}).get("torch_threads", 1)), 1)
+        return sum(r["cpu_s"] if r["cpu_s"] is not None else r["wall_s"] * threads for r in sel)
+
+    pre_label = tuple(r["stage"] for r in rows if r["stage"] not in ("train", "evaluate"))
+    all_s, marginal_s = cost(pre_label), cost(PER_QUERY)
+    return {
+        "run": rec["run_id"],
+        "config": rec.get("config_source"),
+        "labelled_pairs": pairs,
+        "cpu_s_to_label": round(all_s, 1),
+        "cpu_s_per_query_stages": round(marginal_s, 1),
+        "pairs_per_cpu_hour_all": round(3600 * pairs / max(all_s, 1e-9), 1),
+        "pairs_per_cpu_hour_marginal": round(3600 * pairs / max(marginal_s, 1e-9), 1),
+        "score_share_of_marginal": round(cost(("score",)) / max(marginal_s, 1e-9), 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", default="data/artefacts")
+    ap.add_argument("--runs", nargs="+", required=True, help="run ids (ctxsim runs)")
+    ap.add_argument("--name", default="pipeline", help="results file name")
+    a = ap.parse_args(argv)
+    all_rows, summaries = [], []
+    for run_id in a.runs:
+        rows, rec = stage_rows(Path(a.root), run_id)
+        all_rows += rows
+        summaries.append(summarise(rows, rec))
+    meta = {
+        "command": "python -m bench.bench_pipeline --runs " + " ".join(a.runs),
+        "note": "cpu_s from each manifest's stats (time.process_time per shard); stages reused "
+        "from earlier runs keep the CPU time of the run that computed them",
+    }
+    _, md = write_results(a.name, summaries, meta, tables={"stages": all_rows})
+    print(md.read_text())
+
+
+if __name__ == "__main__":
+    main()
