@@ -83,10 +83,26 @@ def run(
         record = run_pipeline(str(config), overrides, root, until, run_id)
     except (ValueError, FileNotFoundError, StoreError) as e:
         _fail(str(e), 1)
+    except ConnectionError as e:
+        if not cfg.run.runner_address:
+            raise
+        _fail(_runner_connection_hint(e, cfg.run.task_runner, cfg.run.runner_address), 1)
     if json_out:
         typer.echo(json.dumps(record, indent=2, default=str))
     else:
         _print_run(record)
+
+
+def _runner_connection_hint(exc: BaseException, runner: str, address: str) -> str:
+    """A one-line error for a cluster that cannot be reached (instead of a long traceback)."""
+    msg = f"cannot reach the {runner} cluster at run.runner_address={address}: {exc}"
+    if runner == "ray":
+        msg += (
+            " (is the head's Ray Client port open? a cluster started by `ray start --head` "
+            "uses token authentication: export RAY_AUTH_MODE=token here, and RAY_AUTH_TOKEN="
+            "<`ray get-auth-token` on the head> on other hosts)"
+        )
+    return msg
 
 
 def _print_run(record: dict[str, Any]) -> None:

@@ -82,9 +82,13 @@ def register(app: typer.Typer) -> None:
         from flows import ops
 
         try:
-            specs = ops.worker_specs(pool, ops.parse_gpus(gpus), cpu_workers, name, work_queue)
+            gpu_list = ops.parse_gpus(gpus)
+            specs = ops.worker_specs(pool, gpu_list, cpu_workers, name, work_queue)
         except ValueError as e:
             _fail(str(e))
+        note = ops.gpu_note(gpus, gpu_list, starting=not (dry_run or compose))
+        if note:
+            typer.secho(f"warning: {note}", fg=typer.colors.YELLOW, err=True)
         if compose:
             import yaml
 

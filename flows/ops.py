@@ -244,6 +244,29 @@ def parse_gpus(text: str | None) -> list[str]:
     return gpus
 
 
+def gpu_note(
+    text: str | None, gpus: list[str], starting: bool, detected: list[str] | None = None
+) -> str | None:
+    """What to warn about before starting workers for ``--gpus text`` (parsed: ``gpus``).
+
+    ``--gpus all`` on a host without GPUs falls back to CPU workers; explicit indices on such a
+    host start GPU-named workers whose flow runs will find no GPU (fine for --dry-run/--compose,
+    which describe another host, so only said when ``starting``).
+    """
+    if not text:
+        return None
+    if text.strip() == "all" and not gpus:
+        return "--gpus all: no GPU found on this host; starting CPU worker(s) instead"
+    if starting and gpus:
+        found = detect_gpus() if detected is None else detected
+        if not found:
+            return (
+                f"--gpus {text}: no GPU found on this host; the workers start, but their flow "
+                "runs will find no GPU and run on the CPU"
+            )
+    return None
+
+
 def worker_specs(
     pool: str = DEFAULT_POOL,
     gpus: list[str] | None = None,

@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 
 from flows.config import PipelineConfig, load_config
-from flows.runners import make_task_runner
+from flows.runners import make_task_runner, shard_options, submit_options
 from tasks import STAGES, load_stage
 from tasks.base import RunParams, StagePlan, compute_shard, get_logger, plan_stage, publish_stage
 from tasks.store import Artefact, ArtefactStore, safe_name
@@ -134,6 +134,7 @@ def execute(
     store.write_run(run_id, record)
     artefacts: dict[str, Artefact] = {}
     try:
+        options = shard_options(cfg.run, log.warning) if use_prefect else {}
         for name in select_stages(cfg, until):
             stage = load_stage(name)
             missing = [i for i in stage.inputs if i not in artefacts]
@@ -150,7 +151,8 @@ def execute(
                 n = stage.num_shards(plan.context())
                 spec = plan_spec(plan)
                 if use_prefect and cfg.run.task_runner != "sequential":
-                    futures = [shard_task.submit(spec, s) for s in range(n)]
+                    with submit_options(options):
+                        futures = [shard_task.submit(spec, s) for s in range(n)]
                     wait(futures)
                     infos = [f.result() for f in futures]
                 elif use_prefect:

@@ -19,6 +19,7 @@ DEFAULTS = {
     "PREFECT_LOGGING_TO_API_BATCH_INTERVAL": "0.5",
     "PREFECT_UI_ENABLED": "false",
     "TOKENIZERS_PARALLELISM": "false",
+    "RAY_USAGE_STATS_ENABLED": "0",  # the local Ray instance of run.task_runner=ray
 }
 
 

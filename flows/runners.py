@@ -6,6 +6,8 @@ already operate: Dask (`prefect-dask`) and Ray (`prefect-ray`), local or at an e
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tasks.base import RunParams
@@ -49,3 +51,65 @@ def make_task_runner(run: RunParams) -> Any | None:
     raise ValueError(
         f"run.task_runner: unknown runner {kind!r} (sequential, thread, process, dask, ray)"
     )
+
+
+def shard_options(
+    run: RunParams,
+    log: Callable[[str], None] | None = None,
+    cluster_gpus: Callable[[], float] | None = None,
+) -> dict[str, Any]:
+    """Ray ``remote`` options of every shard task of a run: ``run.gpus_per_task`` GPUs each.
+
+    Only Ray schedules by GPU (``num_gpus``); the other runners ignore the setting (logged).
+    A Ray task asking for a GPU the cluster does not have would wait forever, so when the
+    cluster (the local one started for the run, or the one at ``run.runner_address``) has no
+    GPU at all the request is dropped with a warning and shards run on CPU; asking for more
+    GPUs per task than the cluster has in total fails at once. Call it inside the flow, once
+    the task runner has connected to its cluster.
+    """
+    want = run.gpus_per_task
+    if want < 0:
+        raise ValueError(f"run.gpus_per_task must be >= 0, got {want:g}")
+    if want == 0 or run.task_runner == "sequential":
+        return {}
+    say = log or (lambda msg: None)
+    if run.task_runner != "ray":
+        say(
+            f"run.gpus_per_task={want:g} ignored: only run.task_runner=ray reserves GPUs per "
+            f"task ({run.task_runner} shards use whatever GPU their process sees)"
+        )
+        return {}
+    have = (cluster_gpus or _ray_cluster_gpus)()
+    if have <= 0:
+        say(
+            f"run.gpus_per_task={want:g} ignored: the Ray cluster has no GPU (a task asking "
+            "for one would wait forever); shards run on CPU"
+        )
+        return {}
+    if want > have:
+        raise ValueError(
+            f"run.gpus_per_task={want:g} but the Ray cluster has {have:g} GPU(s) in all: no "
+            "shard task could ever be scheduled"
+        )
+    return {"num_gpus": want}
+
+
+@contextlib.contextmanager
+def submit_options(options: dict[str, Any]) -> Iterator[None]:
+    """Apply :func:`shard_options` to the ``.submit`` calls made inside the block."""
+    if not options:
+        yield
+        return
+    from prefect_ray.context import remote_options
+
+    with remote_options(**options):
+        yield
+
+
+def _ray_cluster_gpus() -> float:
+    """GPUs of the Ray cluster this process is connected to (the RayTaskRunner's)."""
+    import ray
+
+    if not ray.is_initialized():
+        return 0.0
+    return float(ray.cluster_resources().get("GPU", 0.0))

@@ -1,0 +1,45 @@
+"""`ctxsim run` against a cluster it cannot reach: one clear line, not a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import flows.pipeline
+from flows.cli import app
+
+
+def _unreachable(*args: object, **kwargs: object) -> None:
+    raise ConnectionError("ray client connection timeout")
+
+
+def test_unreachable_ray_cluster_is_one_error_line_with_the_auth_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flows.pipeline, "run_pipeline", _unreachable)
+    res = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--root",
+            str(tmp_path),
+            "--set",
+            "run.task_runner=ray",
+            "--set",
+            "run.runner_address=ray://127.0.0.1:1",
+        ],
+    )
+    assert res.exit_code == 1
+    assert "cannot reach the ray cluster at run.runner_address=ray://127.0.0.1:1" in res.stderr
+    assert "RAY_AUTH_MODE=token" in res.stderr
+    assert "Traceback" not in res.output
+
+
+def test_connection_errors_without_a_cluster_address_are_not_relabelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(flows.pipeline, "run_pipeline", _unreachable)
+    res = CliRunner().invoke(app, ["run", "--root", str(tmp_path)])
+    assert isinstance(res.exception, ConnectionError)
