@@ -39,6 +39,7 @@ from models.ists import (
 )
 from models.similarity import avg_contributions, cosine_paired, rcmd_contributions, rcmd_paired
 from tasks.base import Stage, StageContext, StageParams
+from tasks.store import content_digest
 from tasks.sts_data import StsSet, dataset_key, discover
 
 SEVEN = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSb.test", "SICK-R.test"]
@@ -696,7 +697,7 @@ class EvaluateStage(Stage):
     run_fields = ("seed", "device")
 
     def fingerprint_extra(self, params: Any) -> dict[str, Any]:
-        """The data folders' file sizes and mtimes decide the output too."""
+        """The data folders' files (by content) decide the output too."""
         extra: dict[str, Any] = {}
         for key in ("sts_dir", "ists_dir"):
             d = getattr(params, key)
@@ -705,7 +706,7 @@ class EvaluateStage(Stage):
                     (
                         str(f.relative_to(Path(d).expanduser())),
                         f.stat().st_size,
-                        int(f.stat().st_mtime),
+                        content_digest(f),
                     )
                     for f in Path(d).expanduser().rglob("*")
                     if f.is_file()

@@ -29,6 +29,7 @@ from pydantic import Field
 
 from models.sentences import count_tokens, split_sentences
 from tasks.base import Stage, StageContext, StageParams
+from tasks.store import content_digest
 
 SENTS_PER_DOC_BITS = 24
 
@@ -226,13 +227,12 @@ class ShardStage(Stage):
     run_fields = ()
 
     def fingerprint_extra(self, params: ShardParams) -> dict[str, Any]:
-        """Input files by path, size and mtime: an edited corpus gets a new fingerprint."""
-        return {
-            "files": [
-                [str(f.resolve()), f.stat().st_size, int(f.stat().st_mtime)]
-                for f in _expand(params.paths)
-            ]
-        }
+        """Input files by content (sha256) and name below their common folder: an edited
+        corpus gets a new fingerprint, a copied or moved one keeps it."""
+        files = [f.resolve() for f in _expand(params.paths)]
+        base = Path(os.path.commonpath([str(f.parent) for f in files]))
+        rows = [[str(f.relative_to(base)), f.stat().st_size, content_digest(f)] for f in files]
+        return {"files": rows}
 
     def num_shards(self, ctx: StageContext) -> int:
         return ctx.params.n_shards

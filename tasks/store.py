@@ -52,6 +52,34 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def content_digest(path: Path, cache_file: Path | None = None) -> str:
+    """sha256 of an input file, remembered by (path, size, mtime, inode) so that unchanged
+    files are hashed once. Inputs are fingerprinted by content, not by mtime: a corpus copied
+    to another machine or re-extracted keeps its fingerprint, so nothing is recomputed."""
+    home_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxsim"
+    cache_file = cache_file or Path(
+        os.environ.get("CTXSIM_DIGEST_CACHE") or home_cache / "digests.json"
+    )
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    if key in cache:
+        return str(cache[key])
+    digest = sha256_file(path)
+    cache[key] = digest
+    try:  # best effort: a read-only home only costs re-hashing
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, cache_file)
+    except OSError:
+        pass
+    return digest
+
+
 def fingerprint(payload: dict[str, Any]) -> str:
     """Stable 16-hex-digit hash of a JSON-serialisable payload (sorted keys)."""
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()

@@ -175,3 +175,31 @@ def test_contexts_params_reject_bad_width():
     with pytest.raises(ValueError):
         ContextsParams(width=0)
     assert ContextsStage.inputs == ("shard",)
+
+
+def test_fingerprint_follows_content_not_mtime(tmp_path: Path, monkeypatch):
+    """A corpus re-extracted or re-copied in place (new mtimes, same bytes) keeps its
+    fingerprint, so a rerun reuses everything; one changed byte gives a new fingerprint."""
+    import os
+    import shutil
+
+    monkeypatch.setenv("CTXSIM_DIGEST_CACHE", str(tmp_path / "digests.json"))
+    src = tmp_path / "corpus"
+    src.mkdir()
+    (src / "a.txt").write_text(DOC)
+    (src / "b.txt").write_text(DOC.replace("Anna", "Maria"))
+    store = ArtefactStore(tmp_path / "root")
+
+    def fp() -> str:
+        params = ShardParams(paths=[str(src / "*.txt")])
+        return plan_stage(ShardStage(), params, RunParams(), store, {}).fingerprint
+
+    first = fp()
+    shutil.copytree(src, tmp_path / "backup")
+    shutil.rmtree(src)
+    shutil.copytree(tmp_path / "backup", src)  # copytree keeps mtimes: move them on purpose
+    os.utime(src / "a.txt", (1_000_000_000, 1_000_000_000))
+    assert fp() == first
+    (src / "b.txt").write_text(DOC.replace("Anna", "Marie"))  # same size, new content
+    assert fp() != first
+    assert json.loads((tmp_path / "digests.json").read_text())  # digests are remembered
