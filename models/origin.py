@@ -271,3 +271,25 @@ def pair_split(s1: np.ndarray, s2: np.ndarray, seed: int, ratios: Sequence[float
     r = np.asarray(ratios, np.float64)
     cuts = np.cumsum(r / r.sum())[:-1]
     return np.searchsorted(cuts, u, side="right")
+
+
+def rescale_labels(values: np.ndarray, how: str) -> np.ndarray:
+    """Map Eq. 4 labels onto the surrogate's cosine range.
+
+    Cosines of raw S vectors (all entries are log-probabilities, so all negative) crowd into
+    about [0.93, 1]; regressing a sentence encoder's cosine onto that range pulls every pair
+    together. ``rank`` keeps only their order (uniform on [0, 1], ties averaged), which is all
+    that Spearman-evaluated similarity needs; ``minmax`` keeps relative gaps; ``none`` is the
+    paper's literal target.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if how == "none" or len(v) == 0:
+        return v
+    if how == "minmax":
+        lo, hi = float(np.min(v)), float(np.max(v))
+        return np.zeros_like(v) if hi == lo else (v - lo) / (hi - lo)
+    if how == "rank":
+        from scipy.stats import rankdata
+
+        return np.zeros_like(v) if len(v) == 1 else (rankdata(v) - 1) / (len(v) - 1)
+    raise ValueError(f"label scaling {how!r}: use none, rank or minmax")

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
+from models.origin import rescale_labels
 from tasks.base import Stage, StageContext, StageParams
 
 TINY = "tiny-random"
@@ -44,6 +45,8 @@ class TrainParams(StageParams):
     backbone: str = TINY  # registry name (minilm, gemma-270m, ...), a local path, or tiny-random
     loss: Literal["cosine", "clrcmd"] = "cosine"
     label_column: str = "label"  # or label_disc / label_fwd / ... for the Eq. 3 ablations
+    # Eq. 4 cosines crowd into ~[0.93, 1]: rank maps them to [0, 1] (models.origin.rescale_labels)
+    label_scale: Literal["none", "rank", "minmax"] = "rank"
     train_splits: list[str] = Field(default_factory=lambda: ["train"])
     max_train_pairs: int | None = None
     max_seq_length: int = 64
@@ -261,7 +264,7 @@ class TrainStage(Stage):
             {
                 "sentence1": [s1[i] for i in idx],
                 "sentence2": [s2[i] for i in idx],
-                "score": lab[idx].astype(np.float32).tolist(),
+                "score": rescale_labels(lab[idx], p.label_scale).astype(np.float32).tolist(),
             }
         )
 

@@ -19,6 +19,7 @@ from models.origin import (
     pair_split,
     recover_lambdas,
     required_scores,
+    rescale_labels,
     spearman_conventions,
 )
 
@@ -259,3 +260,17 @@ def test_label_stage_mined_pairs_and_missing_scores(tmp_path) -> None:
     store2, arts2, _ = _fake_world(tmp_path / "b", given=False, drop_one=True)
     with pytest.raises(KeyError, match="no score"):
         _run_label(store2, arts2)
+
+
+def test_rescale_labels_keeps_order_and_spans_unit_range():
+    v = np.array([0.995, 0.93, 0.999, 0.995, 0.96])
+    r = rescale_labels(v, "rank")
+    assert r.min() == 0.0 and r.max() == 1.0
+    assert r[0] == r[3]  # ties share their average rank
+    assert list(np.argsort(r[[1, 4, 0, 2]])) == [0, 1, 2, 3]
+    m = rescale_labels(v, "minmax")
+    assert np.allclose(m, (v - 0.93) / (0.999 - 0.93))
+    assert np.array_equal(rescale_labels(v, "none"), v)
+    assert np.array_equal(rescale_labels(np.array([0.5, 0.5]), "minmax"), np.zeros(2))
+    with pytest.raises(ValueError, match="label scaling"):
+        rescale_labels(v, "log")
