@@ -170,6 +170,31 @@ class GenerativeScorer:
         """
         raise NotImplementedError
 
+    def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Last-layer hidden states (batch, length, dim): the encoder of a seq2seq model, the
+        decoder stack of a causal LM."""
+        raise NotImplementedError
+
+    #: ids put before a text when embedding it (e.g. <bos>), run but not pooled
+    embed_prefix: Ids = ()
+
+    def embed(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Mean-pooled last-layer states of each text (sentence slot limit): the backbone's own
+        sentence embedding, the baseline the Origin similarity has to beat (issue 7)."""
+        pre = tuple(self.embed_prefix)
+        ids = [pre + self.limits.cut(1, t) for t in self.tokenize(texts)]
+        out = []
+        with torch.inference_mode():
+            for lo in range(0, len(ids), batch_size):
+                chunk = ids[lo : lo + batch_size]
+                t, m = _pad(chunk, self.pad)
+                h = self.hidden_states(t.to(self.device), m.to(self.device)).float().cpu()
+                pool = m.clone()
+                pool[:, : len(pre)] = 0
+                w = pool.unsqueeze(-1).float()
+                out.append(((h * w).sum(1) / w.sum(1).clamp(min=1)).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
     def log_prob(
         self, direction: str, sources: Sequence[Source], targets: Sequence[str]
     ) -> np.ndarray:
@@ -254,6 +279,10 @@ class Seq2SeqScorer(GenerativeScorer):
             src.append(self.sep)
         return tuple(src), (*self.limits.cut(slot, target), self.sep)
 
+    def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        enc = self.models["fwd"].encoder
+        return enc(input_ids=ids, attention_mask=mask, return_dict=True).last_hidden_state
+
     def encode(self, direction: str, sources: Sequence[Ids]) -> tuple[torch.Tensor, torch.Tensor]:
         """Encoder states and mask for distinct sources (the engine shares them across targets)."""
         ids, mask = _pad(sources, self.pad)
@@ -331,6 +360,7 @@ class CausalPrefixScorer(GenerativeScorer):
         self._segments = {d: self._parse(d, self.templates.get(d, "")) for d in DIRECTIONS}
         prefix = tokenizer("", add_special_tokens=True)["input_ids"]
         self.prefix: Ids = tuple(prefix)  # e.g. (<bos>,) for Gemma, () for SmolLM2
+        self.embed_prefix = self.prefix
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
@@ -359,6 +389,10 @@ class CausalPrefixScorer(GenerativeScorer):
 
     def modules(self) -> list[torch.nn.Module]:
         return [self.model]
+
+    def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out = self.model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)
+        return out.last_hidden_state
 
     @property
     def vocab_size(self) -> int:

@@ -11,8 +11,9 @@ given pairs (the Origin evaluation on STS) get split "eval".
 
 For given pairs the stats also hold Spearman x100 per evaluation set under the "all" convention
 (subsets of a year concatenated) and the "mean" convention (mean over subsets), per Eq. 3 term
-alone, without each term (Table 9; λ recovered from the score rows), and for the TF-IDF cosine
-of the two sentences as a baseline; ``files/origin.json`` holds the same as a nested report.
+alone, without each term (Table 9; λ recovered from the score rows), and for two baselines on
+the same pairs: the TF-IDF cosine of the two sentences and the generator backbone's mean-pooled
+cosine; ``files/origin.json`` holds the same as a nested report.
 """
 
 from __future__ import annotations
@@ -119,9 +120,11 @@ def report_name(dataset: str, subset: str) -> str:
 
 class LabelStage(Stage):
     name = "label"
-    version = "1"
+    version = "2"  # 2: backbone_cosine baseline in the Origin report
     Params = LabelParams
     inputs = ("queries", "select", "pairs", "score")
+    #: the generator's backbone gives the mean-pooled-cosine baseline of the Origin report
+    optional_inputs = ("generator",)
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: LabelParams = ctx.params
@@ -287,6 +290,10 @@ class LabelStage(Stage):
         base = _tfidf_cosine(table.column("s1").to_pylist(), table.column("s2").to_pylist())
         views = {names[k]: labels[:, k] for k in range(1, len(names)) if p.ablations}
         views["tfidf_cosine"] = base
+        if "generator" in ctx.upstream:
+            views["backbone_cosine"] = _backbone_cosine(
+                ctx, table.column("s1").to_pylist(), table.column("s2").to_pylist()
+            )
         out: dict[str, Any] = {}
         for name in sorted(set(sets)):
             m = sets == name
@@ -341,6 +348,23 @@ class LabelStage(Stage):
 
 def _r(x: float) -> float | None:
     return None if not np.isfinite(x) else round(float(x), 2)
+
+
+def _backbone_cosine(ctx: StageContext, a: list[str | None], b: list[str | None]) -> np.ndarray:
+    """Cosine of the generator backbone's mean-pooled sentence states: how much the contexts add
+    over the model's own view of the two sentences."""
+    from tasks.generator import load_scorer
+
+    scorer, _ = load_scorer(ctx.input("generator").files_dir, ctx.device)
+    texts = sorted({t for t in (*a, *b) if t})
+    emb = scorer.embed(texts)
+    emb /= np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    row = {t: i for i, t in enumerate(texts)}
+    out = np.full(len(a), np.nan)
+    for k, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x and y:
+            out[k] = float(emb[row[x]] @ emb[row[y]])
+    return out
 
 
 def _tfidf_cosine(a: list[str | None], b: list[str | None]) -> np.ndarray:

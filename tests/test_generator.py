@@ -125,6 +125,19 @@ def test_causal_log_prob_matches_manual(tok):
         assert np.isclose(g, lp[pos, torch.tensor(t_ids)].mean().item(), atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_embed_is_mean_of_unpadded_states_and_batch_free(tok, kind):
+    sc = make(kind, tok)
+    emb = sc.embed(TEXTS, batch_size=2)
+    assert emb.shape[0] == len(TEXTS)
+    for text, row in zip(TEXTS, emb, strict=True):
+        ids = torch.tensor([[*sc.embed_prefix, *sc.tokenize([text])[0]]])
+        with torch.no_grad():
+            h = sc.hidden_states(ids, torch.ones_like(ids))[0, len(sc.embed_prefix) :]
+        assert np.allclose(row, h.mean(0).numpy(), atol=1e-5)
+    assert np.allclose(emb, sc.embed(TEXTS, batch_size=5), atol=1e-5)
+
+
 def _tiny_gemma3(tok):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 

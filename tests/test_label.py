@@ -274,3 +274,47 @@ def test_rescale_labels_keeps_order_and_spans_unit_range():
     assert np.array_equal(rescale_labels(np.array([0.5, 0.5]), "minmax"), np.zeros(2))
     with pytest.raises(ValueError, match="label scaling"):
         rescale_labels(v, "log")
+
+
+def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
+    """With the generator upstream, the report adds the backbone's mean-pooled cosine."""
+    from models.generator import (
+        DEFAULT_TEMPLATES,
+        CausalPrefixScorer,
+        TinyConfig,
+        tiny_causal,
+        train_wordpiece_tokenizer,
+    )
+    from tasks.generator import load_scorer, save_scorer
+
+    store, arts, _ = _fake_world(tmp_path, given=True)
+    texts = arts["queries"].read_table().column("text").to_pylist()
+    tok = train_wordpiece_tokenizer([], vocab=" ".join(texts).split())
+    cfg = TinyConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    scorer = CausalPrefixScorer(tiny_causal(tok, cfg, seed=0), tok)
+    fp = uuid.uuid4().hex[:16]
+    store.write_shard("generator", fp, 0, pa.table({"x": [0]}), {}, 0.0)
+    files = store.open_partial("generator", fp) / "files"
+    meta = {
+        "backend": "causal",
+        "weights": "artefact",
+        "shared": True,
+        "templates": dict(DEFAULT_TEMPLATES),
+        "limits": {"max_context_tokens": 96, "max_sentence_tokens": 64},
+    }
+    save_scorer(scorer, files, meta, weights=True)
+    arts["generator"] = store.publish("generator", fp, 1, {"stats": {}})
+    art = _run_label(store, arts)
+    assert "spearman_all.STSb.dev.backbone_cosine" in art.stats
+    report = json.loads((art.files_dir / "origin.json").read_text())
+    assert "backbone_cosine" in report["datasets"]["STS12"]["views"]
+    # the view is the cosine of the reloaded model's mean-pooled embeddings
+    from models.origin import spearman_x100
+
+    t = art.read_table().to_pandas()
+    t = t[t["dataset"] == "STSb"]
+    loaded, _ = load_scorer(arts["generator"].files_dir)
+    e1, e2 = loaded.embed(list(t["s1"])), loaded.embed(list(t["s2"]))
+    cos = (e1 * e2).sum(1) / np.linalg.norm(e1, axis=1) / np.linalg.norm(e2, axis=1)
+    want = round(spearman_x100(cos, t["gold"].to_numpy()), 2)
+    assert report["datasets"]["STSb.dev"]["views"]["backbone_cosine"]["spearman_all"] == want
