@@ -243,7 +243,7 @@ def quality(args: argparse.Namespace) -> None:
         print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
         rows.append(row)
         del sc
-        write_results("score_quality", rows, quality_meta(args))
+        write_results(args.name, rows, quality_meta(args))
 
 
 def quality_meta(args: argparse.Namespace) -> dict[str, Any]:
@@ -268,6 +268,7 @@ def main() -> None:
     ap.add_argument("--train-windows", type=int, default=20000)
     ap.add_argument("--train-seconds", type=float, default=600)
     ap.add_argument("--quick", action="store_true", help="fewer pairs, tiny + small only")
+    ap.add_argument("--name", default="score_quality", help="results file name (--quality)")
     ap.add_argument("--real", action="store_true", help="add packaged minilm / SmolLM2 models")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)

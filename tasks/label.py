@@ -112,6 +112,26 @@ def score_views(score: pa.Table) -> tuple[list[str], np.ndarray]:
     return names, np.stack(cols, axis=1) if cols else np.zeros((0, len(names)))
 
 
+def ablation_views(
+    score: pa.Table, ablations: bool
+) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    """Score views, plus S without each term (Table 9) and without both context terms when
+    ``ablations`` and the λ of Eq. 3 can be recovered from the rows; returns (names, values, λ)."""
+    names, values = score_views(score)
+    if not ablations:
+        return names, values, None
+    lam = recover_lambdas(values[:20000, 0], values[:20000, 1:])
+    if lam is None:
+        return names, values, None
+    for k, term in enumerate(TERMS):
+        if lam[k] != 0 and not np.all(np.isnan(values[:, 1 + k])):
+            names.append(f"wo_{term}")
+            values = np.column_stack([values, values[:, 0] - lam[k] * values[:, 1 + k]])
+    both = lam[2] * np.nan_to_num(values[:, 3]) + lam[3] * np.nan_to_num(values[:, 4])
+    names.append("wo_both_contexts")
+    return names, np.column_stack([values, values[:, 0] - both]), lam
+
+
 def report_name(dataset: str, subset: str) -> str:
     """Evaluation-set name: a year's subsets form one set (STS12), splits are sets of their own
     (STSb.dev, SICK-R.trial)."""
@@ -141,23 +161,12 @@ class LabelStage(Stage):
         )
         s1 = pairs.column("s1_query_id").to_numpy()
         s2 = pairs.column("s2_query_id").to_numpy()
-        names, values = score_views(score)
         given = (
             "source" in pairs.column_names
             and pairs.num_rows > 0
             and bool(np.all(pairs.column("source").to_numpy(zero_copy_only=False) == "given"))
         )
-        lam = None
-        if given and p.ablations:
-            lam = recover_lambdas(values[:20000, 0], values[:20000, 1:])
-            if lam is not None:  # S without each term (Table 9) as extra views
-                for k, term in enumerate(TERMS):
-                    if lam[k] != 0 and not np.all(np.isnan(values[:, 1 + k])):
-                        names.append(f"wo_{term}")
-                        values = np.column_stack([values, values[:, 0] - lam[k] * values[:, 1 + k]])
-                both = lam[2] * np.nan_to_num(values[:, 3]) + lam[3] * np.nan_to_num(values[:, 4])
-                names.append("wo_both_contexts")
-                values = np.column_stack([values, values[:, 0] - both])
+        names, values, lam = ablation_views(score, given and p.ablations)
         lookup = ScoreLookup(
             score.column("query_id").to_numpy(), score.column("context_id").to_numpy(), values
         )

@@ -1,0 +1,162 @@
+"""Origin similarity (Eq. 4) of a finished `ctxsim origin` run, re-read at every |Cs| <= the
+run's, per Eq. 3 view, under several vector similarities: the |Cs| curve (Table 7) and the
+ablations (Table 9) from one scoring pass.
+
+Selection is greedy in rank order, so the first k contexts of a set of size K are exactly the set
+of size k: one run at |Cs| = K gives the whole curve k = 1..K without rescoring. Similarities:
+
+- ``cosine``: the paper's Eq. 4 (raw cosine of the score vectors);
+- ``pearson``: each vector centred first (removes a sentence's overall fluency);
+- ``neg_rmse``: minus the root-mean-square difference (removes a context's own likelihood,
+  which both vectors share and which dominates the raw cosine);
+- ``cross_fit``: how well each sentence fits the other's contexts, relative to the owner:
+  mean over c in Cs1 of S(s2, c) - S(s1, c), plus the same from Cs2.
+
+Tune on STSb dev only. Usage::
+
+    .venv/bin/python -m bench.bench_origin --run books-origin-cs12 --ks 1,2,4,8,12
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.harness import write_results
+from models.origin import ContextSets, ScoreLookup, spearman_conventions
+from tasks.label import ablation_views, report_name
+from tasks.store import ArtefactStore
+
+SIMILARITIES = ("cosine", "pearson", "neg_rmse", "cross_fit")
+
+
+def pair_similarity(v1: np.ndarray, v2: np.ndarray, n1: int, how: str) -> np.ndarray:
+    """Similarity of two score vectors over C = Cs1 + Cs2 (rows), per view (columns)."""
+    if how in ("cosine", "pearson"):
+        if how == "pearson":
+            v1, v2 = v1 - v1.mean(0), v2 - v2.mean(0)
+        den = np.linalg.norm(v1, axis=0) * np.linalg.norm(v2, axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, (v1 * v2).sum(0) / den, np.nan)
+    if how == "neg_rmse":
+        return -np.sqrt(np.mean((v1 - v2) ** 2, axis=0))
+    if how == "cross_fit":
+        return (v2[:n1] - v1[:n1]).mean(0) + (v1[n1:] - v2[n1:]).mean(0)
+    raise ValueError(how)
+
+
+def load_run(root: Path, run_id: str) -> dict[str, Any]:
+    rec = json.loads((root / "runs" / f"{run_id}.json").read_text())
+    store = ArtefactStore(root)
+    return {
+        name: store.require(name, rec["stages"][name]["fingerprint"])
+        for name in ("select", "score", "label")
+    }
+
+
+def curve(root: Path, run_id: str, ks: list[int]) -> list[dict[str, Any]]:
+    arts = load_run(root, run_id)
+    sel = arts["select"].read_table(["query_id", "context_id", "position"])
+    names, values, _ = ablation_views(arts["score"].read_table(), True)
+    score = arts["score"].read_table(["query_id", "context_id"])
+    lookup = ScoreLookup(
+        score.column("query_id").to_numpy(), score.column("context_id").to_numpy(), values
+    )
+    lab = arts["label"].read_table().to_pandas()
+    sets = np.asarray(
+        [report_name(d, s) for d, s in zip(lab["dataset"], lab["subset"], strict=True)], object
+    )
+    subs = lab["subset"].to_numpy(object)
+    gold = lab["gold"].to_numpy(np.float64)
+    pos = sel.column("position").to_numpy()
+    rows = []
+    for k in ks:
+        keep = pos < k
+        cs = ContextSets.from_rows(
+            sel.column("query_id").to_numpy()[keep],
+            sel.column("context_id").to_numpy()[keep],
+            pos[keep],
+        )
+        sims = {h: np.full((len(lab), len(names)), np.nan) for h in SIMILARITIES}
+        n_scores = set()
+        for i, (a, b) in enumerate(zip(lab["s1_id"], lab["s2_id"], strict=True)):
+            st1, n1 = (int(x[0]) for x in cs.locate(np.array([a])))
+            st2, n2 = (int(x[0]) for x in cs.locate(np.array([b])))
+            c = np.concatenate([cs.context_ids[st1 : st1 + n1], cs.context_ids[st2 : st2 + n2]])
+            if len(c) == 0:
+                continue
+            v1 = lookup.get(np.full(len(c), a), c)
+            v2 = lookup.get(np.full(len(c), b), c)
+            n_scores |= {(a, x) for x in c} | {(b, x) for x in c}
+            for h in SIMILARITIES:
+                sims[h][i] = pair_similarity(v1, v2, n1, h)
+        for name in sorted(set(sets)):
+            m = sets == name
+            for h in SIMILARITIES:
+                for j, view in enumerate(names):
+                    if np.all(np.isnan(sims[h][m, j])):
+                        continue
+                    s_all, s_mean = spearman_conventions(sims[h][m, j], gold[m], subs[m])
+                    rows.append(
+                        {
+                            "run": run_id,
+                            "set": name,
+                            "k": k,
+                            "similarity": h,
+                            "view": view,
+                            "spearman_all": round(s_all, 2),
+                            "spearman_mean": round(s_mean, 2),
+                            "n_pairs": int(m.sum()),
+                            "sc_scores": len(n_scores),
+                        }
+                    )
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", type=Path, default=Path("data/artefacts"))
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--ks", default="1,2,4,8")
+    ap.add_argument("--name", default="origin_curve")
+    args = ap.parse_args()
+    rows = curve(args.root, args.run, [int(k) for k in args.ks.split(",")])
+    origin = json.loads(
+        (load_run(args.root, args.run)["label"].files_dir / "origin.json").read_text()
+    )
+    baselines = [
+        {"set": s, "view": v, "spearman_all": r["spearman_all"]}
+        for s, d in origin["datasets"].items()
+        for v, r in d["views"].items()
+        if v in ("tfidf_cosine", "backbone_cosine")
+    ]
+    pivot: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        key = (r["set"], r["similarity"], r["view"])
+        pivot.setdefault(key, {"set": key[0], "similarity": key[1], "view": key[2]})
+        pivot[key][f"k{r['k']}"] = r["spearman_all"]
+    write_results(
+        args.name,
+        list(pivot.values()),
+        {
+            "command": f"python -m bench.bench_origin --run {args.run} --ks {args.ks}",
+            "what": "Spearman x100 ('all' convention) of Eq. 4 at |Cs| = k (prefix of the "
+            "run's sets), per Eq. 3 view and vector similarity; cosine is the paper's",
+            "lambdas": origin.get("lambdas"),
+        },
+        tables={
+            "scores_needed": [
+                {"k": k, "sc_scores": n}
+                for k, n in sorted({(r["k"], r["sc_scores"]) for r in rows})
+            ],
+            "baselines_same_pairs": baselines,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
