@@ -5,12 +5,8 @@ ablations (Table 9) from one scoring pass.
 Selection is greedy in rank order, so the first k contexts of a set of size K are exactly the set
 of size k: one run at |Cs| = K gives the whole curve k = 1..K without rescoring. Similarities:
 
-- ``cosine``: the paper's Eq. 4 (raw cosine of the score vectors);
-- ``pearson``: each vector centred first (removes a sentence's overall fluency);
-- ``neg_rmse``: minus the root-mean-square difference (removes a context's own likelihood,
-  which both vectors share and which dominates the raw cosine);
-- ``cross_fit``: how well each sentence fits the other's contexts, relative to the owner:
-  mean over c in Cs1 of S(s2, c) - S(s1, c), plus the same from Cs2.
+models/origin.py ``SIMILARITIES`` (cosine is the paper's Eq. 4; pearson, neg_rmse and cross_fit
+remove the context's own likelihood or the sentence's fluency, see ``similarity_by_group``).
 
 Tune on STSb dev only. Usage::
 
@@ -27,26 +23,16 @@ from typing import Any
 import numpy as np
 
 from bench.harness import write_results
-from models.origin import ContextSets, ScoreLookup, spearman_conventions
+from models.origin import (
+    SIMILARITIES,
+    ContextSets,
+    ScoreLookup,
+    origin_labels,
+    required_scores,
+    spearman_conventions,
+)
 from tasks.label import ablation_views, report_name
 from tasks.store import ArtefactStore
-
-SIMILARITIES = ("cosine", "pearson", "neg_rmse", "cross_fit")
-
-
-def pair_similarity(v1: np.ndarray, v2: np.ndarray, n1: int, how: str) -> np.ndarray:
-    """Similarity of two score vectors over C = Cs1 + Cs2 (rows), per view (columns)."""
-    if how in ("cosine", "pearson"):
-        if how == "pearson":
-            v1, v2 = v1 - v1.mean(0), v2 - v2.mean(0)
-        den = np.linalg.norm(v1, axis=0) * np.linalg.norm(v2, axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(den > 0, (v1 * v2).sum(0) / den, np.nan)
-    if how == "neg_rmse":
-        return -np.sqrt(np.mean((v1 - v2) ** 2, axis=0))
-    if how == "cross_fit":
-        return (v2[:n1] - v1[:n1]).mean(0) + (v1[n1:] - v2[n1:]).mean(0)
-    raise ValueError(how)
 
 
 def load_run(root: Path, run_id: str) -> dict[str, Any]:
@@ -81,19 +67,10 @@ def curve(root: Path, run_id: str, ks: list[int]) -> list[dict[str, Any]]:
             sel.column("context_id").to_numpy()[keep],
             pos[keep],
         )
-        sims = {h: np.full((len(lab), len(names)), np.nan) for h in SIMILARITIES}
-        n_scores = set()
-        for i, (a, b) in enumerate(zip(lab["s1_id"], lab["s2_id"], strict=True)):
-            st1, n1 = (int(x[0]) for x in cs.locate(np.array([a])))
-            st2, n2 = (int(x[0]) for x in cs.locate(np.array([b])))
-            c = np.concatenate([cs.context_ids[st1 : st1 + n1], cs.context_ids[st2 : st2 + n2]])
-            if len(c) == 0:
-                continue
-            v1 = lookup.get(np.full(len(c), a), c)
-            v2 = lookup.get(np.full(len(c), b), c)
-            n_scores |= {(a, x) for x in c} | {(b, x) for x in c}
-            for h in SIMILARITIES:
-                sims[h][i] = pair_similarity(v1, v2, n1, h)
+        s1 = lab["s1_id"].to_numpy(np.int64)
+        s2 = lab["s2_id"].to_numpy(np.int64)
+        sims = {h: origin_labels(cs, s1, s2, lookup, similarity=h) for h in SIMILARITIES}
+        n_scores = len(required_scores(cs, s1, s2)[0])
         for name in sorted(set(sets)):
             m = sets == name
             for h in SIMILARITIES:
@@ -111,7 +88,7 @@ def curve(root: Path, run_id: str, ks: list[int]) -> list[dict[str, Any]]:
                             "spearman_all": round(s_all, 2),
                             "spearman_mean": round(s_mean, 2),
                             "n_pairs": int(m.sum()),
-                            "sc_scores": len(n_scores),
+                            "sc_scores": n_scores,
                         }
                     )
     return rows

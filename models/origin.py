@@ -65,8 +65,8 @@ class ContextSets:
 
 def _ragged_concat(
     cs: ContextSets, s1: np.ndarray, s2: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """For each pair p, the context ids of Cs1 + Cs2: returns (pair_index, context_id) flat."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each pair p, the context ids of Cs1 + Cs2, flat: (pair_index, context_id, from_cs1)."""
     st1, n1 = cs.locate(s1)
     st2, n2 = cs.locate(s2)
     lens = n1 + n2
@@ -77,7 +77,8 @@ def _ragged_concat(
     k = np.arange(total, dtype=np.int64) - first
     n1r = np.repeat(n1, lens)
     src = np.where(k < n1r, np.repeat(st1, lens) + k, np.repeat(st2, lens) + (k - n1r))
-    return pair_idx, cs.context_ids[src] if total else np.zeros(0, np.int64)
+    ctx = cs.context_ids[src] if total else np.zeros(0, np.int64)
+    return pair_idx, ctx, k < n1r
 
 
 def required_scores(
@@ -87,7 +88,7 @@ def required_scores(
     {s1, s2} x (Cs1 ∪ Cs2) over all pairs. The score stage computes exactly these, once."""
     s1 = np.asarray(s1, np.int64)
     s2 = np.asarray(s2, np.int64)
-    p, c = _ragged_concat(cs, s1, s2)
+    p, c, _ = _ragged_concat(cs, s1, s2)
     q = np.concatenate([s1[p], s2[p]])
     cc = np.concatenate([c, c])
     key = np.unique(np.stack([q, cc], axis=1), axis=0) if len(q) else np.zeros((0, 2), np.int64)
@@ -144,34 +145,67 @@ class ScoreLookup:
         return self.values[idx_c]
 
 
-def cosine_by_group(
-    group: np.ndarray, a: np.ndarray, b: np.ndarray, n_groups: int, center: bool = False
-) -> np.ndarray:
-    """Cosine of a[group == g] and b[group == g] for every g, columns independently.
+#: Vector similarities for Eq. 4. The paper uses cosine and notes that "different metrics such
+#: as cosine similarity" may compare v_s1 and v_s2 (Sec. 3.3); the others remove what cosine of
+#: raw log-probabilities mostly measures when |C| is small (see ``similarity_by_group``).
+SIMILARITIES: tuple[str, ...] = ("cosine", "pearson", "neg_rmse", "cross_fit")
 
-    a, b: (m, k). Returns (n_groups, k); NaN where a vector has zero norm or no entries.
-    ``center`` subtracts each vector's mean first (Pearson correlation; not the paper's rule).
+
+def similarity_by_group(
+    group: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    n_groups: int,
+    how: str = "cosine",
+    from_first: np.ndarray | None = None,
+) -> np.ndarray:
+    """sim(a[group == g], b[group == g]) for every g, columns (score views) independently.
+
+    a, b: (m, k) score vectors of s1 and s2 over C. Returns (n_groups, k), NaN where undefined.
+
+    * ``cosine`` — Eq. 4 as written. Every entry is a log-probability (negative), so the raw
+      cosine is dominated by the shared offset of each context's own likelihood.
+    * ``pearson`` — each vector centred first: removes each sentence's overall fluency.
+    * ``neg_rmse`` — minus the RMS difference: a context's own likelihood, shared by both
+      vectors, cancels in a - b.
+    * ``cross_fit`` — how well each sentence fits the *other's* contexts relative to the owner:
+      mean over c in Cs1 of S(s2, c) - S(s1, c), plus mean over c in Cs2 of S(s1, c) - S(s2, c)
+      (needs ``from_first``, True where the context came from Cs1). A log-likelihood ratio,
+      so it too cancels the context's own likelihood.
     """
+    if how not in SIMILARITIES:
+        raise ValueError(f"similarity {how!r}: use one of {SIMILARITIES}")
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
-    k = a.shape[1]
-    out = np.empty((n_groups, k))
+    out = np.empty((n_groups, a.shape[1]))
     cnt = np.bincount(group, minlength=n_groups).astype(np.float64)
-    for j in range(k):
-        x, y = a[:, j], b[:, j]
-        if center:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                mx = np.bincount(group, weights=x, minlength=n_groups) / cnt
-                my = np.bincount(group, weights=y, minlength=n_groups) / cnt
-            x = x - mx[group]
-            y = y - my[group]
-        dot = np.bincount(group, weights=x * y, minlength=n_groups)
-        nx = np.bincount(group, weights=x * x, minlength=n_groups)
-        ny = np.bincount(group, weights=y * y, minlength=n_groups)
-        den = np.sqrt(nx * ny)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[:, j] = np.where(den > 0, dot / np.where(den > 0, den, 1.0), np.nan)
-    return np.clip(out, -1.0, 1.0)
+
+    def gsum(x: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+        w = x if where is None else np.where(where, x, 0.0)
+        return np.bincount(group, weights=w, minlength=n_groups)
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for j in range(a.shape[1]):
+            x, y = a[:, j], b[:, j]
+            if how == "neg_rmse":
+                out[:, j] = -np.sqrt(gsum((x - y) ** 2) / cnt)
+                continue
+            if how == "cross_fit":
+                if from_first is None:
+                    raise ValueError("cross_fit needs from_first (which contexts are from Cs1)")
+                f = np.asarray(from_first, bool)
+                n1 = np.bincount(group, weights=f.astype(np.float64), minlength=n_groups)
+                d = y - x  # S(s2, c) - S(s1, c)
+                out[:, j] = gsum(d, f) / n1 - gsum(d, ~f) / (cnt - n1)
+                continue
+            if how == "pearson":
+                x = x - (gsum(x) / cnt)[group]
+                y = y - (gsum(y) / cnt)[group]
+            den = np.sqrt(gsum(x * x) * gsum(y * y))
+            out[:, j] = np.clip(
+                np.where(den > 0, gsum(x * y) / np.where(den > 0, den, 1.0), np.nan), -1, 1
+            )
+    return np.where(np.isfinite(out), out, np.nan)
 
 
 def origin_labels(
@@ -180,7 +214,7 @@ def origin_labels(
     s2: np.ndarray,
     lookup: ScoreLookup,
     block_pairs: int = 20000,
-    center: bool = False,
+    similarity: str = "cosine",
 ) -> np.ndarray:
     """Eq. 4 for every pair and every score view: (n_pairs, k) with k = lookup's columns."""
     s1 = np.asarray(s1, np.int64)
@@ -188,12 +222,12 @@ def origin_labels(
     out = np.full((len(s1), lookup.values.shape[1]), np.nan)
     for lo in range(0, len(s1), max(1, block_pairs)):
         hi = min(len(s1), lo + block_pairs)
-        p, c = _ragged_concat(cs, s1[lo:hi], s2[lo:hi])
+        p, c, first = _ragged_concat(cs, s1[lo:hi], s2[lo:hi])
         if len(p) == 0:
             continue
         v1 = lookup.get(s1[lo:hi][p], c)
         v2 = lookup.get(s2[lo:hi][p], c)
-        out[lo:hi] = cosine_by_group(p, v1, v2, hi - lo, center=center)
+        out[lo:hi] = similarity_by_group(p, v1, v2, hi - lo, similarity, first)
     return out
 
 

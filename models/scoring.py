@@ -7,7 +7,9 @@ What makes it fast, compared with one pair per forward call (bench/bench_score.p
   and cut into batches by a padded-token budget, so padding stays small;
 * seq2seq: one encoder pass per distinct source in a batch, reused by every target that shares
   it (the ``fwd`` source ``(c<, c>)`` is shared by every sentence scored against a context);
-* ``torch.inference_mode``; bf16 autocast on CUDA (log-softmax in float32); torch threads on CPU;
+* ``torch.inference_mode``; bf16 autocast on CUDA (log-softmax in float32); torch threads on CPU,
+  and optionally bf16 autocast on CPUs with bf16 instructions (AVX512-BF16/AMX: about 2x here,
+  rank order of scores unchanged: Spearman 0.9995 against float32, bench/bench_score.py);
 * the vocabulary head runs only on real target positions (no logits for prompts or padding).
 
 Robust by construction: a CUDA out-of-memory error halves the failing batch and retries both
@@ -40,6 +42,7 @@ class EngineConfig:
     max_batch: int = 256  # examples per forward call
     max_logit_elems: int = 1 << 27  # batch x target positions x vocab (float32 logits)
     bf16_on_cuda: bool = True
+    bf16_on_cpu: bool = False  # matmuls in bf16 on CPU; scores move by ~1e-2 nats (off: exact)
     num_threads: int = 0  # CPU torch threads; 0 leaves torch's default
 
 
@@ -138,8 +141,11 @@ class ScoringEngine:
     def _inference(self) -> contextlib.AbstractContextManager[Any]:
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode())
-        if self.scorer.device.type == "cuda" and self.config.bf16_on_cuda:
-            stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16))
+        dev = self.scorer.device.type
+        if (dev == "cuda" and self.config.bf16_on_cuda) or (
+            dev == "cpu" and self.config.bf16_on_cpu
+        ):
+            stack.enter_context(torch.autocast(dev, dtype=torch.bfloat16))
         return stack
 
     def _batches(self, order: list[int], distinct: list[tuple[Ids, Ids]]) -> list[list[int]]:

@@ -98,6 +98,7 @@ class GeneratorParams(StageParams):
     lambda_left: float = 1.0
     lambda_right: float = 1.0
     token_budget: int = Field(8192, ge=1)  # scoring engine budget for the evaluation
+    bf16_on_cpu: bool = False  # the evaluation's engine: bf16 matmuls on CPU (as score's)
 
     @model_validator(mode="after")
     def _check(self) -> GeneratorParams:
@@ -456,7 +457,9 @@ class GeneratorStage(Stage):
         sents = [w["sentence"][i] for i in own]
         lefts = [w["left"][i] for i in own] + [w["left"][i] for i in rand]
         rights = [w["right"][i] for i in own] + [w["right"][i] for i in rand]
-        eng = ScoringEngine(scorer, EngineConfig(token_budget=p.token_budget))
+        eng = ScoringEngine(
+            scorer, EngineConfig(token_budget=p.token_budget, bf16_on_cpu=p.bf16_on_cpu)
+        )
         t0 = time.perf_counter()
         res = eng.score(lefts, sents + sents, rights)
         secs = time.perf_counter() - t0

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
 from models.origin import (
+    SIMILARITIES,
     TERM_COLUMNS,
     TERMS,
     ContextSets,
@@ -46,7 +47,8 @@ SPLIT_SUBSETS = {"train", "dev", "test", "trial"}
 
 class LabelParams(StageParams):
     split_ratios: list[float] = Field(default_factory=lambda: [98.0, 1.0, 1.0])  # train/dev/test
-    center: bool = False  # subtract each vector's mean (Pearson); the paper uses raw cosine
+    # how v_s1 and v_s2 are compared (models/origin.py SIMILARITIES); the paper's Eq. 4 is cosine
+    similarity: Literal["cosine", "pearson", "neg_rmse", "cross_fit"] = "cosine"
     block_pairs: int = Field(20_000, ge=1)  # pairs per vectorised block (memory bound)
     hist_bins: int = Field(20, ge=2)
     ablations: bool = True  # per-term and without-term Spearman for given pairs
@@ -140,7 +142,7 @@ def report_name(dataset: str, subset: str) -> str:
 
 class LabelStage(Stage):
     name = "label"
-    version = "2"  # 2: backbone_cosine baseline in the Origin report
+    version = "3"  # 2: backbone_cosine baseline; 3: similarity choice, sim_* report views
     Params = LabelParams
     inputs = ("queries", "select", "pairs", "score")
     #: the generator's backbone gives the mean-pooled-cosine baseline of the Origin report
@@ -170,8 +172,14 @@ class LabelStage(Stage):
         lookup = ScoreLookup(
             score.column("query_id").to_numpy(), score.column("context_id").to_numpy(), values
         )
-        labels = origin_labels(cs, s1, s2, lookup, block_pairs=p.block_pairs, center=p.center)
+        labels = origin_labels(cs, s1, s2, lookup, p.block_pairs, p.similarity)
         t_label = time.perf_counter() - t0
+        # S under every other vector similarity: reported for given pairs (cheap: lookups only)
+        other = {
+            f"sim_{how}": origin_labels(cs, s1, s2, lookup, p.block_pairs, how)[:, 0]
+            for how in SIMILARITIES
+            if given and how != p.similarity
+        }
 
         text_of = dict(
             zip(
@@ -219,7 +227,7 @@ class LabelStage(Stage):
         )
         stats = self._stats(ctx, p, table, n1, n2, t_label, lookup.n_lookups)
         if given:
-            report = self._origin_report(ctx, p, table, names, labels, lam)
+            report = self._origin_report(ctx, p, table, names, labels, lam, other)
             (ctx.files_dir / "origin.json").write_text(json.dumps(report, indent=2))
             for ds, r in report["datasets"].items():
                 stats[f"spearman_all.{ds}"] = r["spearman_all"]
@@ -290,6 +298,7 @@ class LabelStage(Stage):
         names: list[str],
         labels: np.ndarray,
         lam: np.ndarray | None,
+        other: dict[str, np.ndarray],
     ) -> dict[str, Any]:
         ds = table.column("dataset").to_pylist()
         sub = table.column("subset").to_pylist()
@@ -298,6 +307,7 @@ class LabelStage(Stage):
         subs = np.asarray(sub, dtype=object)
         base = _tfidf_cosine(table.column("s1").to_pylist(), table.column("s2").to_pylist())
         views = {names[k]: labels[:, k] for k in range(1, len(names)) if p.ablations}
+        views.update(other)
         views["tfidf_cosine"] = base
         if "generator" in ctx.upstream:
             views["backbone_cosine"] = _backbone_cosine(

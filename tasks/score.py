@@ -54,6 +54,7 @@ class ScoreParams(StageParams):
     max_batch: int = Field(256, ge=1)
     max_logit_elems: int = Field(1 << 27, ge=1)  # batch x target positions x vocab
     bf16_on_cuda: bool = True
+    bf16_on_cpu: bool = False  # ~2x on CPUs with AVX512-BF16/AMX; ranks unchanged (measured)
     disc_batch: int = Field(256, ge=1)  # windows per discriminator forward (pairs screen lacks)
     # A generative term whose lambda is 0 costs a third of the scoring time; skip it (its column
     # is NaN, so its ablation label is absent) unless the ablation table needs it.
@@ -156,6 +157,7 @@ class ScoreStage(Stage):
                 max_batch=p.max_batch,
                 max_logit_elems=p.max_logit_elems,
                 bf16_on_cuda=p.bf16_on_cuda,
+                bf16_on_cpu=p.bf16_on_cpu,
             ),
         )
         t1 = time.perf_counter()

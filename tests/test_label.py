@@ -43,8 +43,19 @@ def test_eq4_on_hand_computed_vectors() -> None:
     # symmetric in (s1, s2) up to the order of C, which cosine ignores
     assert origin_labels(cs, np.array([2]), np.array([1]), lookup)[0, 0] == pytest.approx(got)
     # centring = Pearson correlation of the two vectors
-    cen = origin_labels(cs, np.array([1]), np.array([2]), lookup, center=True)[0, 0]
+    cen = origin_labels(cs, np.array([1]), np.array([2]), lookup, similarity="pearson")[0, 0]
     assert cen == pytest.approx(np.corrcoef(v1, v2)[0, 1])
+    rmse = origin_labels(cs, np.array([1]), np.array([2]), lookup, similarity="neg_rmse")[0, 0]
+    assert rmse == pytest.approx(-np.sqrt(np.mean((np.array(v1) - np.array(v2)) ** 2)))
+    # cross_fit: s2 on Cs1 = [10, 11] relative to s1, plus s1 on Cs2 = [12, 10] relative to s2
+    cross = origin_labels(cs, np.array([1]), np.array([2]), lookup, similarity="cross_fit")[0, 0]
+    want = np.mean([-1.5 - -1.0, -0.5 - -2.0]) + np.mean([-3.0 - -2.5, -1.0 - -1.5])
+    assert cross == pytest.approx(want)
+    # ... and symmetric in (s1, s2)
+    back = origin_labels(cs, np.array([2]), np.array([1]), lookup, similarity="cross_fit")[0, 0]
+    assert back == pytest.approx(want)
+    with pytest.raises(ValueError, match="similarity"):
+        origin_labels(cs, np.array([1]), np.array([2]), lookup, similarity="dot")
 
 
 def test_vectorised_equals_naive_loop_and_missing_score_is_an_error() -> None:

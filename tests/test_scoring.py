@@ -73,6 +73,18 @@ def test_engine_equals_naive_whatever_the_batching(scorer, budget, max_batch):
         assert eng.stats.forward_calls == eng.stats.distinct_requests
 
 
+def test_bf16_on_cpu_keeps_scores_close_and_their_order(scorer):
+    """bf16 autocast on CPU (an option for CPUs with bf16 units) moves scores only slightly."""
+    lefts, sents, rights = windows(40, seed=7)
+    ref = ScoringEngine(scorer).score(lefts, sents, rights)
+    got = ScoringEngine(scorer, EngineConfig(bf16_on_cpu=True)).score(lefts, sents, rights)
+    for d in DIRECTIONS:
+        assert got[d].dtype == np.float32 and np.isfinite(got[d]).all()
+        assert not np.array_equal(got[d], ref[d])  # bf16 really ran
+        np.testing.assert_allclose(got[d], ref[d], atol=0.1)
+        assert np.corrcoef(got[d], ref[d])[0, 1] > 0.99
+
+
 def test_padding_next_to_long_rows_does_not_change_a_score(scorer):
     short = (["a cat"], ["the dog"], ["it was"])
     alone = ScoringEngine(scorer).score(*short)
