@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.stats import spearmanr
 
 from bench.bench_retrieve import load_paragraphs
 from bench.harness import median, peak_rss_mb, reset_peak_rss, timeit, write_results
@@ -128,12 +129,21 @@ def bench_one(
     naive_rss = peak_rss_mb() - base
     diff = max(float(np.max(np.abs(got[d][sub] - ref[d]))) for d in ref)
     t = median(eng_times)
+    # the same engine with bf16 autocast on CPU (EngineConfig.bf16_on_cpu): speed and whether
+    # the order of the scores survives (Spearman against float32, worst direction)
+    bcfg = EngineConfig(token_budget=budget, bf16_on_cpu=True)
+    bf_t = median(timeit(lambda: ScoringEngine(sc, bcfg).score(lefts, sents, rights), repeat, 1))
+    bf = ScoringEngine(sc, bcfg).score(lefts, sents, rights)
+    bf_rho = min(float(spearmanr(bf[d], got[d]).statistic) for d in got)
     return {
         "model": name,
         "pairs": n,
         "engine_pairs_per_s": n / t,
         "naive_pairs_per_s": n_naive / naive_t,
         "speedup": (n / t) / (n_naive / naive_t),
+        "engine_bf16_pairs_per_s": n / bf_t,
+        "speedup_bf16": (n / bf_t) / (n_naive / naive_t),
+        "bf16_spearman_vs_fp32": bf_rho,
         "engine_target_tok_per_s": eng.stats.target_tokens / t,
         "forward_calls": eng.stats.forward_calls,
         "encoder_passes": eng.stats.encoder_sources,

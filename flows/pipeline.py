@@ -44,7 +44,9 @@ def _retry_condition(task: Any, task_run: Any, state: Any) -> bool:
 def plan_spec(plan: StagePlan) -> dict[str, Any]:
     """A picklable description of a plan, so shard tasks can run in other processes/hosts."""
     return {
-        "root": str(plan.store.root),
+        "root": str(Path(plan.store.root).resolve()),
+        # relative input paths of the config (corpus, STS folders, models) are read from here
+        "cwd": str(Path.cwd()),
         "stage": plan.stage.name,
         "params": plan.params.model_dump(mode="json"),
         "run": plan.run.model_dump(mode="json"),
@@ -74,6 +76,7 @@ def shard_task(spec: dict[str, Any], shard: int) -> dict[str, Any]:
     """Compute one shard of one stage (or confirm it was done before)."""
     from tasks.base import resolve_device
 
+    _enter_run_directory(spec.get("cwd"))
     run = RunParams(**spec["run"])
     if run.torch_threads:
         import torch
@@ -81,6 +84,21 @@ def shard_task(spec: dict[str, Any], shard: int) -> dict[str, Any]:
         torch.set_num_threads(run.torch_threads)
     resolve_device(run.device)
     return compute_shard(plan_from_spec(spec), shard)
+
+
+def _enter_run_directory(cwd: str | None) -> None:
+    """Read relative config paths where the run started, also in a Dask/Ray worker on another
+    host (whose own working directory is anywhere): hosts share the checkout path."""
+    import os
+
+    if not cwd or os.getcwd() == cwd:
+        return
+    if not Path(cwd).is_dir():
+        raise FileNotFoundError(
+            f"the run's working directory {cwd} does not exist on this worker host; every host "
+            "needs the checkout (and the data the config names) at the same path"
+        )
+    os.chdir(cwd)
 
 
 def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:

@@ -249,6 +249,8 @@ class ArtefactStore:
             "seconds": round(seconds, 4),
             "stats": stats,
             "schema": table.schema.to_string(show_schema_metadata=False),
+            # which process computed it: on a cluster, the host and pid of the worker
+            "worker": f"{socket.gethostname()}:{os.getpid()}",
         }
         _write_json_atomic(pdir / f"_shard-{shard:05d}.json", info)
         return info
@@ -271,6 +273,7 @@ class ArtefactStore:
                     return won
                 raise StoreError(f"{stage}/{fp}: shard {shard} is not finished, cannot publish")
             parts.append({k: info[k] for k in ("file", "rows", "bytes", "sha256", "shard")})
+            parts[-1]["worker"] = info.get("worker")
         files = []
         fdir = pdir / "files"
         for f in sorted(fdir.rglob("*")):

@@ -227,6 +227,94 @@ def test_dask_and_ray_runs_are_byte_identical_to_sequential(
     assert artefact_digests(root) == artefact_digests(deployed.roots.clean)
 
 
+def test_run_on_an_existing_dask_cluster_as_the_several_hosts_recipe(
+    server, deployed, tmp_path
+) -> None:
+    """README "Scaling to several hosts": a `dask scheduler` and two `dask worker` processes
+    started by hand (each in its own directory, as on other hosts), then `ctxsim run` pointed at
+    the scheduler. The shards run in those workers, and the result equals the sequential run's."""
+    pytest.importorskip("prefect_dask", reason="pip install prefect-dask")
+    assert wait_flow_run(server.url, deployed.clean) == "COMPLETED"
+    port = free_port()
+    env = {**server.env, "DASK_DISTRIBUTED__WORKER__DAEMON": "false"}
+    procs = [
+        subprocess.Popen(
+            [
+                str(BIN / "dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "scheduler.log", "wb"),
+            start_new_session=True,
+        )
+    ]
+    try:
+        for i in range(2):
+            host = tmp_path / f"host{i}"
+            host.mkdir()
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "dask"),
+                        "worker",
+                        f"tcp://127.0.0.1:{port}",
+                        "--nthreads",
+                        "1",
+                        "--no-nanny",
+                        "--no-dashboard",
+                        "--host",
+                        "127.0.0.1",
+                    ],
+                    cwd=host,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(host / "worker.log", "wb"),
+                    start_new_session=True,
+                )
+            )
+        from distributed import Client
+
+        with Client(f"tcp://127.0.0.1:{port}", timeout=60) as c:
+            c.wait_for_workers(2, timeout=120)
+        root = tmp_path / "cluster-root"
+        cli(
+            [
+                "ctxsim",
+                "run",
+                "--config",
+                OPS_CONFIG,
+                "--root",
+                str(root),
+                "--until",
+                "queries",
+                "--run-id",
+                "cluster",
+                "--quiet",
+                "--set",
+                "run.task_runner=dask",
+                "--set",
+                f"run.runner_address=tcp://127.0.0.1:{port}",
+            ],
+            server.env,
+            timeout=600,
+        )
+        assert artefact_digests(root) == artefact_digests(deployed.roots.clean)
+        worker_pids = {p.pid for p in procs[1:]}
+        shard_dir = next(d for d in (root / "shard").iterdir() if (d / "_MANIFEST.json").exists())
+        parts = json.loads((shard_dir / "_MANIFEST.json").read_text())["parts"]
+        ran_on = {int(p["worker"].rsplit(":", 1)[1]) for p in parts}
+        assert ran_on and ran_on <= worker_pids, (ran_on, worker_pids)
+    finally:
+        for p in reversed(procs):
+            stop_group(p)
+
+
 def test_serve_schedules_and_runs_the_pipeline(server, tmp_path) -> None:
     root = tmp_path / "served"
     log = open(tmp_path / "serve.log", "wb")  # noqa: SIM115
