@@ -2,7 +2,7 @@
 
 Teacher-forced token-level cross-entropy over (direction, source ids, target ids) examples:
 AdamW, linear warmup then linear decay, gradient accumulation, gradient clipping, bf16 autocast
-on CUDA, and a checkpoint state (model, optimiser, scheduler, RNG, position inside the epoch)
+on CUDA (and optionally on CPU), and a checkpoint state (model, optimiser, scheduler, RNG, position inside the epoch)
 that the caller persists, so a crash resumes mid-epoch and reaches the same weights as an
 uninterrupted run. No file I/O here: ``on_checkpoint(state)`` hands the state to the caller.
 
@@ -39,6 +39,7 @@ class TrainConfig:
     max_seconds: float = 0.0  # wall-clock cap (0 = none); stops after the current step
     eval_batch_size: int = 32
     bf16_on_cuda: bool = True
+    bf16_on_cpu: bool = False  # mixed precision on CPUs with bf16 units (weights stay float32)
     seed: int = 0
 
 
@@ -57,6 +58,8 @@ def _epoch_plan(examples: Sequence[Example], batch_size: int, seed: int) -> list
 def _autocast(scorer: GenerativeScorer, cfg: TrainConfig) -> Any:
     if scorer.device.type == "cuda" and cfg.bf16_on_cuda:
         return torch.autocast("cuda", dtype=torch.bfloat16)
+    if scorer.device.type == "cpu" and cfg.bf16_on_cpu:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
     return torch.autocast("cpu", enabled=False)
 
 

@@ -98,7 +98,7 @@ class GeneratorParams(StageParams):
     lambda_left: float = 1.0
     lambda_right: float = 1.0
     token_budget: int = Field(8192, ge=1)  # scoring engine budget for the evaluation
-    bf16_on_cpu: bool = False  # the evaluation's engine: bf16 matmuls on CPU (as score's)
+    bf16_on_cpu: bool = False  # bf16 matmuls on CPU in training and the evaluation's engine
 
     @model_validator(mode="after")
     def _check(self) -> GeneratorParams:
@@ -408,6 +408,7 @@ class GeneratorStage(Stage):
             max_grad_norm=p.max_grad_norm,
             checkpoint_every=p.checkpoint_every,
             max_seconds=p.max_train_seconds,
+            bf16_on_cpu=p.bf16_on_cpu,
             seed=ctx.run.seed,
         )
         ckpt = ctx.cache_dir / "checkpoint.pt"
