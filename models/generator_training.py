@@ -2,9 +2,10 @@
 
 Teacher-forced token-level cross-entropy over (direction, source ids, target ids) examples:
 AdamW, linear warmup then linear decay, gradient accumulation, gradient clipping, bf16 autocast
-on CUDA (and optionally on CPU), and a checkpoint state (model, optimiser, scheduler, RNG, position inside the epoch)
-that the caller persists, so a crash resumes mid-epoch and reaches the same weights as an
-uninterrupted run. No file I/O here: ``on_checkpoint(state)`` hands the state to the caller.
+on CUDA (optionally on CPU), and a checkpoint state (model, optimiser, scheduler, RNG, position
+inside the epoch) that the caller persists, so a crash resumes mid-epoch and reaches the same
+weights as an uninterrupted run. No file I/O here: ``on_checkpoint(state)`` hands the state to
+the caller.
 
 Each micro-batch holds one direction (so per-direction models and control tokens see coherent
 batches); the epoch plan is a seeded shuffle of those micro-batches.
