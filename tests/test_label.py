@@ -254,6 +254,17 @@ def test_label_stage_given_pairs_reports_spearman(tmp_path) -> None:
     assert (art.files_dir / "label_hist.png").stat().st_size > 1000
     assert t.column("s1").to_pylist()[0].startswith("cats purr")
     assert (t.column("n_ctx1").to_numpy() == 4).all()
+    # S under every other vector similarity is reported; choosing one makes it the label
+    views = report["datasets"]["STSb.dev"]["views"]
+    assert {"sim_pearson", "sim_neg_rmse", "sim_cross_fit"} <= set(
+        views
+    ) and "sim_cosine" not in views
+    for how in ("neg_rmse", "cross_fit"):
+        other = _run_label(store, arts, similarity=how)
+        rep = json.loads((other.files_dir / "origin.json").read_text())["datasets"]["STSb.dev"]
+        assert rep["spearman_all"] == views[f"sim_{how}"]["spearman_all"]
+        assert rep["views"]["sim_cosine"]["spearman_all"] == st["spearman_all.STSb.dev"]
+        assert other.fingerprint != art.fingerprint
 
 
 def test_label_stage_mined_pairs_and_missing_scores(tmp_path) -> None:
