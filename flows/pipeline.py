@@ -119,13 +119,23 @@ def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:
 
 
 def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:
+    """The config's stages in order; with ``until``, that stage and what it is built from."""
     names = cfg.stage_names
     if until is not None:
         if until not in STAGES:
             raise ValueError(f"--until {until!r} is not a stage; known: {', '.join(STAGES)}")
         if until not in names:
             raise ValueError(f"--until {until!r}: that stage is not in the config")
-        names = names[: names.index(until) + 1]
+        # only what `until` is built from: `--until generator` trains the generator without
+        # retrieving and screening first (optional inputs count when the config has them)
+        need, todo = {until}, [until]
+        while todo:
+            stage = load_stage(todo.pop())
+            for up in (*stage.inputs, *stage.optional_inputs):
+                if up in names and up not in need:
+                    need.add(up)
+                    todo.append(up)
+        names = [n for n in names[: names.index(until) + 1] if n in need]
     return names
 
 

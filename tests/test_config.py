@@ -57,3 +57,23 @@ def test_bad_override_syntax():
 def test_missing_config_file(tmp_path: Path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_until_runs_only_what_that_stage_is_built_from() -> None:
+    from flows.pipeline import select_stages
+
+    cfg = load_config(REPO / "configs" / "books.yaml")
+    assert select_stages(cfg, "generator") == ["shard", "contexts", "generator"]
+    assert select_stages(cfg, "queries") == ["shard", "contexts", "queries"]
+    # select takes the screen as an optional input, so the whole retrieval path runs first
+    assert select_stages(cfg, "select") == [
+        "shard",
+        "contexts",
+        "queries",
+        "index",
+        "retrieve",
+        "discriminator",
+        "screen",
+        "select",
+    ]
+    assert select_stages(cfg, None) == cfg.stage_names
