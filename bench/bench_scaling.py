@@ -25,6 +25,7 @@ import concurrent.futures as cf
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -148,8 +149,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="4 shards of ~0.3 s, 1 repeat")
     ap.add_argument("--runners", default="thread,process,dask,ray")
+    ap.add_argument("--shards", type=int, help="override the shard count")
+    ap.add_argument("--work", type=float, help="override the seconds of work per shard")
+    ap.add_argument("--repeat", type=int, help="override the repeats")
+    ap.add_argument("--workers", help="override the worker counts, e.g. 1,2")
     args = ap.parse_args()
     n, work, repeat, counts = (4, 0.3, 1, [1, 2]) if args.quick else (8, 1.0, 3, [1, 2, 4])
+    n, work, repeat = args.shards or n, args.work or work, args.repeat or repeat
+    counts = [int(w) for w in args.workers.split(",")] if args.workers else counts
     runners = [r for r in args.runners.split(",") if r]
     runners = [
         r
@@ -219,7 +226,7 @@ def main() -> None:
             )
             print(overhead[-1], flush=True)
         meta = {
-            "command": "python -m bench.bench_scaling" + (" --quick" if args.quick else ""),
+            "command": "python -m bench.bench_scaling " + " ".join(sys.argv[1:]),
             "shards": n,
             "work_s_per_shard": work,
             "lcg_iters": iters,
