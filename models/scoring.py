@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from models.generator import DIRECTIONS, GenerativeScorer, Ids, eq3_example
 
@@ -44,6 +45,7 @@ class EngineConfig:
     bf16_on_cuda: bool = True
     bf16_on_cpu: bool = False  # matmuls in bf16 on CPU; scores move by ~1e-2 nats (off: exact)
     num_threads: int = 0  # CPU torch threads; 0 leaves torch's default
+    progress: bool = False  # a progress bar per direction (stderr; one line per 30 s in logs)
 
 
 @dataclass
@@ -130,9 +132,17 @@ class ScoringEngine:
         else:  # one sequence per request: sort by its padded length
             keys = [(len(s) + len(t), len(t), 0) for s, t in distinct]
         order = sorted(range(len(distinct)), key=keys.__getitem__)
-        with self._inference():
+        bar = tqdm(
+            total=len(distinct),
+            desc=f"score {direction}",
+            unit="pair",
+            mininterval=30.0,
+            disable=not self.config.progress,
+        )
+        with self._inference(), bar:
             for batch in self._batches(order, distinct):
                 self._run(direction, batch, distinct, total, count)
+                bar.update(len(batch))
         if np.isnan(total).any():  # cannot happen unless a batch was skipped: fail loudly
             raise RuntimeError(f"{int(np.isnan(total).sum())} requests were not scored")
         return (total / np.maximum(count, 1.0)).astype(np.float32)[where]

@@ -158,6 +158,7 @@ class ScoreStage(Stage):
                 max_logit_elems=p.max_logit_elems,
                 bf16_on_cuda=p.bf16_on_cuda,
                 bf16_on_cpu=p.bf16_on_cpu,
+                progress=not ctx.run.quiet,
             ),
         )
         t1 = time.perf_counter()
