@@ -44,10 +44,17 @@ def load_run(root: Path, run_id: str) -> dict[str, Any]:
     }
 
 
-def curve(root: Path, run_id: str, ks: list[int]) -> list[dict[str, Any]]:
+def curve(
+    root: Path, run_id: str, ks: list[int], lambdas: list[tuple[float, ...]] = ()
+) -> list[dict[str, Any]]:
     arts = load_run(root, run_id)
     sel = arts["select"].read_table(["query_id", "context_id", "position"])
     names, values, _ = ablation_views(arts["score"].read_table(), True)
+    # other Eq. 3 weightings from the same term columns (names[1:5] are disc, fwd, left, right)
+    for lam in lambdas:
+        used = [(w, values[:, 1 + i]) for i, w in enumerate(lam) if w != 0.0]
+        names.append("lambda(" + ",".join(f"{w:g}" for w in lam) + ")")
+        values = np.column_stack([values, sum(w * col for w, col in used)])
     score = arts["score"].read_table(["query_id", "context_id"])
     lookup = ScoreLookup(
         score.column("query_id").to_numpy(), score.column("context_id").to_numpy(), values
@@ -100,8 +107,14 @@ def main() -> None:
     ap.add_argument("--run", required=True)
     ap.add_argument("--ks", default="1,2,4,8")
     ap.add_argument("--name", default="origin_curve")
+    ap.add_argument(
+        "--lambdas", default="", help="Eq. 3 weightings disc,fwd,left,right separated by ';'"
+    )
     args = ap.parse_args()
-    rows = curve(args.root, args.run, [int(k) for k in args.ks.split(",")])
+    lambdas = [tuple(float(x) for x in g.split(",")) for g in args.lambdas.split(";") if g]
+    if any(len(lam) != 4 for lam in lambdas):
+        ap.error("--lambdas: four numbers (disc,fwd,left,right) per weighting")
+    rows = curve(args.root, args.run, [int(k) for k in args.ks.split(",")], lambdas)
     origin = json.loads(
         (load_run(args.root, args.run)["label"].files_dir / "origin.json").read_text()
     )
@@ -120,7 +133,8 @@ def main() -> None:
         args.name,
         list(pivot.values()),
         {
-            "command": f"python -m bench.bench_origin --run {args.run} --ks {args.ks}",
+            "command": f"python -m bench.bench_origin --run {args.run} --ks {args.ks}"
+            + (f" --lambdas '{args.lambdas}'" if args.lambdas else ""),
             "what": "Spearman x100 ('all' convention) of Eq. 4 at |Cs| = k (prefix of the "
             "run's sets), per Eq. 3 view and vector similarity; cosine is the paper's",
             "lambdas": origin.get("lambdas"),
