@@ -193,6 +193,13 @@ def test_failed_deployed_run_is_retried_reusing_finished_shards(server, deployed
     assert artefact_digests(root) == artefact_digests(deployed.roots.clean)
 
 
+def spine_run(env: dict[str, str], root: Path, run_id: str, *sets: str) -> None:
+    """`ctxsim run` of the ops config up to `queries` with config overrides."""
+    args = ["ctxsim", "run", "--config", OPS_CONFIG, "--root", str(root), "--until", "queries"]
+    args += ["--run-id", run_id, "--quiet"] + [x for kv in sets for x in ("--set", kv)]
+    cli(args, env, timeout=600)
+
+
 @pytest.mark.parametrize("runner", ["dask", "ray"])
 def test_dask_and_ray_runs_are_byte_identical_to_sequential(
     server, deployed, runner, tmp_path
@@ -200,27 +207,7 @@ def test_dask_and_ray_runs_are_byte_identical_to_sequential(
     pytest.importorskip(f"prefect_{runner}", reason=f"pip install prefect-{runner}")
     assert wait_flow_run(server.url, deployed.clean) == "COMPLETED"
     root = tmp_path / runner
-    cli(
-        [
-            "ctxsim",
-            "run",
-            "--config",
-            OPS_CONFIG,
-            "--root",
-            str(root),
-            "--until",
-            "queries",
-            "--run-id",
-            runner,
-            "--quiet",
-            "--set",
-            f"run.task_runner={runner}",
-            "--set",
-            "run.max_workers=2",
-        ],
-        server.env,
-        timeout=600,
-    )
+    spine_run(server.env, root, runner, f"run.task_runner={runner}", "run.max_workers=2")
     rec = json.loads((root / "runs" / f"{runner}.json").read_text())
     assert rec["status"] == "completed"
     assert sum(s["shards_computed"] for s in rec["stages"].values()) >= 4  # really fanned out
@@ -283,26 +270,12 @@ def test_run_on_an_existing_dask_cluster_as_the_several_hosts_recipe(
         with Client(f"tcp://127.0.0.1:{port}", timeout=60) as c:
             c.wait_for_workers(2, timeout=120)
         root = tmp_path / "cluster-root"
-        cli(
-            [
-                "ctxsim",
-                "run",
-                "--config",
-                OPS_CONFIG,
-                "--root",
-                str(root),
-                "--until",
-                "queries",
-                "--run-id",
-                "cluster",
-                "--quiet",
-                "--set",
-                "run.task_runner=dask",
-                "--set",
-                f"run.runner_address=tcp://127.0.0.1:{port}",
-            ],
+        spine_run(
             server.env,
-            timeout=600,
+            root,
+            "cluster",
+            "run.task_runner=dask",
+            f"run.runner_address=tcp://127.0.0.1:{port}",
         )
         assert artefact_digests(root) == artefact_digests(deployed.roots.clean)
         worker_pids = {p.pid for p in procs[1:]}
