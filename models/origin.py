@@ -146,8 +146,9 @@ class ScoreLookup:
 
 
 #: Vector similarities for Eq. 4. The paper uses cosine and notes that "different metrics such
-#: as cosine similarity" may compare v_s1 and v_s2 (Sec. 3.3); the others remove what cosine of
-#: raw log-probabilities mostly measures when |C| is small (see ``similarity_by_group``).
+#: as cosine similarity" may compare v_s1 and v_s2 (Sec. 3.3); the others cancel a context's own
+#: likelihood or a sentence's fluency (see ``similarity_by_group``). Measured on STSb dev with the
+#: books corpus (bench/results/origin_curve_cs10.md), cosine is the best for S.
 SIMILARITIES: tuple[str, ...] = ("cosine", "pearson", "neg_rmse", "cross_fit")
 
 
@@ -179,6 +180,11 @@ def similarity_by_group(
     b = np.asarray(b, np.float64)
     out = np.empty((n_groups, a.shape[1]))
     cnt = np.bincount(group, minlength=n_groups).astype(np.float64)
+    if how == "cross_fit":
+        if from_first is None:
+            raise ValueError("cross_fit needs from_first (which contexts are from Cs1)")
+        first = np.asarray(from_first, bool)
+        n_first = np.bincount(group, weights=first.astype(np.float64), minlength=n_groups)
 
     def gsum(x: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
         w = x if where is None else np.where(where, x, 0.0)
@@ -191,12 +197,8 @@ def similarity_by_group(
                 out[:, j] = -np.sqrt(gsum((x - y) ** 2) / cnt)
                 continue
             if how == "cross_fit":
-                if from_first is None:
-                    raise ValueError("cross_fit needs from_first (which contexts are from Cs1)")
-                f = np.asarray(from_first, bool)
-                n1 = np.bincount(group, weights=f.astype(np.float64), minlength=n_groups)
                 d = y - x  # S(s2, c) - S(s1, c)
-                out[:, j] = gsum(d, f) / n1 - gsum(d, ~f) / (cnt - n1)
+                out[:, j] = gsum(d, first) / n_first - gsum(d, ~first) / (cnt - n_first)
                 continue
             if how == "pearson":
                 x = x - (gsum(x) / cnt)[group]

@@ -174,12 +174,19 @@ class LabelStage(Stage):
         )
         labels = origin_labels(cs, s1, s2, lookup, p.block_pairs, p.similarity)
         t_label = time.perf_counter() - t0
-        # S under every other vector similarity: reported for given pairs (cheap: lookups only)
-        other = {
-            f"sim_{how}": origin_labels(cs, s1, s2, lookup, p.block_pairs, how)[:, 0]
-            for how in SIMILARITIES
-            if given and how != p.similarity
-        }
+        # S under every other vector similarity, for given pairs (the S column only)
+        other: dict[str, np.ndarray] = {}
+        if given:
+            s_only = ScoreLookup(
+                score.column("query_id").to_numpy(),
+                score.column("context_id").to_numpy(),
+                values[:, :1],
+            )
+            other = {
+                f"sim_{how}": origin_labels(cs, s1, s2, s_only, p.block_pairs, how)[:, 0]
+                for how in SIMILARITIES
+                if how != p.similarity
+            }
 
         text_of = dict(
             zip(
