@@ -211,17 +211,21 @@ class ArtefactStore:
 
     def shard_done(self, stage: str, fp: str, shard: int) -> dict[str, Any] | None:
         """Done-marker of a finished shard whose part still matches its checksum, else None."""
-        pdir = self.partial_dir(stage, fp)
+        return self._checked_marker(self.partial_dir(stage, fp), shard)
+
+    @staticmethod
+    def _checked_marker(pdir: Path, shard: int) -> dict[str, Any] | None:
         marker = pdir / f"_shard-{shard:05d}.json"
-        if not marker.exists():
-            return None
         try:
             info = json.loads(marker.read_text())
-        except json.JSONDecodeError:
+        except (FileNotFoundError, json.JSONDecodeError):
             return None
         f = pdir / info["file"]
-        if f.exists() and f.stat().st_size == info["bytes"] and sha256_file(f) == info["sha256"]:
-            return info
+        try:
+            if f.stat().st_size == info["bytes"] and sha256_file(f) == info["sha256"]:
+                return info
+        except FileNotFoundError:
+            return None
         marker.unlink(missing_ok=True)
         return None
 
@@ -264,30 +268,48 @@ class ArtefactStore:
         if existing is not None:  # another writer won the race: theirs is equivalent
             return existing
         pdir = self.partial_dir(stage, fp)
-        parts = []
         for shard in range(n_shards):
-            info = self.shard_done(stage, fp, shard)
-            if info is None:
+            if self._checked_marker(pdir, shard) is None:
                 won = self._await_concurrent_publish(stage, fp)
                 if won is not None:
                     return won
                 raise StoreError(f"{stage}/{fp}: shard {shard} is not finished, cannot publish")
+        # Claim the partial directory by renaming it to a private name before reading anything
+        # else from it: a concurrent publisher then either wins the rename or finds it gone,
+        # and nobody lists a directory that is being renamed away.
+        staging = pdir.with_name(f".publish-{fp}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.rename(pdir, staging)
+        except FileNotFoundError:
+            won = self._await_concurrent_publish(stage, fp)
+            if won is None:
+                raise StoreError(
+                    f"{stage}/{fp}: partial directory vanished during publish"
+                ) from None
+            return won
+        parts = []
+        for shard in range(n_shards):
+            info = self._checked_marker(staging, shard)
+            if info is None:  # changed between the check and the claim: give it back
+                os.rename(staging, pdir)
+                raise StoreError(f"{stage}/{fp}: shard {shard} is not finished, cannot publish")
             parts.append({k: info[k] for k in ("file", "rows", "bytes", "sha256", "shard")})
             parts[-1]["worker"] = info.get("worker")
         files = []
-        fdir = pdir / "files"
-        for f in sorted(fdir.rglob("*")):
+        for f in sorted((staging / "files").rglob("*")):
             if f.is_file():
                 files.append(
                     {
-                        "file": str(f.relative_to(pdir)),
+                        "file": str(f.relative_to(staging)),
                         "bytes": f.stat().st_size,
                         "sha256": sha256_file(f),
                     }
                 )
         schema = None
         if parts:
-            schema = pq.read_schema(pdir / parts[0]["file"]).to_string(show_schema_metadata=False)
+            schema = pq.read_schema(staging / parts[0]["file"]).to_string(
+                show_schema_metadata=False
+            )
         manifest = {
             "stage": stage,
             "fingerprint": fp,
@@ -299,17 +321,6 @@ class ArtefactStore:
             "host": socket.gethostname(),
             **manifest_extra,
         }
-        # Stage the publish in a private copy so a concurrent writer's rename cannot interleave.
-        staging = pdir.with_name(f".publish-{fp}-{uuid.uuid4().hex[:8]}")
-        try:
-            os.rename(pdir, staging)
-        except FileNotFoundError:
-            won = self._await_concurrent_publish(stage, fp)
-            if won is None:
-                raise StoreError(
-                    f"{stage}/{fp}: partial directory vanished during publish"
-                ) from None
-            return won
         for marker in staging.glob("_shard-*.json"):
             marker.unlink()
         _write_json_atomic(staging / MANIFEST, manifest)

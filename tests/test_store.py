@@ -84,7 +84,13 @@ def _racer(root: str, barrier: mp.Barrier) -> None:  # type: ignore[valid-type]
     store.publish("demo", "race", 3, {})
 
 
-def test_two_writers_publishing_the_same_artefact(tmp_path: Path):
+@pytest.mark.parametrize("round_", range(4))
+def test_two_writers_publishing_the_same_artefact(tmp_path: Path, round_: int):
+    # Many stage files widen the window in which one publisher lists `files/` while the other
+    # renames the partial directory away (a race CI once hit); the claim-first publish closes it.
+    files = ArtefactStore(tmp_path).open_partial("demo", "race") / "files"
+    for k in range(300):
+        (files / f"f{k}.bin").write_bytes(b"x")
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(2)
     procs = [ctx.Process(target=_racer, args=(str(tmp_path), barrier)) for _ in range(2)]
@@ -95,6 +101,7 @@ def test_two_writers_publishing_the_same_artefact(tmp_path: Path):
     assert [p.exitcode for p in procs] == [0, 0]
     art = ArtefactStore(tmp_path).get("demo", "race")
     assert art is not None and art.num_rows == 12
+    assert len(art.manifest["files"]) == 300
     leftovers = [p.name for p in (tmp_path / "demo").iterdir() if p.name != "race"]
     assert leftovers == []
 
