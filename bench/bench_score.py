@@ -212,10 +212,12 @@ def quality(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         backend = "seq2seq" if name == "minilm" else "causal"
         sc = make_scorer(backend, name, None)
-        row: dict[str, Any] = {"model": name, "backend": backend, "eval_sentences": n}
+        trained = name in args.train_models.split(",")
+        label = f"{name}+ft" if trained and backend == "causal" else name
+        row: dict[str, Any] = {"model": label, "backend": backend, "eval_sentences": n}
         row["n_params_m"] = sum(p.numel() for m in sc.modules() for p in m.parameters()) / 1e6
         cache: dict = {}
-        if backend == "seq2seq":
+        if trained:
             tr_sub = tr[rng.permutation(len(tr))[: args.train_windows]]
             ex = [
                 (
@@ -230,7 +232,7 @@ def quality(args: argparse.Namespace) -> None:
             cfg = TrainConfig(
                 steps=100_000,
                 batch_size=16,
-                lr=1e-4,
+                lr=args.train_lr,
                 warmup_steps=20,
                 max_seconds=args.train_seconds,
             )
@@ -262,7 +264,8 @@ def quality_meta(args: argparse.Namespace) -> dict[str, Any]:
         "+-20%) for held-out sentences of the last 2 of the first N books; wins = share where "
         "the own context scores higher; S_gen = fwd + left + right (lambda 1)",
         "books": args.books,
-        "train": f"minilm BERT2BERT: AdamW lr 1e-4, batch 16, {args.train_seconds}s wall cap",
+        "train": f"{args.train_models}: AdamW lr {args.train_lr}, batch 16, warmup 20, "
+        f"{args.train_seconds}s wall cap, windows of the first N-2 books",
         "torch_threads": args.threads,
         "templates": "models.generator.DEFAULT_TEMPLATES",
         "val_ppl": "exp(-mean over held-out sentences of the mean target-token log-prob)",
@@ -276,6 +279,12 @@ def main() -> None:
     ap.add_argument("--n-eval", type=int, default=200)
     ap.add_argument("--books", type=int, default=8)
     ap.add_argument("--train-windows", type=int, default=20000)
+    ap.add_argument(
+        "--train-models",
+        default="minilm",
+        help="models trained on the first books' windows (all 3 directions) before evaluation",
+    )
+    ap.add_argument("--train-lr", type=float, default=1e-4)
     ap.add_argument("--train-seconds", type=float, default=600)
     ap.add_argument("--quick", action="store_true", help="fewer pairs, tiny + small only")
     ap.add_argument("--name", default="score_quality", help="results file name (--quality)")
