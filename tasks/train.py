@@ -151,7 +151,9 @@ def build_model(backbone_path: str, max_seq_length: int, device: str):
     tok = tr.tokenizer
     if tok.pad_token is None:  # decoder-only backbones (Gemma, SmolLM) ship without one
         tok.pad_token = tok.eos_token or tok.unk_token
-    pool = st_models.Pooling(tr.get_word_embedding_dimension(), pooling_mode="mean")
+    # renamed in sentence-transformers 5.x; the old name still works but warns
+    dim = getattr(tr, "get_embedding_dimension", None) or tr.get_word_embedding_dimension
+    pool = st_models.Pooling(dim(), pooling_mode="mean")
     return SentenceTransformer(modules=[tr, pool], device=device)
 
 
