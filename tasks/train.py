@@ -381,6 +381,18 @@ class TrainStage(Stage):
             "device": device,
             "seconds": round(time.perf_counter() - t0, 2),
         }
+        before_dev, best_dev = info["backbone_dev_spearman"], info["best_dev_spearman"]
+        info["beats_backbone"] = (
+            None if before_dev is None or best_dev is None else bool(best_dev > before_dev)
+        )
+        if info["beats_backbone"] is False:
+            ctx.logger.warning(
+                "train: the surrogate's best %s Spearman %.2f is below its untrained backbone's "
+                "%.2f: the labels (or the learning rate) hurt this backbone",
+                info["dev_set"],
+                best_dev,
+                before_dev,
+            )
         (out_dir / "README.md").write_text(_model_card(info))
         (ctx.files_dir / "metrics.json").write_text(json.dumps(info, indent=2))
         history = _history_rows(trainer.state.log_history, metric)

@@ -152,6 +152,7 @@ def test_train_outputs_reloadable_model(trained):
     info = json.loads((art.files_dir / "metrics.json").read_text())
     assert info["steps"] == 6 and info["dev_set"] == "STSb.dev" and info["n_train_pairs"] == 56
     assert -100 <= info["backbone_dev_spearman"] <= 100  # the bar before training, recorded
+    assert info["beats_backbone"] == (info["best_dev_spearman"] > info["backbone_dev_spearman"])
     hist = art.read_table().to_pylist()
     assert any(r["dev_spearman"] is not None for r in hist)
     assert "ctxsim surrogate" in (art.files_dir / "model" / "README.md").read_text()
