@@ -10,6 +10,7 @@ a worker is, so ``ctxsim worker`` and the docker-compose worker services cannot 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import signal
@@ -357,6 +358,12 @@ def run_workers(specs: list[WorkerSpec], log_dir: Path | None = None) -> int:
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
+        # Signal every worker before waiting on any: if this process is killed while it waits
+        # (a supervisor's SIGKILL after its grace period), no worker is left unsignalled.
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
         for p in procs:
             if p.poll() is None:
                 stop_process(p.pid)
