@@ -268,8 +268,9 @@ class ArtefactStore:
         if existing is not None:  # another writer won the race: theirs is equivalent
             return existing
         pdir = self.partial_dir(stage, fp)
+        # Cheap check (markers only) before claiming; parts are verified once, after the claim.
         for shard in range(n_shards):
-            if self._checked_marker(pdir, shard) is None:
+            if not (pdir / f"_shard-{shard:05d}.json").exists():
                 won = self._await_concurrent_publish(stage, fp)
                 if won is not None:
                     return won
