@@ -21,6 +21,7 @@ import argparse
 import random
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -156,25 +157,30 @@ def _peak_delta(fn) -> tuple[float, float]:
     return dt, (peak_rss_mb() - base) if reset_ok else float("nan")
 
 
+def loss_step(b: int, L: int, d: int, sparse: bool) -> Callable[[], None]:
+    """One CLRCMD loss forward + backward over B x B pairwise RCMD of random token vectors."""
+    from models.similarity import rcmd_pairwise
+
+    g = torch.Generator().manual_seed(b)
+    x, y = torch.randn(b, L, d, generator=g), torch.randn(b, L, d, generator=g)
+    m = torch.ones(b, L, dtype=torch.bool)
+
+    def step() -> None:
+        xx, yy = x.clone().requires_grad_(), y.clone().requires_grad_()
+        logits = rcmd_pairwise(xx, m, yy, m, sparse=sparse) / 0.05
+        torch.nn.functional.cross_entropy(logits, torch.arange(b)).backward()
+
+    return step
+
+
 def bench_train(model, batches: list[int], full_batches: list[int], L: int) -> list[dict]:
     from models.losses.clrcmd_loss import CLRCMDLoss
-    from models.similarity import rcmd_pairwise
 
     d = getattr(model, "get_embedding_dimension", model.get_sentence_embedding_dimension)()
     rows = []
     for b in batches:
-        g = torch.Generator().manual_seed(b)
-        x = torch.randn(b, L, d, generator=g)
-        y = torch.randn(b, L, d, generator=g)
-        m = torch.ones(b, L, dtype=torch.bool)
         for sparse in (False, True):
-
-            def step():
-                xx, yy = x.clone().requires_grad_(), y.clone().requires_grad_()
-                logits = rcmd_pairwise(xx, m, yy, m, sparse=sparse) / 0.05
-                torch.nn.functional.cross_entropy(logits, torch.arange(b)).backward()
-
-            dt, mem = _peak_delta(step)
+            dt, mem = _peak_delta(loss_step(b, L, d, sparse))
             rows.append(
                 {
                     "part": "train-loss-only",
