@@ -114,4 +114,6 @@ def load_config(
             parsed[name] = load_stage(name).Params(**section)
         except ValidationError as e:
             raise ConfigError(_format_error(source, name, e)) from None
+    for params in parsed.values():
+        params.link(parsed)  # type: ignore[attr-defined]
     return PipelineConfig(run=run, stages=parsed, source=source, raw=raw)

@@ -130,8 +130,9 @@ def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:
         # retrieving and screening first (optional inputs count when the config has them)
         need, todo = {until}, [until]
         while todo:
-            stage = load_stage(todo.pop())
-            for up in (*stage.inputs, *stage.optional_inputs):
+            name = todo.pop()
+            stage = load_stage(name)
+            for up in (*stage.inputs, *stage.optional_inputs_for(cfg.stages[name])):
                 if up in names and up not in need:
                     need.add(up)
                     todo.append(up)
@@ -169,7 +170,8 @@ def execute(
             if missing:
                 raise ValueError(f"stage {name!r} needs {missing}, which this config does not run")
             upstream = {i: artefacts[i] for i in stage.inputs}
-            upstream |= {i: artefacts[i] for i in stage.optional_inputs if i in artefacts}
+            optional = stage.optional_inputs_for(cfg.stages[name])
+            upstream |= {i: artefacts[i] for i in optional if i in artefacts}
             plan = plan_stage(stage, cfg.stages[name], cfg.run, store, upstream)
             t0 = time.perf_counter()
             art = plan.published()

@@ -30,6 +30,10 @@ class StageParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    def link(self, sections: dict[str, StageParams]) -> None:
+        """Fill settings this stage shares with another section (called once all sections of a
+        config are parsed); the filled values are part of this stage's fingerprint."""
+
 
 class RunParams(BaseModel):
     """The `run` config section: what is shared by every stage of a run."""
@@ -124,6 +128,11 @@ class Stage:
     optional_inputs: ClassVar[tuple[str, ...]] = ()
     #: Run-level fields that change this stage's output (part of the fingerprint).
     run_fields: ClassVar[tuple[str, ...]] = ("seed",)
+
+    def optional_inputs_for(self, params: Any) -> tuple[str, ...]:
+        """The optional inputs these params use (default: all); an unused one stays out of the
+        fingerprint, so e.g. retraining the generator does not invalidate `select`."""
+        return self.optional_inputs
 
     def fingerprint_extra(self, params: Any) -> dict[str, Any]:
         """Anything besides params that decides the output (e.g. input file sizes and mtimes)."""

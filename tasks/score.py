@@ -126,161 +126,173 @@ class ScoreStage(Stage):
         q_keys = qt.column("query_id").to_numpy()
         q_text = np.asarray(qt.column("text").to_pylist(), dtype=object)
         sents = q_text[_lookup(q_keys, qid, "query")]
-        u_ctx = np.unique(cid)
-        co = ctx.input("contexts").read_table(["context_id", "left_sent_ids", "right_sent_ids"])
-        co = co.filter(pc.is_in(co.column("context_id"), pa.array(u_ctx))).sort_by("context_id")
-        c_keys = co.column("context_id").to_numpy()
-        _lookup(c_keys, u_ctx, "context")
-        left_ids = co.column("left_sent_ids").to_pylist()
-        right_ids = co.column("right_sent_ids").to_pylist()
-        need = np.unique(np.asarray([s for x in left_ids + right_ids for s in x], np.int64))
-        sh = ctx.input("shard").read_table(["sent_id", "text"])
-        sh = sh.filter(pc.is_in(sh.column("sent_id"), pa.array(need))).sort_by("sent_id")
-        s_keys = sh.column("sent_id").to_numpy()
-        s_text = np.asarray(sh.column("text").to_pylist(), dtype=object)
-        _lookup(s_keys, need, "sentence")
-
-        def side(rows: list[list[int]]) -> np.ndarray:
-            return np.asarray(
-                [" ".join(s_text[np.searchsorted(s_keys, r)]) for r in rows], dtype=object
-            )
-
-        crow = np.searchsorted(c_keys, cid)
-        lefts, rights = side(left_ids)[crow], side(right_ids)[crow]
-
-        directions = p.directions()
-        scorer, meta = load_scorer(ctx.input("generator").files_dir, ctx.device)
-        engine = ScoringEngine(
-            scorer,
-            EngineConfig(
-                token_budget=p.token_budget,
-                max_batch=p.max_batch,
-                max_logit_elems=p.max_logit_elems,
-                bf16_on_cuda=p.bf16_on_cuda,
-                bf16_on_cpu=p.bf16_on_cpu,
-                progress=not ctx.run.quiet,
-            ),
-        )
-        t1 = time.perf_counter()
-        gen = engine.score(lefts.tolist(), sents.tolist(), rights.tolist(), directions)
-        for d in DIRECTIONS:
-            gen.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # skipped: lambda is 0
-        gen_seconds = time.perf_counter() - t1
-
-        disc, source = self._disc(
-            ctx, p, qid, cid, sents, left_ids, right_ids, crow, s_keys, s_text
-        )
-        lam = Lambdas(p.lambda_disc, p.lambda_fwd, p.lambda_left, p.lambda_right)
-        S = combine_eq3(disc, gen["fwd"], gen["left"], gen["right"], lam)
-        table = pa.table(
-            {
-                "query_id": qid,
-                "context_id": cid,
-                "disc_logprob": disc,
-                "gen_fwd": gen["fwd"],
-                "gen_left": gen["left"],
-                "gen_right": gen["right"],
-                "S": S,
-                "disc_source": source,
-            },
-            schema=SCORE_SCHEMA,
-        )
-        est = engine.stats
-        stats = {
-            "pairs": n,
-            "queries": len(np.unique(qid)),
-            "contexts": len(u_ctx),
-            "gen_seconds": round(gen_seconds, 3),
-            "seconds": round(time.perf_counter() - t0, 3),
-            "forward_calls": est.forward_calls,
-            "encoder_sources": est.encoder_sources,
-            "target_tokens": est.target_tokens,
-            "padded_tokens": est.padded_tokens,
-            "oom_retries": est.oom_retries,
-            "disc_from_screen": int(np.sum(source == "screen")),
-            "disc_from_model": int(np.sum(source == "model")),
-            "disc_missing": int(np.sum(source == "missing")),
-        }
+        table, stats = score_rows(ctx, p, qid, cid, sents)
+        backend = stats.pop("backend")
+        stats["seconds"] = round(time.perf_counter() - t0, 3)
         ctx.logger.info(
-            f"score shard {shard}: {n} pairs in {gen_seconds:.1f}s "
-            f"({n / max(gen_seconds, 1e-9):.1f} pairs/s, backend {meta['backend']})"
+            f"score shard {shard}: {n} pairs in {stats['gen_seconds']:.1f}s "
+            f"({n / max(stats['gen_seconds'], 1e-9):.1f} pairs/s, backend {backend})"
         )
         return table, stats
 
-    def _disc(
-        self,
-        ctx: StageContext,
-        p: ScoreParams,
-        qid: np.ndarray,
-        cid: np.ndarray,
-        sents: np.ndarray,
-        left_ids: list[list[int]],
-        right_ids: list[list[int]],
-        crow: np.ndarray,
-        s_keys: np.ndarray,
-        s_text: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """log sigmoid(disc logit) per pair, and where it came from."""
-        n = len(qid)
-        disc = np.zeros(n, np.float32)
-        source = np.full(n, "missing", dtype=object)
-        if p.lambda_disc == 0.0:
-            source[:] = "off"
-            return disc, source
-        if "screen" in ctx.upstream:
-            sc = ctx.input("screen").read_table(["query_id", "context_id", "disc_logit"])
-            key = sc.column("query_id").to_numpy() * (1 << 32) + sc.column("context_id").to_numpy()
-            order = np.argsort(key, kind="stable")
-            key, logit = key[order], sc.column("disc_logit").to_numpy()[order]
-            want = qid * (1 << 32) + cid
-            pos = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
-            hit = (key[pos] == want) if len(key) else np.zeros(n, bool)
-            disc[hit] = log_sigmoid(logit[pos[hit]])
-            source[hit] = "screen"
-        todo = np.flatnonzero(source == "missing")
-        if len(todo) and "discriminator" in ctx.upstream:
-            logits = self._disc_model(
-                ctx, p, todo, sents, left_ids, right_ids, crow, s_keys, s_text
-            )
-            disc[todo] = log_sigmoid(logits)
-            source[todo] = "model"
+
+def score_rows(
+    ctx: StageContext, p: ScoreParams, qid: np.ndarray, cid: np.ndarray, sents: np.ndarray
+) -> tuple[pa.Table, dict[str, Any]]:
+    """Eq. 3 terms and S for (query, context) rows whose query texts are ``sents``: the score
+    stage's computation, also used by `select` to order candidates by S (``order_by: score``).
+    Needs the inputs `contexts`, `shard` and `generator` (and `screen` / `discriminator` for the
+    disc term)."""
+    t0 = time.perf_counter()
+    n = len(qid)
+    u_ctx = np.unique(cid)
+    co = ctx.input("contexts").read_table(["context_id", "left_sent_ids", "right_sent_ids"])
+    co = co.filter(pc.is_in(co.column("context_id"), pa.array(u_ctx))).sort_by("context_id")
+    c_keys = co.column("context_id").to_numpy()
+    _lookup(c_keys, u_ctx, "context")
+    left_ids = co.column("left_sent_ids").to_pylist()
+    right_ids = co.column("right_sent_ids").to_pylist()
+    need = np.unique(np.asarray([s for x in left_ids + right_ids for s in x], np.int64))
+    sh = ctx.input("shard").read_table(["sent_id", "text"])
+    sh = sh.filter(pc.is_in(sh.column("sent_id"), pa.array(need))).sort_by("sent_id")
+    s_keys = sh.column("sent_id").to_numpy()
+    s_text = np.asarray(sh.column("text").to_pylist(), dtype=object)
+    _lookup(s_keys, need, "sentence")
+
+    def side(rows: list[list[int]]) -> np.ndarray:
+        return np.asarray(
+            [" ".join(s_text[np.searchsorted(s_keys, r)]) for r in rows], dtype=object
+        )
+
+    crow = np.searchsorted(c_keys, cid)
+    lefts, rights = side(left_ids)[crow], side(right_ids)[crow]
+
+    directions = p.directions()
+    scorer, meta = load_scorer(ctx.input("generator").files_dir, ctx.device)
+    engine = ScoringEngine(
+        scorer,
+        EngineConfig(
+            token_budget=p.token_budget,
+            max_batch=p.max_batch,
+            max_logit_elems=p.max_logit_elems,
+            bf16_on_cuda=p.bf16_on_cuda,
+            bf16_on_cpu=p.bf16_on_cpu,
+            progress=not ctx.run.quiet,
+        ),
+    )
+    t1 = time.perf_counter()
+    gen = engine.score(lefts.tolist(), sents.tolist(), rights.tolist(), directions)
+    for d in DIRECTIONS:
+        gen.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # skipped: lambda is 0
+    gen_seconds = time.perf_counter() - t1
+
+    disc, source = _disc(ctx, p, qid, cid, sents, left_ids, right_ids, crow, s_keys, s_text)
+    lam = Lambdas(p.lambda_disc, p.lambda_fwd, p.lambda_left, p.lambda_right)
+    S = combine_eq3(disc, gen["fwd"], gen["left"], gen["right"], lam)
+    table = pa.table(
+        {
+            "query_id": qid,
+            "context_id": cid,
+            "disc_logprob": disc,
+            "gen_fwd": gen["fwd"],
+            "gen_left": gen["left"],
+            "gen_right": gen["right"],
+            "S": S,
+            "disc_source": source,
+        },
+        schema=SCORE_SCHEMA,
+    )
+    est = engine.stats
+    stats = {
+        "pairs": n,
+        "queries": len(np.unique(qid)),
+        "contexts": len(u_ctx),
+        "gen_seconds": round(gen_seconds, 3),
+        "seconds": round(time.perf_counter() - t0, 3),
+        "forward_calls": est.forward_calls,
+        "encoder_sources": est.encoder_sources,
+        "target_tokens": est.target_tokens,
+        "padded_tokens": est.padded_tokens,
+        "oom_retries": est.oom_retries,
+        "disc_from_screen": int(np.sum(source == "screen")),
+        "disc_from_model": int(np.sum(source == "model")),
+        "disc_missing": int(np.sum(source == "missing")),
+        "backend": meta["backend"],
+    }
+    return table, stats
+
+
+def _disc(
+    ctx: StageContext,
+    p: ScoreParams,
+    qid: np.ndarray,
+    cid: np.ndarray,
+    sents: np.ndarray,
+    left_ids: list[list[int]],
+    right_ids: list[list[int]],
+    crow: np.ndarray,
+    s_keys: np.ndarray,
+    s_text: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """log sigmoid(disc logit) per pair, and where it came from."""
+    n = len(qid)
+    disc = np.zeros(n, np.float32)
+    source = np.full(n, "missing", dtype=object)
+    if p.lambda_disc == 0.0:
+        source[:] = "off"
         return disc, source
+    if "screen" in ctx.upstream:
+        sc = ctx.input("screen").read_table(["query_id", "context_id", "disc_logit"])
+        key = sc.column("query_id").to_numpy() * (1 << 32) + sc.column("context_id").to_numpy()
+        order = np.argsort(key, kind="stable")
+        key, logit = key[order], sc.column("disc_logit").to_numpy()[order]
+        want = qid * (1 << 32) + cid
+        pos = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
+        hit = (key[pos] == want) if len(key) else np.zeros(n, bool)
+        disc[hit] = log_sigmoid(logit[pos[hit]])
+        source[hit] = "screen"
+    todo = np.flatnonzero(source == "missing")
+    if len(todo) and "discriminator" in ctx.upstream:
+        logits = _disc_model(ctx, p, todo, sents, left_ids, right_ids, crow, s_keys, s_text)
+        disc[todo] = log_sigmoid(logits)
+        source[todo] = "model"
+    return disc, source
 
-    def _disc_model(
-        self,
-        ctx: StageContext,
-        p: ScoreParams,
-        todo: np.ndarray,
-        sents: np.ndarray,
-        left_ids: list[list[int]],
-        right_ids: list[list[int]],
-        crow: np.ndarray,
-        s_keys: np.ndarray,
-        s_text: np.ndarray,
-    ) -> np.ndarray:
-        """Eq. (1) logits with the discriminator model, encoding sides as the screen does
-        (each sentence cut to ``max_tokens``, a side's sentences concatenated)."""
-        from models.discriminator import encode_texts, pad_batch
-        from tasks.discriminator import load_discriminator
 
-        model, encode, meta = load_discriminator(ctx.input("discriminator").files_dir, "cpu")
-        max_tokens = int(meta["max_tokens"])
-        cache: dict[str, np.ndarray] = {}
+def _disc_model(
+    ctx: StageContext,
+    p: ScoreParams,
+    todo: np.ndarray,
+    sents: np.ndarray,
+    left_ids: list[list[int]],
+    right_ids: list[list[int]],
+    crow: np.ndarray,
+    s_keys: np.ndarray,
+    s_text: np.ndarray,
+) -> np.ndarray:
+    """Eq. (1) logits with the discriminator model, encoding sides as the screen does
+    (each sentence cut to ``max_tokens``, a side's sentences concatenated)."""
+    from models.discriminator import encode_texts, pad_batch
+    from tasks.discriminator import load_discriminator
 
-        def enc(text: str) -> np.ndarray:
-            if text not in cache:  # never empty, exactly as the screen encodes
-                cache[text] = encode_texts(encode, [text], max_tokens)[0]
-            return cache[text]
+    model, encode, meta = load_discriminator(ctx.input("discriminator").files_dir, "cpu")
+    max_tokens = int(meta["max_tokens"])
+    cache: dict[str, np.ndarray] = {}
 
-        def side(ids: list[int]) -> np.ndarray:
-            return np.concatenate([enc(s_text[np.searchsorted(s_keys, i)]) for i in ids])
+    def enc(text: str) -> np.ndarray:
+        if text not in cache:  # never empty, exactly as the screen encodes
+            cache[text] = encode_texts(encode, [text], max_tokens)[0]
+        return cache[text]
 
-        out = np.empty(len(todo), np.float32)
-        with torch.no_grad():
-            for lo in range(0, len(todo), p.disc_batch):
-                rows = todo[lo : lo + p.disc_batch]
-                lb = pad_batch([side(left_ids[crow[r]]) for r in rows])
-                cb = pad_batch([enc(sents[r]) for r in rows])
-                rb = pad_batch([side(right_ids[crow[r]]) for r in rows])
-                out[lo : lo + len(rows)] = model(lb, cb, rb).float().numpy()
-        return out
+    def side(ids: list[int]) -> np.ndarray:
+        return np.concatenate([enc(s_text[np.searchsorted(s_keys, i)]) for i in ids])
+
+    out = np.empty(len(todo), np.float32)
+    with torch.no_grad():
+        for lo in range(0, len(todo), p.disc_batch):
+            rows = todo[lo : lo + p.disc_batch]
+            lb = pad_batch([side(left_ids[crow[r]]) for r in rows])
+            cb = pad_batch([enc(sents[r]) for r in rows])
+            rb = pad_batch([side(right_ids[crow[r]]) for r in rows])
+            out[lo : lo + len(rows)] = model(lb, cb, rb).float().numpy()
+    return out

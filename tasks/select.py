@@ -4,15 +4,18 @@ Candidates are the query's screened contexts in discriminator rank order (Eq. 1 
 Cs is built incrementally (models/selection.py): one context per text chunk, and no context whose
 (i-1)-th sentence has word-set Jaccard >= 0.5 with that of a chosen one, up to |Cs| (paper 500).
 
+``order_by: score`` is the paper's order: the top ``rerank_top`` screened candidates of each
+query are scored with the full Eq. 3 S(s, c) (the generator through the score stage's engine, with
+the `score` section's lambdas unless ``scoring`` is given) and taken in descending S, then the
+rest in screen order; the diversity rules apply unchanged. It costs ``rerank_top`` generative
+scores per query, so the default ``screen`` order (free: the screen already ranked them) is what
+a CPU run uses.
+
 Ablations of Sec. 5.4: ``strategy: random`` draws |Cs| contexts uniformly from the whole corpus;
 ``one_per_chunk: false`` + ``jaccard_threshold: null`` is "two-step without diversity".
 
-TODO: the paper ranks the candidates by the full Eq. 3 score S. S needs the generators, which the
-`score` stage runs after `select` and `pairs` (it only scores what labelling needs); ordering by
-S would need a second scoring pass over all screened candidates. Here the rank is the
-discriminator's.
-
-Rows: query_id, context_id, position (0-based order within Cs), chunk_id, rank (the screen rank).
+Rows: query_id, context_id, position (0-based order within Cs), chunk_id, rank (the screen rank),
+order_score (the S it was ordered by; NaN in screen order or past ``rerank_top``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pydantic import Field
 from models.selection import select as select_contexts
 from models.selection import token_ranks, word_set
 from tasks.base import Stage, StageContext, StageParams
+from tasks.score import ScoreParams, score_rows
 
 SELECT_SCHEMA = pa.schema(
     [
@@ -35,6 +39,7 @@ SELECT_SCHEMA = pa.schema(
         ("position", pa.int32()),
         ("chunk_id", pa.int64()),
         ("rank", pa.int32()),
+        ("order_score", pa.float32()),
     ]
 )
 
@@ -48,6 +53,16 @@ class SelectParams(StageParams):
     num_perm: int = Field(128, ge=8)  # MinHash permutations (method lsh)
     lsh_threshold: float = Field(0.3, gt=0.0, lt=1.0)  # LSH operating point, below the rule's
     exclude_own: bool = True  # drop contexts whose window contains the query sentence itself
+    # candidate order: the screen's discriminator rank, or the full Eq. 3 S (the paper; costs
+    # rerank_top generative scores per query)
+    order_by: Literal["screen", "score"] = "screen"
+    rerank_top: int = Field(32, ge=1)
+    scoring: ScoreParams | None = None  # default: the config's `score` section
+
+    def link(self, sections: dict[str, StageParams]) -> None:
+        if self.order_by == "score" and self.scoring is None:
+            score = sections.get("score")
+            self.scoring = score if isinstance(score, ScoreParams) else ScoreParams()
 
 
 class SelectStage(Stage):
@@ -55,7 +70,10 @@ class SelectStage(Stage):
     version = "1"
     Params = SelectParams
     inputs = ("queries", "contexts", "shard")
-    optional_inputs = ("screen",)
+    optional_inputs = ("screen", "generator", "discriminator")
+
+    def optional_inputs_for(self, params: SelectParams) -> tuple[str, ...]:
+        return self.optional_inputs if params.order_by == "score" else ("screen",)
 
     def num_shards(self, ctx: StageContext) -> int:
         return int(ctx.input("queries").stats.get("n_shards", 1))
@@ -69,9 +87,9 @@ class SelectStage(Stage):
         contexts = ContextIndex(ctx.input("contexts").read_table())
         if p.strategy == "random":
             rows = self._random(ctx, p, qids, qsent, contexts)
-            n_cand = 0
+            n_cand, rerank = 0, {}
         else:
-            rows, n_cand = self._ranked(ctx, p, shard, qids, qsent, contexts)
+            rows, n_cand, rerank = self._ranked(ctx, p, shard, qids, qsent, contexts)
         table = pa.table(rows, schema=SELECT_SCHEMA)
         sizes = np.bincount(
             np.searchsorted(qids, table.column("query_id").to_numpy()), minlength=len(qids)
@@ -82,6 +100,7 @@ class SelectStage(Stage):
             "candidates": int(n_cand),
             "queries_short": int((sizes < p.max_size).sum()),  # |Cs| below max_size
             "queries_empty": int((sizes == 0).sum()),
+            **rerank,
         }
         return table, stats
 
@@ -89,7 +108,7 @@ class SelectStage(Stage):
         total = super().summarize(ctx, shard_stats)
         total["mean_cs"] = round(total.get("selected", 0) / max(1, total.get("queries", 0)), 3)
         p: SelectParams = ctx.params
-        total.update(strategy=p.strategy, max_size=p.max_size, method=p.method)
+        total.update(strategy=p.strategy, max_size=p.max_size, method=p.method, order_by=p.order_by)
         return total
 
     # ---- strategies ---------------------------------------------------------------------------
@@ -101,7 +120,7 @@ class SelectStage(Stage):
         qids: np.ndarray,
         qsent: list[int | None],
         contexts: ContextIndex,
-    ) -> tuple[dict[str, list], int]:
+    ) -> tuple[dict[str, list], int, dict[str, Any]]:
         if "screen" not in ctx.upstream:
             raise ValueError(
                 "select.strategy 'ranked' needs the `screen` stage's ranking; run it or use "
@@ -129,8 +148,8 @@ class SelectStage(Stage):
             token_ranks(list({id(x): x for x in sets}.values())) if p.method == "prefix" else None
         )
         bounds = np.searchsorted(sq, qids), np.searchsorted(sq, qids, side="right")
-        out: dict[str, list] = {f.name: [] for f in SELECT_SCHEMA}
-        for qi, q in enumerate(qids):
+        candidates = []
+        for qi in range(len(qids)):
             lo, hi = int(bounds[0][qi]), int(bounds[1][qi])
             idx = np.arange(lo, hi)
             if p.exclude_own:
@@ -138,6 +157,13 @@ class SelectStage(Stage):
                 if qsent[qi] is not None:
                     keep &= ~contexts.window_contains(sc[lo:hi], int(qsent[qi]))
                 idx = idx[keep]
+            candidates.append(idx)
+        order_score = np.full(len(sq), np.nan, np.float32)
+        rerank: dict[str, Any] = {}
+        if p.order_by == "score":
+            candidates, rerank = self._order_by_score(ctx, p, qids, candidates, sq, sc, order_score)
+        out: dict[str, list] = {f.name: [] for f in SELECT_SCHEMA}
+        for q, idx in zip(qids, candidates, strict=True):
             chosen = select_contexts(
                 [sets[i] for i in idx],
                 [int(x) for x in sch[idx]] if p.one_per_chunk else None,
@@ -155,7 +181,47 @@ class SelectStage(Stage):
             out["position"].extend(range(len(pick)))
             out["chunk_id"].extend(sch[pick].tolist())
             out["rank"].extend(srank[pick].tolist())
-        return out, len(sq)
+            out["order_score"].extend(order_score[pick].tolist())
+        return out, len(sq), rerank
+
+    def _order_by_score(
+        self,
+        ctx: StageContext,
+        p: SelectParams,
+        qids: np.ndarray,
+        candidates: list[np.ndarray],
+        sq: np.ndarray,
+        sc: np.ndarray,
+        order_score: np.ndarray,
+    ) -> tuple[list[np.ndarray], dict[str, Any]]:
+        """Score each query's top ``rerank_top`` candidates with Eq. 3 in one batched call and
+        put them first in descending S (ties keep the screen order); fills ``order_score``."""
+        import torch
+
+        if "generator" not in ctx.upstream:
+            raise ValueError(
+                "select.order_by 'score' needs the `generator` stage; add it to the config or "
+                "use select.order_by: screen"
+            )
+        if ctx.run.torch_threads > 0:
+            torch.set_num_threads(ctx.run.torch_threads)
+        assert p.scoring is not None  # filled by SelectParams.link
+        top = [idx[: p.rerank_top] for idx in candidates]
+        rows = np.concatenate(top) if top else np.zeros(0, np.int64)
+        if len(rows) == 0:
+            return candidates, {"reranked": 0}
+        q = ctx.input("queries").read_table(["query_id", "text"]).sort_by("query_id")
+        q_keys = q.column("query_id").to_numpy()
+        q_text = np.asarray(q.column("text").to_pylist(), dtype=object)
+        qid = sq[rows]
+        sents = q_text[np.searchsorted(q_keys, qid)]
+        table, stats = score_rows(ctx, p.scoring, qid, sc[rows], sents)
+        order_score[rows] = table.column("S").to_numpy()
+        ordered = []
+        for t, idx in zip(top, candidates, strict=True):
+            by_s = t[np.argsort(-order_score[t], kind="stable")]
+            ordered.append(np.concatenate([by_s, idx[p.rerank_top :]]))
+        return ordered, {"reranked": int(len(rows)), "rerank_seconds": stats["seconds"]}
 
     def _random(
         self,
@@ -180,6 +246,7 @@ class SelectStage(Stage):
             out["position"].extend(range(len(cids)))
             out["chunk_id"].extend(contexts.chunk_ids(cids).tolist())
             out["rank"].extend([-1] * len(cids))
+            out["order_score"].extend([float("nan")] * len(cids))
         return out
 
 

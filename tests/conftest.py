@@ -39,7 +39,8 @@ def run_spine(root: Path, overrides: dict | None = None, until: str = "queries")
     for name in cfg.stage_names:
         stage = load_stage(name)
         upstream = {i: arts[i] for i in stage.inputs}
-        upstream |= {i: arts[i] for i in stage.optional_inputs if i in arts}
+        optional = stage.optional_inputs_for(cfg.stages[name])
+        upstream |= {i: arts[i] for i in optional if i in arts}
         arts[name], _ = run_stage_locally(
             plan_stage(stage, cfg.stages[name], cfg.run, store, upstream)
         )

@@ -77,3 +77,17 @@ def test_until_runs_only_what_that_stage_is_built_from() -> None:
         "select",
     ]
     assert select_stages(cfg, None) == cfg.stage_names
+
+
+def test_select_ordered_by_s_links_the_score_section_and_the_generator():
+    from flows.pipeline import select_stages
+
+    qs = REPO / "configs" / "quickstart.yaml"
+    by_s = load_config(qs, ["select.order_by=score", "score.lambda_fwd=0.25"])
+    assert by_s.stages["select"].scoring.lambda_fwd == 0.25
+    assert by_s.to_dict()["select"]["scoring"]["lambda_fwd"] == 0.25  # in the fingerprint
+    plain = load_config(qs)
+    assert plain.stages["select"].scoring is None
+    # `--until select` trains the generator only when select needs it
+    assert "generator" in select_stages(by_s, "select")
+    assert "generator" not in select_stages(plain, "select")

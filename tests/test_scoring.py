@@ -425,3 +425,81 @@ def test_score_stage_computes_missing_disc_terms_with_the_discriminator(
                 pad_batch([side(co["right_sent_ids"][k])]),
             ).item()
         assert t["disc_logprob"][i] == pytest.approx(-np.log1p(np.exp(-logit)), abs=1e-5)
+
+
+def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
+    """select.order_by=score: each query's top candidates are taken in descending Eq. 3 S, the
+    S recorded equals what the score stage computes for that (query, context), and the
+    diversity rules still hold."""
+    import pyarrow as pa
+
+    from tasks.base import RunParams, plan_stage, run_stage_locally
+    from tasks.score import ScoreParams, ScoreStage
+    from tasks.select import SelectParams, SelectStage
+    from tasks.store import ArtefactStore
+
+    rng = np.random.default_rng(1)
+    co = spine["contexts"].read_table(["context_id", "chunk_id", "centre_sent_id"]).to_pydict()
+    q = spine["queries"].read_table(["query_id", "sent_id"]).to_pydict()
+    rows: dict[str, list] = {
+        k: [] for k in ("query_id", "context_id", "chunk_id", "disc_logit", "rank", "is_own")
+    }
+    for qid in q["query_id"][:5]:
+        pick = rng.choice(len(co["context_id"]), size=12, replace=False)
+        rows["query_id"] += [qid] * len(pick)
+        rows["context_id"] += [co["context_id"][i] for i in pick]
+        rows["chunk_id"] += [co["chunk_id"][i] for i in pick]
+        rows["disc_logit"] += rng.normal(size=len(pick)).tolist()
+        rows["rank"] += list(range(len(pick)))
+        rows["is_own"] += [False] * len(pick)
+    store = ArtefactStore(tmp_path)
+    up = {k: spine[k] for k in ("queries", "contexts", "shard")}
+    up["screen"] = _Fixed.publish(tmp_path, "screen", pa.table(rows))
+    up["generator"] = generator_art[0]
+    scoring = ScoreParams(lambda_disc=1.0, lambda_fwd=1.0, lambda_left=1.0, lambda_right=0.0)
+    params = SelectParams(max_size=4, order_by="score", rerank_top=8, scoring=scoring)
+    assert SelectStage().optional_inputs_for(params) == ("screen", "generator", "discriminator")
+    assert SelectStage().optional_inputs_for(SelectParams()) == ("screen",)
+    run = RunParams(root=str(tmp_path), torch_threads=1)
+    art, _ = run_stage_locally(plan_stage(SelectStage(), params, run, store, up))
+    sel = art.read_table().to_pydict()
+    assert art.stats["reranked"] == 5 * 8 and art.stats["order_by"] == "score"
+    by_q: dict[int, list[int]] = {}
+    for i, qid in enumerate(sel["query_id"]):
+        by_q.setdefault(qid, []).append(i)
+    assert len(by_q) == 5
+    for idx in by_q.values():
+        s = [sel["order_score"][i] for i in idx]
+        assert all(np.isfinite(s)) and s == sorted(s, reverse=True)
+        assert len({sel["chunk_id"][i] for i in idx}) == len(idx)
+    # the best-scoring candidate of each query is always its first context
+    up_score = {k: up[k] for k in ("queries", "contexts", "shard", "generator", "screen")}
+    sel_fixed = pa.table(
+        {
+            "query_id": pa.array(rows["query_id"], pa.int64()),
+            "context_id": pa.array(rows["context_id"], pa.int64()),
+            "position": pa.array(rows["rank"], pa.int32()),
+        }
+    )
+    pairs = pa.table(
+        {
+            "pair_id": pa.array(range(5), pa.int64()),
+            "s1_query_id": pa.array(q["query_id"][:5], pa.int64()),
+            "s2_query_id": pa.array(q["query_id"][:5], pa.int64()),
+        }
+    )
+    up_score["select"] = _Fixed.publish(tmp_path, "select", sel_fixed)
+    up_score["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
+    scored, _ = run_stage_locally(plan_stage(ScoreStage(), scoring, run, store, up_score))
+    t = scored.read_table().to_pydict()
+    S = {(a, c): v for a, c, v in zip(t["query_id"], t["context_id"], t["S"], strict=True)}
+    for qid, idx in by_q.items():
+        top8 = [
+            c
+            for a, c, r in zip(*(rows[k] for k in ("query_id", "context_id", "rank")), strict=True)
+            if a == qid and r < 8
+        ]
+        best = max(top8, key=lambda c: S[(qid, c)])
+        assert sel["context_id"][idx[0]] == best
+        for i in idx:
+            assert sel["order_score"][i] == pytest.approx(S[(qid, sel["context_id"][i])], abs=1e-4)
