@@ -30,6 +30,7 @@ from models.origin import ContextSets, required_scores
 from models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
 from tasks.base import Stage, StageContext, StageParams
 from tasks.generator import load_scorer
+from tasks.score_cache import ScoreCache, window_keys
 
 SCORE_SCHEMA = pa.schema(
     [
@@ -59,6 +60,9 @@ class ScoreParams(StageParams):
     # A generative term whose lambda is 0 costs a third of the scoring time; skip it (its column
     # is NaN, so its ablation label is absent) unless the ablation table needs it.
     skip_zero_lambda: bool = True
+    # Reuse generative terms scored by earlier runs on this root (ROOT/_cache/scores): growing
+    # |Cs|, adding a term or relabelling other pairs pays only for windows not scored before.
+    cache: bool = True
 
     def directions(self) -> list[str]:
         lam = {"fwd": self.lambda_fwd, "left": self.lambda_left, "right": self.lambda_right}
@@ -181,7 +185,7 @@ def score_rows(
         ),
     )
     t1 = time.perf_counter()
-    gen = engine.score(lefts.tolist(), sents.tolist(), rights.tolist(), directions)
+    gen, cache_hits = _generate(ctx, p, engine, scorer, lefts, sents, rights, directions)
     for d in DIRECTIONS:
         gen.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # skipped: lambda is 0
     gen_seconds = time.perf_counter() - t1
@@ -217,9 +221,46 @@ def score_rows(
         "disc_from_screen": int(np.sum(source == "screen")),
         "disc_from_model": int(np.sum(source == "model")),
         "disc_missing": int(np.sum(source == "missing")),
+        "cache_hits": cache_hits,  # generative terms read from the score cache, not computed
         "backend": meta["backend"],
     }
     return table, stats
+
+
+def _generate(
+    ctx: StageContext,
+    p: ScoreParams,
+    engine: ScoringEngine,
+    scorer: Any,
+    lefts: np.ndarray,
+    sents: np.ndarray,
+    rights: np.ndarray,
+    directions: list[str],
+) -> tuple[dict[str, np.ndarray], int]:
+    """The generative terms, each window and direction computed once per artefact root: read
+    from the score cache (tasks/score_cache.py) where an earlier run scored it, the rest through
+    the engine (and added to the cache). Returns the terms and the number of cache hits."""
+    if not p.cache:
+        return engine.score(lefts.tolist(), sents.tolist(), rights.tolist(), directions), 0
+    dev = scorer.device.type
+    bf16 = (dev == "cuda" and p.bf16_on_cuda) or (dev == "cpu" and p.bf16_on_cpu)
+    namespace = f"{ctx.input('generator').fingerprint}-{'bf16' if bf16 else 'fp32'}"
+    cache = ScoreCache(ctx.store.root, namespace)
+    keys = window_keys(lefts.tolist(), sents.tolist(), rights.tolist())
+    out: dict[str, np.ndarray] = {}
+    hits = 0
+    for d in directions:
+        found, values = cache.get(d, keys)
+        todo = np.flatnonzero(~found)
+        if len(todo):
+            got = engine.score(
+                lefts[todo].tolist(), sents[todo].tolist(), rights[todo].tolist(), [d]
+            )[d]
+            values[todo] = got
+            cache.put(d, [keys[i] for i in todo], got)
+        hits += int(found.sum())
+        out[d] = values
+    return out, hits
 
 
 def _disc(

@@ -503,3 +503,64 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
         assert sel["context_id"][idx[0]] == best
         for i in idx:
             assert sel["order_score"][i] == pytest.approx(S[(qid, sel["context_id"][i])], abs=1e-4)
+
+
+def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
+    spine, generator_art, tmp_path
+):
+    """A second score run on the same root computes only windows no run scored before, and its
+    values equal a run without the cache."""
+    import pyarrow as pa
+
+    from tasks.base import RunParams, plan_stage, run_stage_locally
+    from tasks.score import ScoreParams, ScoreStage
+    from tasks.store import ArtefactStore
+
+    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
+    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
+    rng = np.random.default_rng(3)
+    big = {int(a): [int(x) for x in rng.choice(ctx_ids, 4, replace=False)] for a in qids}
+
+    def world(k: int, root):
+        cs = {a: c[:k] for a, c in big.items()}
+        select = pa.table(
+            {
+                "query_id": pa.array([a for a in cs for _ in cs[a]], pa.int64()),
+                "context_id": pa.array([c for a in cs for c in cs[a]], pa.int64()),
+                "position": pa.array([i for a in cs for i in range(len(cs[a]))], pa.int32()),
+            }
+        )
+        pairs = pa.table(
+            {
+                "pair_id": pa.array([0, 1], pa.int64()),
+                "s1_query_id": pa.array([int(qids[0]), int(qids[2])], pa.int64()),
+                "s2_query_id": pa.array([int(qids[1]), int(qids[3])], pa.int64()),
+            }
+        )
+        up = {k_: spine[k_] for k_ in ("queries", "contexts", "shard")}
+        up["generator"] = generator_art[0]
+        up["select"] = _Fixed.publish(root, "select", select)
+        up["pairs"] = _Fixed.publish(root, "pairs", pairs)
+        return up
+
+    def score(k: int, root, cache: bool):
+        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, cache=cache)
+        run = RunParams(root=str(root), torch_threads=1)
+        art, _ = run_stage_locally(
+            plan_stage(ScoreStage(), params, run, ArtefactStore(root), world(k, root))
+        )
+        t = art.read_table().to_pydict()
+        key = list(zip(t["query_id"], t["context_id"], strict=True))
+        return art.stats, dict(zip(key, zip(t["gen_fwd"], t["gen_left"], strict=True), strict=True))
+
+    warm = tmp_path / "warm"
+    st2, small = score(2, warm, True)
+    assert st2["cache_hits"] == 0 and (warm / "_cache" / "scores").is_dir()
+    st4, grown = score(4, warm, True)
+    assert st4["cache_hits"] == 2 * len(small)  # both directions of every earlier window
+    assert st4["pairs"] == len(grown) > len(small)
+    _, cold = score(4, tmp_path / "cold", False)
+    assert not (tmp_path / "cold" / "_cache" / "scores").exists()
+    assert grown.keys() == cold.keys()
+    for k in cold:
+        assert grown[k] == pytest.approx(cold[k], abs=1e-5)

@@ -1,0 +1,80 @@
+"""A persistent cache of generative Eq. 3 terms, shared by every run on one artefact root.
+
+Why: the expensive part of labelling is one generator pass per (s, c, direction). Growing |Cs|
+(Table 7), switching an Eq. 3 term on, or re-labelling with other pairs would otherwise rescore
+everything already scored. The `score` stage's artefact stays content-addressed; this cache only
+saves the generator passes behind it, so an artefact computed with a warm cache holds the same
+values as one computed cold (up to float noise of batch composition, <= 1e-5).
+
+Layout: ``ROOT/_cache/scores/<generator fingerprint>-<fp32|bf16>/<direction>/<uuid>.parquet``,
+rows ``(key: 16-byte blake2b of the window texts, value: float32)``. Each writer adds its own
+file by atomic rename, so concurrent shards and workers never clash; a reader sees only whole
+files. Delete the folder to drop the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+KEY_BYTES = 16
+SCHEMA = pa.schema([("key", pa.binary(KEY_BYTES)), ("value", pa.float32())])
+
+
+def window_keys(lefts: Sequence[str], sentences: Sequence[str], rights: Sequence[str]) -> list:
+    """One 128-bit key per window [c<, s, c>] (unit separators keep the fields apart)."""
+    return [
+        hashlib.blake2b(f"{lft}\x1f{s}\x1f{r}".encode(), digest_size=KEY_BYTES).digest()
+        for lft, s, r in zip(lefts, sentences, rights, strict=True)
+    ]
+
+
+class ScoreCache:
+    """Scores of one generator (and numeric mode), per direction, keyed by window texts."""
+
+    def __init__(self, root: Path, namespace: str):
+        self.dir = Path(root) / "_cache" / "scores" / namespace
+
+    def get(self, direction: str, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, values) for ``keys``; reads only the matching rows of each file."""
+        found = np.zeros(len(keys), bool)
+        values = np.full(len(keys), np.nan, np.float32)
+        d = self.dir / direction
+        if not keys or not d.is_dir():
+            return found, values
+        wanted = pa.array(keys, pa.binary(KEY_BYTES))
+        hits: dict[bytes, float] = {}
+        for f in sorted(d.glob("*.parquet")):
+            t = pq.read_table(f, schema=SCHEMA)
+            t = t.filter(pc.is_in(t.column("key"), value_set=wanted))
+            hits.update(
+                zip(t.column("key").to_pylist(), t.column("value").to_pylist(), strict=True)
+            )
+        for i, k in enumerate(keys):
+            v = hits.get(k)
+            if v is not None:
+                found[i], values[i] = True, v
+        return found, values
+
+    def put(self, direction: str, keys: list[bytes], values: np.ndarray) -> None:
+        """Add scores as one new file (written aside, then renamed into place)."""
+        if not keys:
+            return
+        d = self.dir / direction
+        d.mkdir(parents=True, exist_ok=True)
+        table = pa.table(
+            {"key": pa.array(keys, pa.binary(KEY_BYTES)), "value": np.asarray(values, np.float32)},
+            schema=SCHEMA,
+        )
+        name = uuid.uuid4().hex
+        tmp = d / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, d / f"{name}.parquet")
