@@ -59,6 +59,7 @@ def summarise(rows: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]
     if label is None:
         raise ValueError(f"run {rec['run_id']!r} has no label stage (run it with --until label)")
     pairs = int(label["rows"] or 0)
+    shard = next((r for r in rows if r["stage"] == "shard"), None)
 
     def cost(keep: tuple[str, ...] | None) -> float:
         sel = [r for r in rows if keep is None or r["stage"] in keep]
@@ -71,6 +72,7 @@ def summarise(rows: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]
     return {
         "run": rec["run_id"],
         "config": rec.get("config_source"),
+        "corpus_sentences": shard["rows"] if shard else None,
         "labelled_pairs": pairs,
         "cpu_s_to_label": round(all_s, 1),
         "cpu_s_per_query_stages": round(marginal_s, 1),
@@ -78,6 +80,26 @@ def summarise(rows: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]
         "pairs_per_cpu_hour_marginal": round(3600 * pairs / max(marginal_s, 1e-9), 1),
         "score_share_of_marginal": round(cost(("score",)) / max(marginal_s, 1e-9), 3),
     }
+
+
+def growth(rows: list[dict[str, Any]], runs: list[str]) -> list[dict[str, Any]]:
+    """Per stage, CPU seconds of each run divided by the first run's (several corpus sizes of
+    one config: which stages grow with the corpus, and how fast), next to the corpus growth."""
+    cpu = {(r["run"], r["stage"]): r["cpu_s"] for r in rows}
+    sent = {r["run"]: r["rows"] for r in rows if r["stage"] == "shard"}
+    out = []
+    for stage in dict.fromkeys(r["stage"] for r in rows):
+        base = cpu.get((runs[0], stage))
+        row: dict[str, Any] = {"stage": stage, f"cpu_s_{runs[0]}": base}
+        for run in runs[1:]:
+            v = cpu.get((run, stage))
+            row[f"x_{run}"] = round(v / base, 2) if v is not None and base else None
+        out.append(row)
+    row = {"stage": "(corpus sentences)", f"cpu_s_{runs[0]}": sent.get(runs[0])}
+    for run in runs[1:]:
+        ok = sent.get(run) and sent.get(runs[0])
+        row[f"x_{run}"] = round(sent[run] / sent[runs[0]], 2) if ok else None
+    return [*out, row]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,7 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         "note": "cpu_s from each manifest's stats (time.process_time per shard); stages reused "
         "from earlier runs keep the CPU time of the run that computed them",
     }
-    _, md = write_results(a.name, summaries, meta, tables={"stages": all_rows})
+    tables = {"stages": all_rows}
+    if len(a.runs) > 1:
+        tables["growth_vs_first_run"] = growth(all_rows, a.runs)
+    _, md = write_results(a.name, summaries, meta, tables=tables)
     print(md.read_text())
 
 
