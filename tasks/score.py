@@ -17,7 +17,7 @@ Sharded like the queries: shard k scores the pairs whose query is in queries' sh
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -95,6 +95,25 @@ def _lookup(keys_sorted: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarra
     return posc
 
 
+def query_texts(queries: pa.Table, qid: np.ndarray) -> np.ndarray:
+    """The text of each query id (object array), from a table with query_id and text."""
+    qt = queries.select(["query_id", "text"]).sort_by("query_id")
+    q_text = np.asarray(qt.column("text").to_pylist(), dtype=object)
+    return q_text[_lookup(qt.column("query_id").to_numpy(), qid, "query")]
+
+
+class _Windows(NamedTuple):
+    """Texts of the scored rows: query sentences, and each context's side sentences (by row of
+    the sorted contexts, ``crow``) with the sentence-text table they index."""
+
+    sents: np.ndarray
+    left_ids: list[list[int]]
+    right_ids: list[list[int]]
+    crow: np.ndarray
+    s_keys: np.ndarray
+    s_text: np.ndarray
+
+
 class ScoreStage(Stage):
     name = "score"
     version = "1"
@@ -125,12 +144,7 @@ class ScoreStage(Stage):
         if n == 0:
             return SCORE_SCHEMA.empty_table(), {"pairs": 0, "queries": 0}
 
-        # texts: the query, and each context side (its sentences joined by a space)
-        qt = in_shard.sort_by("query_id")
-        q_keys = qt.column("query_id").to_numpy()
-        q_text = np.asarray(qt.column("text").to_pylist(), dtype=object)
-        sents = q_text[_lookup(q_keys, qid, "query")]
-        table, stats = score_rows(ctx, p, qid, cid, sents)
+        table, stats = score_rows(ctx, p, qid, cid, query_texts(in_shard, qid))
         backend = stats.pop("backend")
         stats["seconds"] = round(time.perf_counter() - t0, 3)
         ctx.logger.info(
@@ -190,7 +204,8 @@ def score_rows(
         gen.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # skipped: lambda is 0
     gen_seconds = time.perf_counter() - t1
 
-    disc, source = _disc(ctx, p, qid, cid, sents, left_ids, right_ids, crow, s_keys, s_text)
+    windows = _Windows(sents, left_ids, right_ids, crow, s_keys, s_text)
+    disc, source = _disc(ctx, p, qid, cid, windows)
     lam = Lambdas(p.lambda_disc, p.lambda_fwd, p.lambda_left, p.lambda_right)
     S = combine_eq3(disc, gen["fwd"], gen["left"], gen["right"], lam)
     table = pa.table(
@@ -248,18 +263,22 @@ def _generate(
     cache = ScoreCache(ctx.store.root, namespace)
     keys = window_keys(lefts.tolist(), sents.tolist(), rights.tolist())
     out: dict[str, np.ndarray] = {}
+    missing: dict[bytes, list[str]] = {}  # rows to compute -> the directions that miss them
     hits = 0
     for d in directions:
-        found, values = cache.get(d, keys)
-        todo = np.flatnonzero(~found)
-        if len(todo):
-            got = engine.score(
-                lefts[todo].tolist(), sents[todo].tolist(), rights[todo].tolist(), [d]
-            )[d]
-            values[todo] = got
-            cache.put(d, [keys[i] for i in todo], got)
+        found, out[d] = cache.get(d, keys)
         hits += int(found.sum())
-        out[d] = values
+        missing.setdefault(np.flatnonzero(~found).tobytes(), []).append(d)
+    for rows, dirs in missing.items():
+        todo = np.frombuffer(rows, dtype=np.intp)
+        if not len(todo):
+            continue
+        # one engine call for the directions that miss the same rows (the usual case: all or
+        # none), so texts are tokenized and sorted once
+        got = engine.score(lefts[todo].tolist(), sents[todo].tolist(), rights[todo].tolist(), dirs)
+        for d in dirs:
+            out[d][todo] = got[d]
+            cache.put(d, [keys[i] for i in todo], got[d])
     return out, hits
 
 
@@ -268,12 +287,7 @@ def _disc(
     p: ScoreParams,
     qid: np.ndarray,
     cid: np.ndarray,
-    sents: np.ndarray,
-    left_ids: list[list[int]],
-    right_ids: list[list[int]],
-    crow: np.ndarray,
-    s_keys: np.ndarray,
-    s_text: np.ndarray,
+    w: _Windows,
 ) -> tuple[np.ndarray, np.ndarray]:
     """log sigmoid(disc logit) per pair, and where it came from."""
     n = len(qid)
@@ -294,7 +308,7 @@ def _disc(
         source[hit] = "screen"
     todo = np.flatnonzero(source == "missing")
     if len(todo) and "discriminator" in ctx.upstream:
-        logits = _disc_model(ctx, p, todo, sents, left_ids, right_ids, crow, s_keys, s_text)
+        logits = _disc_model(ctx, p, todo, w)
         disc[todo] = log_sigmoid(logits)
         source[todo] = "model"
     return disc, source
@@ -304,12 +318,7 @@ def _disc_model(
     ctx: StageContext,
     p: ScoreParams,
     todo: np.ndarray,
-    sents: np.ndarray,
-    left_ids: list[list[int]],
-    right_ids: list[list[int]],
-    crow: np.ndarray,
-    s_keys: np.ndarray,
-    s_text: np.ndarray,
+    w: _Windows,
 ) -> np.ndarray:
     """Eq. (1) logits with the discriminator model, encoding sides as the screen does
     (each sentence cut to ``max_tokens``, a side's sentences concatenated)."""
@@ -326,14 +335,14 @@ def _disc_model(
         return cache[text]
 
     def side(ids: list[int]) -> np.ndarray:
-        return np.concatenate([enc(s_text[np.searchsorted(s_keys, i)]) for i in ids])
+        return np.concatenate([enc(w.s_text[np.searchsorted(w.s_keys, i)]) for i in ids])
 
     out = np.empty(len(todo), np.float32)
     with torch.no_grad():
         for lo in range(0, len(todo), p.disc_batch):
             rows = todo[lo : lo + p.disc_batch]
-            lb = pad_batch([side(left_ids[crow[r]]) for r in rows])
-            cb = pad_batch([enc(sents[r]) for r in rows])
-            rb = pad_batch([side(right_ids[crow[r]]) for r in rows])
+            lb = pad_batch([side(w.left_ids[w.crow[r]]) for r in rows])
+            cb = pad_batch([enc(w.sents[r]) for r in rows])
+            rb = pad_batch([side(w.right_ids[w.crow[r]]) for r in rows])
             out[lo : lo + len(rows)] = model(lb, cb, rb).float().numpy()
     return out

@@ -30,7 +30,7 @@ from pydantic import Field
 from models.selection import select as select_contexts
 from models.selection import token_ranks, word_set
 from tasks.base import Stage, StageContext, StageParams
-from tasks.score import ScoreParams, score_rows
+from tasks.score import ScoreParams, query_texts, score_rows
 
 SELECT_SCHEMA = pa.schema(
     [
@@ -210,11 +210,8 @@ class SelectStage(Stage):
         rows = np.concatenate(top) if top else np.zeros(0, np.int64)
         if len(rows) == 0:
             return candidates, {"reranked": 0}
-        q = ctx.input("queries").read_table(["query_id", "text"]).sort_by("query_id")
-        q_keys = q.column("query_id").to_numpy()
-        q_text = np.asarray(q.column("text").to_pylist(), dtype=object)
         qid = sq[rows]
-        sents = q_text[np.searchsorted(q_keys, qid)]
+        sents = query_texts(ctx.input("queries").read_table(["query_id", "text"]), qid)
         table, stats = score_rows(ctx, p.scoring, qid, sc[rows], sents)
         order_score[rows] = table.column("S").to_numpy()
         ordered = []
