@@ -399,8 +399,9 @@ class CausalPrefixScorer(GenerativeScorer):
         return int(self.model.get_output_embeddings().weight.shape[0])
 
     def tokenize(self, texts: Sequence[str]) -> list[Ids]:
-        # A leading space makes a word-initial token, as inside running text (BPE/SentencePiece).
-        return super().tokenize([" " + t for t in texts])
+        # A leading space makes a word-initial token, as inside running text (BPE/SentencePiece);
+        # an empty text (a slot left out, as the score stage's pmi baseline does) stays empty.
+        return super().tokenize([" " + t if t else "" for t in texts])
 
     def _literal(self, text: str) -> Ids:
         if text not in self._lit_cache:

@@ -10,6 +10,8 @@ batched engine (models/scoring.py); ``disc_logprob`` = log sigmoid of the Eq. (1
 from `screen` where it ranked that (query, context) and otherwise computed with the
 `discriminator` artefact's model; ``disc_source`` records which (screen / model / missing: 0.0).
 S = lambda_disc * disc + lambda_fwd * fwd + lambda_left * left + lambda_right * right.
+With ``pmi: [d, ...]`` those terms are taken as pointwise mutual information (the term minus the
+same target scored without the other side, recorded in ``null_<d>``; see ScoreParams.pmi).
 
 Sharded like the queries: shard k scores the pairs whose query is in queries' shard k.
 """
@@ -17,7 +19,7 @@ Sharded like the queries: shard k scores the pairs whose query is in queries' sh
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +44,10 @@ SCORE_SCHEMA = pa.schema(
         ("gen_right", pa.float32()),
         ("S", pa.float32()),
         ("disc_source", pa.string()),  # screen | model | missing (disc_logprob 0.0) | off
+        # the null term subtracted from gen_<d> when `pmi` names d (NaN otherwise)
+        ("null_fwd", pa.float32()),
+        ("null_left", pa.float32()),
+        ("null_right", pa.float32()),
     ]
 )
 
@@ -63,6 +69,13 @@ class ScoreParams(StageParams):
     # Reuse generative terms scored by earlier runs on this root (ROOT/_cache/scores): growing
     # |Cs|, adding a term or relabelling other pairs pays only for windows not scored before.
     cache: bool = True
+    # Generative terms taken as pointwise mutual information between s and c: the term minus the
+    # same target scored with the other side of the pair left out of the window (left/right: the
+    # sentence, giving log p(c<|c>) / log p(c>|c<); fwd: both contexts, giving log p(s)). A
+    # context's own likelihood otherwise dominates v_s and Eq. 4's cosine; one extra pass per
+    # distinct context (or sentence), cached like the rest. Not in the paper (Eq. 3 as printed
+    # is `pmi: []`); measured on STSb dev in configs/books.yaml.
+    pmi: list[Literal["fwd", "left", "right"]] = Field(default_factory=list)
 
     def directions(self) -> list[str]:
         lam = {"fwd": self.lambda_fwd, "left": self.lambda_left, "right": self.lambda_right}
@@ -116,7 +129,7 @@ class _Windows(NamedTuple):
 
 class ScoreStage(Stage):
     name = "score"
-    version = "1"
+    version = "2"  # 2: null_* columns (pmi)
     Params = ScoreParams
     inputs = ("queries", "contexts", "shard", "generator", "select", "pairs")
     optional_inputs = ("screen", "discriminator")
@@ -200,8 +213,14 @@ def score_rows(
     )
     t1 = time.perf_counter()
     gen, cache_hits = _generate(ctx, p, engine, scorer, lefts, sents, rights, directions)
+    nulls: dict[str, np.ndarray] = {}
+    for d in (d for d in directions if d in p.pmi):
+        nulls[d], hits = _null_terms(ctx, p, engine, scorer, lefts, sents, rights, d)
+        gen[d] = (gen[d] - nulls[d]).astype(np.float32)
+        cache_hits += hits
     for d in DIRECTIONS:
         gen.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # skipped: lambda is 0
+        nulls.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # not taken as PMI
     gen_seconds = time.perf_counter() - t1
 
     windows = _Windows(sents, left_ids, right_ids, crow, s_keys, s_text)
@@ -218,6 +237,7 @@ def score_rows(
             "gen_right": gen["right"],
             "S": S,
             "disc_source": source,
+            **{f"null_{d}": nulls[d] for d in DIRECTIONS},
         },
         schema=SCORE_SCHEMA,
     )
@@ -280,6 +300,29 @@ def _generate(
             out[d][todo] = got[d]
             cache.put(d, [keys[i] for i in todo], got[d])
     return out, hits
+
+
+def _null_terms(
+    ctx: StageContext,
+    p: ScoreParams,
+    engine: ScoringEngine,
+    scorer: Any,
+    lefts: np.ndarray,
+    sents: np.ndarray,
+    rights: np.ndarray,
+    direction: str,
+) -> tuple[np.ndarray, int]:
+    """The ``pmi`` baseline of one term per row: the same target with the other side left out
+    (an empty text), computed once per distinct null window. Returns values and cache hits."""
+    empty = np.full(len(sents), "", dtype=object)
+    if direction == "fwd":
+        nl, ns, nr = empty, sents, empty
+    else:
+        nl, ns, nr = lefts, empty, rights
+    keys = np.asarray(window_keys(nl.tolist(), ns.tolist(), nr.tolist()), dtype=object)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    got, hits = _generate(ctx, p, engine, scorer, nl[first], ns[first], nr[first], [direction])
+    return got[direction][inverse].astype(np.float32), hits
 
 
 def _disc(

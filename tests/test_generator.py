@@ -125,6 +125,22 @@ def test_causal_log_prob_matches_manual(tok):
         assert np.isclose(g, lp[pos, torch.tensor(t_ids)].mean().item(), atol=1e-5)
 
 
+def test_causal_left_out_slot_is_the_prompt_without_it(tok):
+    """An empty sentence (the score stage's pmi baseline) leaves no token behind: scoring c<
+    from (c<, "", c>) equals a template that never had the sentence."""
+    sc = make("causal", tok)
+    templates = dict(sc.templates)
+    templates["left"] = "Passage: ___ {right}\nThe missing sentence ___ is: {target}"
+    without = CausalPrefixScorer(sc.model, tok, templates)
+    assert sc.tokenize(["", "the cat"])[0] == ()
+    left, right = ["it was a dark night", "we went to the market"], ["she said nothing", "a dog"]
+    null = sc.log_prob("left", [(None, "", r) for r in right], left)
+    ref = without.log_prob("left", [(None, "a dog ran", r) for r in right], left)
+    assert np.allclose(null, ref, atol=1e-6)
+    real = sc.log_prob("left", [(None, "a dog ran", r) for r in right], left)
+    assert not np.allclose(null, real, atol=1e-3)
+
+
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_embed_is_mean_of_unpadded_states_and_batch_free(tok, kind):
     sc = make(kind, tok)

@@ -564,3 +564,83 @@ def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
     assert grown.keys() == cold.keys()
     for k in cold:
         assert grown[k] == pytest.approx(cold[k], abs=1e-5)
+
+
+def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_art, tmp_path):
+    """`pmi: [fwd, left]`: gen_<d> = the plain term - null_<d>, where null_left is log p(c<|c>)
+    (the sentence left out; one value per context) and null_fwd is log p(s) (both contexts left
+    out; one value per sentence), each equal to the scorer's own log-prob of that window."""
+    import pyarrow as pa
+
+    from tasks.base import RunParams, plan_stage, run_stage_locally
+    from tasks.generator import load_scorer
+    from tasks.score import ScoreParams, ScoreStage
+    from tasks.store import ArtefactStore
+
+    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
+    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:12]
+    rng = np.random.default_rng(5)
+    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
+    select = pa.table(
+        {
+            "query_id": pa.array([a for a in cs for _ in cs[a]], pa.int64()),
+            "context_id": pa.array([c for a in cs for c in cs[a]], pa.int64()),
+            "position": pa.array([i for a in cs for i in range(3)], pa.int32()),
+        }
+    )
+    pairs = pa.table(
+        {
+            "pair_id": pa.array([0, 1], pa.int64()),
+            "s1_query_id": pa.array([int(qids[0]), int(qids[2])], pa.int64()),
+            "s2_query_id": pa.array([int(qids[1]), int(qids[3])], pa.int64()),
+        }
+    )
+    up = {k: spine[k] for k in ("queries", "contexts", "shard")}
+    up["generator"] = generator_art[0]
+    up["select"] = _Fixed.publish(tmp_path, "select", select)
+    up["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
+
+    def score(pmi: list[str]) -> dict:
+        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, pmi=pmi, cache=False)
+        run = RunParams(root=str(tmp_path), torch_threads=1)
+        art, _ = run_stage_locally(
+            plan_stage(ScoreStage(), params, run, ArtefactStore(tmp_path), up)
+        )
+        return art.read_table().to_pydict()
+
+    plain, pmi = score([]), score(["fwd", "left"])
+    assert plain["query_id"] == pmi["query_id"] and plain["context_id"] == pmi["context_id"]
+    assert np.isnan(plain["null_left"]).all() and np.isnan(pmi["null_right"]).all()
+    for d in ("fwd", "left"):
+        want = np.asarray(plain[f"gen_{d}"]) - np.asarray(pmi[f"null_{d}"])
+        assert np.allclose(pmi[f"gen_{d}"], want, atol=1e-5)
+        assert np.allclose(pmi["S"], np.asarray(pmi["gen_fwd"]) + pmi["gen_left"], atol=1e-5)
+    by_ctx: dict[int, set] = {}
+    by_query: dict[int, set] = {}
+    for q, c, nl, nf in zip(
+        pmi["query_id"], pmi["context_id"], pmi["null_left"], pmi["null_fwd"], strict=True
+    ):
+        by_ctx.setdefault(c, set()).add(round(nl, 5))
+        by_query.setdefault(q, set()).add(round(nf, 5))
+    assert all(len(v) == 1 for v in by_ctx.values()) and len(by_ctx) > 3
+    assert all(len(v) == 1 for v in by_query.values()) and len(by_query) == 4
+
+    # the null values are the scorer's log-probs of the window with the other side left out
+    scorer, _ = load_scorer(generator_art[0].files_dir)
+    co = spine["contexts"].read_table(["context_id", "left_sent_ids", "right_sent_ids"])
+    sh = spine["shard"].read_table(["sent_id", "text"]).to_pydict()
+    text = dict(zip(sh["sent_id"], sh["text"], strict=True))
+    sides = {
+        c: (" ".join(text[i] for i in lft), " ".join(text[i] for i in rgt))
+        for c, lft, rgt in zip(*co.to_pydict().values(), strict=True)
+    }
+    q = spine["queries"].read_table(["query_id", "text"]).to_pydict()
+    qtext = dict(zip(q["query_id"], q["text"], strict=True))
+    c0, q0 = pmi["context_id"][0], pmi["query_id"][0]
+    lft, rgt = sides[c0]
+    assert scorer.log_prob("left", [(None, "", rgt)], [lft])[0] == pytest.approx(
+        pmi["null_left"][0], abs=1e-4
+    )
+    assert scorer.log_prob("fwd", [("", None, "")], [qtext[q0]])[0] == pytest.approx(
+        pmi["null_fwd"][0], abs=1e-4
+    )
