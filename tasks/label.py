@@ -125,13 +125,20 @@ def ablation_views(
     lam = recover_lambdas(values[:20000, 0], values[:20000, 1:])
     if lam is None:
         return names, values, None
+    tiny = 1e-4 * max(1.0, float(np.nanmax(np.abs(values[:, 0]), initial=0.0)))
+
+    def without(col: np.ndarray) -> np.ndarray:
+        # S had no other term: what is left is float rounding of λ, not a score (NaN, no view)
+        return np.full_like(col, np.nan) if np.nanmax(np.abs(col), initial=0.0) <= tiny else col
+
     for k, term in enumerate(TERMS):
         if lam[k] != 0 and not np.all(np.isnan(values[:, 1 + k])):
             names.append(f"wo_{term}")
-            values = np.column_stack([values, values[:, 0] - lam[k] * values[:, 1 + k]])
+            rest = without(values[:, 0] - lam[k] * values[:, 1 + k])
+            values = np.column_stack([values, rest])
     both = lam[2] * np.nan_to_num(values[:, 3]) + lam[3] * np.nan_to_num(values[:, 4])
     names.append("wo_both_contexts")
-    return names, np.column_stack([values, values[:, 0] - both]), lam
+    return names, np.column_stack([values, without(values[:, 0] - both)]), lam
 
 
 def report_name(dataset: str, subset: str) -> str:

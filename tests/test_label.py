@@ -340,3 +340,38 @@ def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
     cos = (e1 * e2).sum(1) / np.linalg.norm(e1, axis=1) / np.linalg.norm(e2, axis=1)
     want = round(spearman_x100(cos, t["gold"].to_numpy()), 2)
     assert report["datasets"]["STSb.dev"]["views"]["backbone_cosine"]["spearman_all"] == want
+
+
+def test_without_the_only_term_is_no_view():
+    """S = λ·left alone (λ recovered with float32 rounding): S without left is NaN, not a
+    rescaled copy of left that would report left's Spearman under another name."""
+    from tasks.label import ablation_views
+
+    rng = np.random.default_rng(0)
+    left = rng.normal(-3, 1, 50).astype(np.float32)
+    fwd = rng.normal(-4, 1, 50).astype(np.float32)
+    nan = np.full(50, np.nan, np.float32)
+    table = pa.table(
+        {
+            "S": left,
+            "disc_logprob": np.zeros(50, np.float32),
+            "gen_fwd": nan,
+            "gen_left": left,
+            "gen_right": nan,
+        }
+    )
+    names, values, lam = ablation_views(table, True)
+    assert lam is not None and lam[2] == pytest.approx(1.0)
+    assert np.isnan(values[:, names.index("wo_left")]).all()
+    assert np.isnan(values[:, names.index("wo_both_contexts")]).all()
+    both = pa.table(
+        {
+            "S": left + 0.5 * fwd,
+            "disc_logprob": np.zeros(50, np.float32),
+            "gen_fwd": fwd,
+            "gen_left": left,
+            "gen_right": nan,
+        }
+    )
+    names, values, _ = ablation_views(both, True)
+    assert np.allclose(values[:, names.index("wo_left")], 0.5 * fwd, atol=1e-5)
