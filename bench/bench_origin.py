@@ -49,7 +49,16 @@ def curve(
 ) -> list[dict[str, Any]]:
     arts = load_run(root, run_id)
     sel = arts["select"].read_table(["query_id", "context_id", "position"])
-    names, values, _ = ablation_views(arts["score"].read_table(), True)
+    table = arts["score"].read_table()
+    names, values, _ = ablation_views(table, True)
+    # terms the run took as PMI (score.pmi) also as plain Eq. 3 terms: term + null_<term>
+    for i, term in enumerate(("fwd", "left", "right")):
+        null = f"null_{term}"
+        if null in table.column_names:
+            base = table.column(null).to_numpy(zero_copy_only=False).astype(np.float64)
+            if not np.all(np.isnan(base)):
+                names.append(f"{term}_raw")
+                values = np.column_stack([values, values[:, 2 + i] + base])
     # other Eq. 3 weightings from the same term columns (names[1:5] are disc, fwd, left, right)
     for lam in lambdas:
         used = [(w, values[:, 1 + i]) for i, w in enumerate(lam) if w != 0.0]
