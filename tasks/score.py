@@ -319,8 +319,10 @@ def _null_terms(
         nl, ns, nr = empty, sents, empty
     else:
         nl, ns, nr = lefts, empty, rights
-    keys = np.asarray(window_keys(nl.tolist(), ns.tolist(), nr.tolist()), dtype=object)
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    # distinct null windows by their texts (_generate hashes only those for the cache)
+    _, first, inverse = np.unique(
+        nl + "\x1f" + ns + "\x1f" + nr, return_index=True, return_inverse=True
+    )
     got, hits = _generate(ctx, p, engine, scorer, nl[first], ns[first], nr[first], [direction])
     return got[direction][inverse].astype(np.float32), hits
 

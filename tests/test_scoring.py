@@ -505,12 +505,37 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
             assert sel["order_score"][i] == pytest.approx(S[(qid, sel["context_id"][i])], abs=1e-4)
 
 
+def _score_inputs(spine, generator_art, root, cs: dict[int, list[int]], qids) -> dict:
+    """Upstream artefacts of a score stage: the spine, the generator, context sets ``cs`` (query
+    -> context ids in rank order) and the labelled pairs (q0, q1), (q2, q3)."""
+    import pyarrow as pa
+
+    select = pa.table(
+        {
+            "query_id": pa.array([a for a in cs for _ in cs[a]], pa.int64()),
+            "context_id": pa.array([c for a in cs for c in cs[a]], pa.int64()),
+            "position": pa.array([i for a in cs for i in range(len(cs[a]))], pa.int32()),
+        }
+    )
+    pairs = pa.table(
+        {
+            "pair_id": pa.array([0, 1], pa.int64()),
+            "s1_query_id": pa.array([int(qids[0]), int(qids[2])], pa.int64()),
+            "s2_query_id": pa.array([int(qids[1]), int(qids[3])], pa.int64()),
+        }
+    )
+    up = {k: spine[k] for k in ("queries", "contexts", "shard")}
+    up["generator"] = generator_art[0]
+    up["select"] = _Fixed.publish(root, "select", select)
+    up["pairs"] = _Fixed.publish(root, "pairs", pairs)
+    return up
+
+
 def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
     spine, generator_art, tmp_path
 ):
     """A second score run on the same root computes only windows no run scored before, and its
     values equal a run without the cache."""
-    import pyarrow as pa
 
     from tasks.base import RunParams, plan_stage, run_stage_locally
     from tasks.score import ScoreParams, ScoreStage
@@ -522,26 +547,7 @@ def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
     big = {int(a): [int(x) for x in rng.choice(ctx_ids, 4, replace=False)] for a in qids}
 
     def world(k: int, root):
-        cs = {a: c[:k] for a, c in big.items()}
-        select = pa.table(
-            {
-                "query_id": pa.array([a for a in cs for _ in cs[a]], pa.int64()),
-                "context_id": pa.array([c for a in cs for c in cs[a]], pa.int64()),
-                "position": pa.array([i for a in cs for i in range(len(cs[a]))], pa.int32()),
-            }
-        )
-        pairs = pa.table(
-            {
-                "pair_id": pa.array([0, 1], pa.int64()),
-                "s1_query_id": pa.array([int(qids[0]), int(qids[2])], pa.int64()),
-                "s2_query_id": pa.array([int(qids[1]), int(qids[3])], pa.int64()),
-            }
-        )
-        up = {k_: spine[k_] for k_ in ("queries", "contexts", "shard")}
-        up["generator"] = generator_art[0]
-        up["select"] = _Fixed.publish(root, "select", select)
-        up["pairs"] = _Fixed.publish(root, "pairs", pairs)
-        return up
+        return _score_inputs(spine, generator_art, root, {a: c[:k] for a, c in big.items()}, qids)
 
     def score(k: int, root, cache: bool):
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, cache=cache)
@@ -570,7 +576,6 @@ def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_ar
     """`pmi: [fwd, left]`: gen_<d> = the plain term - null_<d>, where null_left is log p(c<|c>)
     (the sentence left out; one value per context) and null_fwd is log p(s) (both contexts left
     out; one value per sentence), each equal to the scorer's own log-prob of that window."""
-    import pyarrow as pa
 
     from tasks.base import RunParams, plan_stage, run_stage_locally
     from tasks.generator import load_scorer
@@ -581,24 +586,7 @@ def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_ar
     ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:12]
     rng = np.random.default_rng(5)
     cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
-    select = pa.table(
-        {
-            "query_id": pa.array([a for a in cs for _ in cs[a]], pa.int64()),
-            "context_id": pa.array([c for a in cs for c in cs[a]], pa.int64()),
-            "position": pa.array([i for a in cs for i in range(3)], pa.int32()),
-        }
-    )
-    pairs = pa.table(
-        {
-            "pair_id": pa.array([0, 1], pa.int64()),
-            "s1_query_id": pa.array([int(qids[0]), int(qids[2])], pa.int64()),
-            "s2_query_id": pa.array([int(qids[1]), int(qids[3])], pa.int64()),
-        }
-    )
-    up = {k: spine[k] for k in ("queries", "contexts", "shard")}
-    up["generator"] = generator_art[0]
-    up["select"] = _Fixed.publish(tmp_path, "select", select)
-    up["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
+    up = _score_inputs(spine, generator_art, tmp_path, cs, qids)
 
     def score(pmi: list[str]) -> dict:
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, pmi=pmi, cache=False)
