@@ -225,7 +225,10 @@ def execute(
     return record
 
 
-@flow(name="ctxsim-pipeline", log_prints=True, persist_result=False)
+# log_prints stays off: stages log through Prefect's logger, and Prefect's print patch breaks
+# libraries that capture stdout to parse it (dill's nestedglobals, used by `datasets` to hash
+# the trainer's transforms, then logged a disassembly and found no globals).
+@flow(name="ctxsim-pipeline", log_prints=False, persist_result=False)
 def pipeline_flow(
     config: str | None = "configs/quickstart.yaml",
     overrides: list[str] | None = None,

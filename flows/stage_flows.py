@@ -17,7 +17,7 @@ from flows.pipeline import run_pipeline
 from tasks import STAGES
 
 
-@flow(name="ctxsim", log_prints=True, persist_result=False)
+@flow(name="ctxsim", log_prints=False, persist_result=False)  # prints: see pipeline_flow
 def pipeline(
     config: str = "configs/quickstart.yaml",
     overrides: list[str] | None = None,
@@ -29,7 +29,7 @@ def pipeline(
     return run_pipeline(config, overrides, root, until, run_id)
 
 
-@flow(name="ctxsim-stage", log_prints=True, persist_result=False)
+@flow(name="ctxsim-stage", log_prints=False, persist_result=False)  # prints: see pipeline_flow
 def stage_flow(
     stage: str,
     config: str = "configs/quickstart.yaml",

@@ -57,7 +57,7 @@ class TrainParams(StageParams):
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     weight_decay: float = 0.0
-    warmup_ratio: float = 0.0
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)  # share of the steps spent warming up
     lr_scheduler: str = "constant"
     eval_steps: int = 10  # evaluate (and checkpoint) every N steps; best dev Spearman is kept
     save_total_limit: int = 2
@@ -322,7 +322,7 @@ class TrainStage(Stage):
             adam_beta1=p.adam_beta1,
             adam_beta2=p.adam_beta2,
             weight_decay=p.weight_decay,
-            warmup_ratio=p.warmup_ratio,
+            warmup_steps=p.warmup_ratio,  # a float in [0, 1) is a ratio (transformers >= 5)
             lr_scheduler_type=p.lr_scheduler,
             optim="adamw_torch",
             bf16=use_bf16,

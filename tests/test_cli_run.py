@@ -43,3 +43,13 @@ def test_connection_errors_without_a_cluster_address_are_not_relabelled(
     monkeypatch.setattr(flows.pipeline, "run_pipeline", _unreachable)
     res = CliRunner().invoke(app, ["run", "--root", str(tmp_path)])
     assert isinstance(res.exception, ConnectionError)
+
+
+def test_flows_leave_print_to_the_libraries() -> None:
+    """Prefect's log_prints patch turns print() into log records, which blinds libraries that
+    capture stdout to parse it: dill's nestedglobals (datasets' fingerprint of the trainer's
+    transforms) then logged a bytecode disassembly at train time and found no globals."""
+    from flows.stage_flows import pipeline, stage_flow
+
+    for f in (flows.pipeline.pipeline_flow, pipeline, stage_flow):
+        assert f.log_prints is False, f.name
