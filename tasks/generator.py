@@ -22,6 +22,7 @@ direction.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -159,15 +160,39 @@ def build_scorer(
     return Seq2SeqScorer(models, tok, _limits(p), device), tok, path
 
 
+def scorer_identity(meta: dict[str, Any], weight_dirs: list[Path]) -> str:
+    """A hash of everything that decides a score: backend, templates, limits and the bytes of the
+    weights and tokenizer. The score cache (tasks/score_cache.py) is keyed by it rather than by the
+    generator's fingerprint, so settings that only shape the held-out evaluation (``n_eval``, its
+    ``token_budget``) or the corpus a zero-shot backbone was validated on keep the cache."""
+    h = hashlib.blake2b(digest_size=16)
+    keys = ("backend", "shared", "templates", "limits")
+    h.update(json.dumps({k: meta.get(k) for k in keys}, sort_keys=True).encode())
+    for i, top in enumerate(weight_dirs):
+        for f in sorted(x for x in top.rglob("*") if x.is_file() and not x.name.startswith(".")):
+            h.update(f"{i}/{f.relative_to(top).as_posix()}\0".encode())
+            with f.open("rb") as fh:
+                while chunk := fh.read(1 << 22):
+                    h.update(chunk)
+    return h.hexdigest()
+
+
 def save_scorer(scorer: GenerativeScorer, files: Path, meta: dict[str, Any], weights: bool) -> None:
-    """``generator.json`` (+ safetensors weights and tokenizer when ``weights``)."""
+    """``generator.json`` with the scorer's identity (+ safetensors weights and tokenizer when
+    ``weights``; else ``meta["weights"]`` names the backbone directory)."""
     if weights:
         if isinstance(scorer, Seq2SeqScorer) and not scorer.shared:
-            for d in DIRECTIONS:
-                scorer.models[d].save_pretrained(files / f"model_{d}")
+            dirs = [files / f"model_{d}" for d in DIRECTIONS]
+            for d, where in zip(DIRECTIONS, dirs, strict=True):
+                scorer.models[d].save_pretrained(where)
         else:
-            scorer.modules()[0].save_pretrained(files / "model")
+            dirs = [files / "model"]
+            scorer.modules()[0].save_pretrained(dirs[0])
         scorer.tokenizer.save_pretrained(files / "tokenizer")
+        dirs.append(files / "tokenizer")
+    else:
+        dirs = [Path(meta["weights"])]
+    meta = {**meta, "scorer_id": scorer_identity(meta, dirs)}
     tmp = files / f".{META_FILE}.tmp"
     tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
     os.replace(tmp, files / META_FILE)

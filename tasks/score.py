@@ -18,6 +18,7 @@ Sharded like the queries: shard k scores the pairs whose query is in queries' sh
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Literal, NamedTuple
 
@@ -31,7 +32,7 @@ from models.generator import DIRECTIONS
 from models.origin import ContextSets, required_scores
 from models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
 from tasks.base import Stage, StageContext, StageParams
-from tasks.generator import load_scorer
+from tasks.generator import META_FILE, load_scorer
 from tasks.score_cache import ScoreCache, window_keys
 
 SCORE_SCHEMA = pa.schema(
@@ -279,7 +280,11 @@ def _generate(
         return engine.score(lefts.tolist(), sents.tolist(), rights.tolist(), directions), 0
     dev = scorer.device.type
     bf16 = (dev == "cuda" and p.bf16_on_cuda) or (dev == "cpu" and p.bf16_on_cpu)
-    namespace = f"{ctx.input('generator').fingerprint}-{'bf16' if bf16 else 'fp32'}"
+    # by what decides the scores (tasks/generator.py scorer_identity); artefacts published before
+    # the identity was recorded keep their fingerprint, and with it their cache
+    gen = ctx.input("generator")
+    scorer_id = json.loads((gen.files_dir / META_FILE).read_text()).get("scorer_id")
+    namespace = f"{scorer_id or gen.fingerprint}-{'bf16' if bf16 else 'fp32'}"
     cache = ScoreCache(ctx.store.root, namespace)
     keys = window_keys(lefts.tolist(), sents.tolist(), rights.tolist())
     out: dict[str, np.ndarray] = {}

@@ -6,7 +6,8 @@ everything already scored. The `score` stage's artefact stays content-addressed;
 saves the generator passes behind it, so an artefact computed with a warm cache holds the same
 values as one computed cold (up to float noise of batch composition, <= 1e-5).
 
-Layout: ``ROOT/_cache/scores/<generator fingerprint>-<fp32|bf16>/<direction>/<uuid>.parquet``,
+Layout: ``ROOT/_cache/scores/<scorer id>-<fp32|bf16>/<direction>/<uuid>.parquet`` (the scorer id
+hashes templates, limits and weight bytes: tasks/generator.py ``scorer_identity``),
 rows ``(key: 16-byte blake2b of the window texts, value: float32)``. Each writer adds its own
 file by atomic rename, so concurrent shards and workers never clash; a reader sees only whole
 files. Delete the folder to drop the cache.

@@ -572,6 +572,54 @@ def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
         assert grown[k] == pytest.approx(cold[k], abs=1e-5)
 
 
+def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok, tmp_path):
+    """Zero-shot generator artefacts that differ only in their evaluation settings score alike:
+    they get one scorer id, so a score run with the second reads every window from the cache;
+    other limits make another id."""
+    import json
+
+    from tasks.base import RunParams, plan_stage, run_stage_locally
+    from tasks.generator import META_FILE, GeneratorParams, GeneratorStage
+    from tasks.score import ScoreParams, ScoreStage
+    from tasks.store import ArtefactStore
+
+    backbone = tmp_path / "backbone"
+    tiny_causal(tok, TINY).save_pretrained(backbone)
+    tok.save_pretrained(backbone)
+    root = tmp_path / "root"
+    store = ArtefactStore(root)
+    run = RunParams(root=str(root), torch_threads=1)
+
+    def generator(**changes):
+        params = GeneratorParams(
+            backend="causal", backbone=str(backbone), train_steps=0, n_eval=8, max_val_windows=20
+        ).model_copy(update=changes)
+        up = {k: spine[k] for k in ("shard", "contexts")}
+        return run_stage_locally(plan_stage(GeneratorStage(), params, run, store, up))[0]
+
+    def scorer_id(a) -> str:
+        return json.loads((a.files_dir / META_FILE).read_text())["scorer_id"]
+
+    first_gen, eval_only = generator(), generator(n_eval=4, token_budget=1024)
+    assert eval_only.fingerprint != first_gen.fingerprint
+    assert scorer_id(eval_only) == scorer_id(first_gen)
+    assert scorer_id(generator(max_context_tokens=16)) != scorer_id(first_gen)
+
+    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
+    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
+    rng = np.random.default_rng(5)
+    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
+
+    def score(gen) -> dict:
+        up = _score_inputs(spine, (gen, None), root, cs, qids)
+        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0)
+        return run_stage_locally(plan_stage(ScoreStage(), params, run, store, up))[0].stats
+
+    first = score(first_gen)
+    assert first["cache_hits"] == 0
+    assert score(eval_only)["cache_hits"] == 2 * first["pairs"]  # fwd and left of every window
+
+
 def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_art, tmp_path):
     """`pmi: [fwd, left]`: gen_<d> = the plain term - null_<d>, where null_left is log p(c<|c>)
     (the sentence left out; one value per context) and null_fwd is log p(s) (both contexts left
