@@ -244,11 +244,15 @@ def quality(args: argparse.Namespace) -> None:
         t1 = time.perf_counter()
         res = eng.score(lefts, sents, rights)
         secs = time.perf_counter() - t1
+        null = eng.score(lefts, [""] * len(sents), rights, ("left", "right"))
         s_gen = sum(res[d].astype(np.float64) for d in DIRECTIONS)
         # held-out perplexity per direction from the own-context scores (mean over sentences)
         row |= {f"val_ppl_{d}": float(np.exp(-np.mean(res[d][:n]))) for d in DIRECTIONS}
         for key, v in [*((f"gen_{d}", res[d]) for d in DIRECTIONS), ("S_gen", s_gen)]:
             row[f"wins_{key}"] = float(np.mean(v[:n] > v[n:]))
+        for d in ("left", "right"):  # as score.pmi takes them: minus the target without s
+            pmi = res[d].astype(np.float64) - null[d]
+            row[f"wins_pmi_{d}"] = float(np.mean(pmi[:n] > pmi[n:]))
         row["score_pairs_per_s"] = 2 * n / secs
         row["score_target_tok_per_s"] = eng.stats.target_tokens / secs
         row["total_seconds"] = time.perf_counter() - t0
@@ -262,7 +266,8 @@ def quality_meta(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "what": "own context vs a random held-out context (different section, length within "
         "+-20%) for held-out sentences of the last 2 of the first N books; wins = share where "
-        "the own context scores higher; S_gen = fwd + left + right (lambda 1)",
+        "the own context scores higher; S_gen = fwd + left + right (lambda 1); pmi_<term> = the "
+        "term minus its target's log-prob with the sentence left out (score.pmi)",
         "books": args.books,
         "train": f"{args.train_models}: AdamW lr {args.train_lr}, batch 16, warmup 20, "
         f"{args.train_seconds}s wall cap, windows of the first N-2 books",

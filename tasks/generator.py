@@ -16,8 +16,9 @@ stage's cache dir, so a crash resumes mid-epoch.
 
 Rows: one per held-out evaluation sentence — its own context and a random held-out context of
 similar length, each Eq. (3) generative term for both, and S_gen (lambda-weighted sum); the stats
-say how often the own context wins, per term and for S_gen, and the validation perplexity per
-direction.
+say how often the own context wins, per term, for S_gen and for the left and right terms as
+PMI (``score.pmi``: minus the target's log-prob without the sentence), and the validation
+perplexity per direction.
 """
 
 from __future__ import annotations
@@ -337,12 +338,14 @@ EVAL_SCHEMA = pa.schema(
         for t in ("gen_fwd", "gen_left", "gen_right", "S_gen")
         for w in ("own", "random")
     ]
+    # the left and right terms' pmi baselines (tasks/score.py): the target without the sentence
+    + [(f"null_{t}_{w}", pa.float32()) for t in ("left", "right") for w in ("own", "random")]
 )
 
 
 class GeneratorStage(Stage):
     name = "generator"
-    version = "1"
+    version = "2"  # 2: the evaluation also scores the pmi baselines (wins_pmi_left/right)
     Params = GeneratorParams
     inputs = ("shard", "contexts")
 
@@ -488,6 +491,7 @@ class GeneratorStage(Stage):
         )
         t0 = time.perf_counter()
         res = eng.score(lefts, sents + sents, rights)
+        null = eng.score(lefts, [""] * (2 * n), rights, ("left", "right"))
         secs = time.perf_counter() - t0
         lam = {"fwd": p.lambda_fwd, "left": p.lambda_left, "right": p.lambda_right}
         s_gen = sum(lam[d] * res[d].astype(np.float64) for d in DIRECTIONS).astype(np.float32)
@@ -500,6 +504,12 @@ class GeneratorStage(Stage):
         for name, v in [*((f"gen_{d}", res[d]) for d in DIRECTIONS), ("S_gen", s_gen)]:
             cols[f"{name}_own"], cols[f"{name}_random"] = v[:n], v[n:]
             stats[f"wins_{name}"] = round(float(np.mean(v[:n] > v[n:])), 4)
+        # as score.pmi takes them: does s raise its own context more than a random one? (fwd's
+        # baseline, log p(s), is the same for both contexts, so its wins do not change)
+        for d in ("left", "right"):
+            cols[f"null_{d}_own"], cols[f"null_{d}_random"] = null[d][:n], null[d][n:]
+            pmi = res[d].astype(np.float64) - null[d]
+            stats[f"wins_pmi_{d}"] = round(float(np.mean(pmi[:n] > pmi[n:])), 4)
         stats["eval_pairs_per_s"] = round(2 * n / secs, 2) if secs > 0 else 0.0
         return pa.table(cols, schema=EVAL_SCHEMA), stats
 

@@ -220,6 +220,11 @@ def test_generator_stage_publishes_a_loadable_scorer(generator_art):
     assert (plan.store.root / "_cache" / "generator" / plan.fingerprint / "checkpoint.pt").exists()
     rows = art.read_table()
     assert rows.num_rows == 12
+    t = {k: np.asarray(v, np.float64) for k, v in rows.to_pydict().items()}
+    for d in ("left", "right"):  # the pmi wins, from the published terms and their baselines
+        own, rand = (t[f"gen_{d}_{w}"] - t[f"null_{d}_{w}"] for w in ("own", "random"))
+        assert st[f"wins_pmi_{d}"] == pytest.approx(np.mean(own > rand), abs=1e-4)
+        assert not np.allclose(t[f"gen_{d}_own"], t[f"null_{d}_own"])  # s is in one, not the other
     assert (
         rows.column("own_context_id").to_numpy() != rows.column("random_context_id").to_numpy()
     ).all()
