@@ -284,7 +284,8 @@ def origin(
 
 @app.command(
     epilog="Example: ctxsim evaluate data/artefacts/train/<fp>/files/model "
-    "--sts-dir ../shared/data/sts --ists-dir ../shared/data/ists2016 --json-out eval.json"
+    "--sts-dir ../shared/data/sts --ists-dir ../shared/data/ists2016 --json-out eval.json "
+    "--baseline backbone=minilm --baseline dynamax=wordllama"
 )
 def evaluate(
     model: Annotated[str, typer.Argument(help="sentence-transformers model dir or registry name")],
@@ -294,6 +295,14 @@ def evaluate(
     max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per subset")] = None,
     device: Annotated[str, typer.Option("--device")] = "auto",
     json_out: Annotated[Path | None, typer.Option("--json-out", help="write the JSON here")] = None,
+    baseline: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--baseline",
+            help="NAME=MODEL, repeatable: another system on the same pairs, with paired BCa "
+            "intervals against the model (dynamax=wordllama for the word-vector baseline)",
+        ),
+    ] = None,
 ) -> None:
     """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits and iSTS F1 for one model."""
     from tasks.base import resolve_device
@@ -301,14 +310,20 @@ def evaluate(
 
     if sts_dir is None and ists_dir is None:
         _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches them)")
-    if not Path(model).exists():
-        from models.registry import resolve_model
-
-        model = str(resolve_model(model))
+    baselines: dict[str, str | None] = {}
+    for spec in baseline or []:
+        name, sep, ref = spec.partition("=")
+        if not sep or not name or not ref:
+            _fail(f"--baseline {spec!r}: use NAME=MODEL, e.g. backbone=gemma-270m")
+        if name == "surrogate" or name in baselines:
+            _fail(f"--baseline {spec!r}: the name {name!r} is taken")
+        keep_as_is = name == "dynamax" and ref == "wordllama"
+        baselines[name] = ref if keep_as_is else _model_path(ref)
     result = evaluate_model(
-        model,
+        _model_path(model),
         sts_dir,
         ists_dir,
+        baselines=baselines,
         device=resolve_device(device),
         out_dir=out_dir,
         max_pairs_per_subset=max_pairs,
@@ -317,6 +332,15 @@ def evaluate(
     if json_out:
         json_out.write_text(text)
     typer.echo(text)
+
+
+def _model_path(model: str) -> str:
+    """A model directory as given, or a registry short name resolved to its local directory."""
+    if Path(model).exists():
+        return model
+    from models.registry import resolve_model
+
+    return str(resolve_model(model))
 
 
 data_app = typer.Typer(help="Evaluation data: download the official releases (connected machines).")

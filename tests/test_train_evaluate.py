@@ -214,6 +214,27 @@ def test_evaluate_stage_end_to_end(trained):
     assert ev.stats["n_sets"] == 5
 
 
+def test_evaluate_cli_compares_with_named_baselines(trained, tmp_path):
+    """`ctxsim evaluate MODEL --baseline NAME=MODEL`: the baseline is scored on the same pairs
+    and compared with paired intervals; a malformed spec is one error line, exit 2."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    _, _, _, art, sts, _ = trained
+    out = tmp_path / "eval.json"
+    model = str(art.files_dir / "model")
+    backbone = f"backbone={art.files_dir / 'backbone'}"
+    args = ["evaluate", model, "--sts-dir", str(sts), "--max-pairs", "12", "--json-out", str(out)]
+    res = CliRunner().invoke(app, [*args, "--baseline", backbone])
+    assert res.exit_code == 0, res.output
+    result = json.loads(out.read_text())
+    assert "backbone" in result["baselines"]
+    assert any(k.startswith("surrogate.cosine-vs-backbone") for k in result["bootstrap"])
+    bad = CliRunner().invoke(app, [*args, "--baseline", "backbone"])
+    assert bad.exit_code == 2 and "NAME=MODEL" in bad.output
+
+
 def test_evaluate_without_data_completes(trained, tmp_path):
     from tasks.evaluate import evaluate_model
 
