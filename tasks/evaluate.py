@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -77,7 +78,7 @@ class EvaluateParams(StageParams):
     dynamax_vectors: Literal["auto", "wordllama", "backbone"] = "auto"
     batch_size: int = 64
     max_seq_length: int = 128
-    max_pairs_per_subset: int | None = None  # cap for quick runs; None = every pair
+    max_pairs_per_subset: int | None = None  # seeded sample for quick runs; None = every pair
     bootstrap_resamples: int = 1000  # DynaMax paper: 10000
     confidence: float = 0.95
     hard_quantile: float = 0.2
@@ -266,10 +267,21 @@ def ists_system(model, domain, similarity: str = "rcmd") -> list[WaPair]:
 # ---- evaluation --------------------------------------------------------------------------------
 
 
-def _cap(s: StsSet, n: int | None) -> StsSet:
+def _cap(s: StsSet, n: int | None, seed: int) -> StsSet:
+    """A seeded sample of ``n`` pairs in file order: files are grouped by genre (STSb's first
+    rows are all captions), so the first ``n`` rows would not represent the set."""
     if n is None or len(s) <= n:
         return s
-    return StsSet(s.dataset, s.subset, s.s1[:n], s.s2[:n], s.gold[:n], s.path)
+    rng = np.random.default_rng([seed, zlib.crc32(s.name.encode())])
+    keep = np.sort(rng.choice(len(s), size=n, replace=False))
+    return StsSet(
+        s.dataset,
+        s.subset,
+        [s.s1[i] for i in keep],
+        [s.s2[i] for i in keep],
+        [s.gold[i] for i in keep],
+        s.path,
+    )
 
 
 def _nan_to_none(x: Any) -> Any:
@@ -353,7 +365,7 @@ def evaluate_model(
     }
     sets: list[StsSet] = []
     if sts_dir is not None and Path(sts_dir).expanduser().is_dir():
-        sets = [_cap(s, max_pairs_per_subset) for s in discover(Path(sts_dir).expanduser())]
+        sets = [_cap(s, max_pairs_per_subset, seed) for s in discover(Path(sts_dir).expanduser())]
     if not sets:
         msg = DATA_HINT.format(where=sts_dir)
         log.warning(msg)
