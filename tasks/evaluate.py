@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +40,7 @@ from models.ists import (
 from models.similarity import avg_contributions, cosine_paired, rcmd_contributions, rcmd_paired
 from tasks.base import Stage, StageContext, StageParams
 from tasks.store import content_digest
-from tasks.sts_data import StsSet, dataset_key, discover
+from tasks.sts_data import StsSet, dataset_key, discover, sample_pairs
 
 SEVEN = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSb.test", "SICK-R.test"]
 SEVEN_LABELS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSb", "SICK-R"]
@@ -267,23 +266,6 @@ def ists_system(model, domain, similarity: str = "rcmd") -> list[WaPair]:
 # ---- evaluation --------------------------------------------------------------------------------
 
 
-def _cap(s: StsSet, n: int | None, seed: int) -> StsSet:
-    """A seeded sample of ``n`` pairs in file order: files are grouped by genre (STSb's first
-    rows are all captions), so the first ``n`` rows would not represent the set."""
-    if n is None or len(s) <= n:
-        return s
-    rng = np.random.default_rng([seed, zlib.crc32(s.name.encode())])
-    keep = np.sort(rng.choice(len(s), size=n, replace=False))
-    return StsSet(
-        s.dataset,
-        s.subset,
-        [s.s1[i] for i in keep],
-        [s.s2[i] for i in keep],
-        [s.gold[i] for i in keep],
-        s.path,
-    )
-
-
 def _nan_to_none(x: Any) -> Any:
     if isinstance(x, float) and math.isnan(x):
         return None
@@ -365,7 +347,10 @@ def evaluate_model(
     }
     sets: list[StsSet] = []
     if sts_dir is not None and Path(sts_dir).expanduser().is_dir():
-        sets = [_cap(s, max_pairs_per_subset, seed) for s in discover(Path(sts_dir).expanduser())]
+        sets = [
+            sample_pairs(s, max_pairs_per_subset, seed)
+            for s in discover(Path(sts_dir).expanduser())
+        ]
     if not sets:
         msg = DATA_HINT.format(where=sts_dir)
         log.warning(msg)

@@ -27,8 +27,11 @@ import tempfile
 import time
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from tasks.store import sha256_file
 
@@ -415,3 +418,20 @@ def download(
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "MANIFEST.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def sample_pairs(s: StsSet, n: int | None, seed: int) -> StsSet:
+    """A seeded sample of ``n`` pairs in file order: files are grouped by genre (STSb's first
+    rows are all captions), so the first ``n`` rows would not represent the set."""
+    if n is None or len(s) <= n:
+        return s
+    rng = np.random.default_rng([seed, zlib.crc32(s.name.encode())])
+    keep = np.sort(rng.choice(len(s), size=n, replace=False))
+    return StsSet(
+        s.dataset,
+        s.subset,
+        [s.s1[i] for i in keep],
+        [s.s2[i] for i in keep],
+        [s.gold[i] for i in keep],
+        s.path,
+    )

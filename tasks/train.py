@@ -223,7 +223,7 @@ def _model_card(info: dict[str, Any]) -> str:
 
 class TrainStage(Stage):
     name = "train"
-    version = "1"
+    version = "2"  # 2: max_dev_pairs samples the dev set (was its first rows)
     Params = TrainParams
     inputs = ("label",)
     run_fields = ("seed", "device")
@@ -408,14 +408,14 @@ class TrainStage(Stage):
     ) -> tuple[list[str], list[str], list[float], str] | None:
         """STSb dev from ``sts_dir`` when present, else the label artefact's dev split."""
         if p.sts_dir:
-            from tasks.sts_data import discover
+            from tasks.sts_data import discover, sample_pairs
 
             root = Path(p.sts_dir).expanduser()
             if root.is_dir():
                 for s in discover(root):
                     if s.name == p.dev_set:
-                        n = p.max_dev_pairs or len(s)
-                        return s.s1[:n], s.s2[:n], s.gold[:n], s.name
+                        s = sample_pairs(s, p.max_dev_pairs, ctx.run.seed)
+                        return s.s1, s.s2, s.gold, s.name
                 ctx.logger.warning("train: %s not found under %s", p.dev_set, root)
             else:
                 ctx.logger.warning("train: sts_dir %s does not exist", root)

@@ -316,17 +316,18 @@ def test_train_resumes_after_a_crash(trained, monkeypatch):
 
 def test_capped_sets_are_a_seeded_sample_in_file_order():
     """--max-pairs samples pairs across the file (STSb's first rows are all one genre)."""
-    from tasks.evaluate import _cap
-    from tasks.sts_data import StsSet
+    from tasks.sts_data import StsSet, sample_pairs
 
     n = 200
     full = StsSet(
         "STSb", "test", [f"a{i}" for i in range(n)], [f"b{i}" for i in range(n)], list(range(n))
     )
-    cap = _cap(full, 20, seed=0)
+    cap = sample_pairs(full, 20, seed=0)
     rows = [int(x[1:]) for x in cap.s1]
     assert len(rows) == 20 and rows == sorted(rows) and rows != list(range(20))
     assert cap.s2 == [f"b{i}" for i in rows] and cap.gold == rows
-    assert _cap(full, 20, seed=0).s1 == cap.s1 and _cap(full, 20, seed=1).s1 != cap.s1
+    assert (
+        sample_pairs(full, 20, seed=0).s1 == cap.s1 and sample_pairs(full, 20, seed=1).s1 != cap.s1
+    )
     assert max(rows) >= n // 2  # reaches the second half of the file
-    assert _cap(full, None, seed=0) is full
+    assert sample_pairs(full, None, seed=0) is full
