@@ -491,8 +491,8 @@ class GeneratorStage(Stage):
         )
         t0 = time.perf_counter()
         res = eng.score(lefts, sents + sents, rights)
+        secs = time.perf_counter() - t0  # eval_pairs_per_s: the Eq. 3 terms, as before
         null = eng.score(lefts, [""] * (2 * n), rights, ("left", "right"))
-        secs = time.perf_counter() - t0
         lam = {"fwd": p.lambda_fwd, "left": p.lambda_left, "right": p.lambda_right}
         s_gen = sum(lam[d] * res[d].astype(np.float64) for d in DIRECTIONS).astype(np.float32)
         cols: dict[str, Any] = {

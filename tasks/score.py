@@ -18,7 +18,6 @@ Sharded like the queries: shard k scores the pairs whose query is in queries' sh
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Literal, NamedTuple
 
@@ -32,7 +31,7 @@ from models.generator import DIRECTIONS
 from models.origin import ContextSets, required_scores
 from models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
 from tasks.base import Stage, StageContext, StageParams
-from tasks.generator import META_FILE, load_scorer
+from tasks.generator import load_scorer
 from tasks.score_cache import ScoreCache, window_keys
 
 SCORE_SCHEMA = pa.schema(
@@ -212,11 +211,12 @@ def score_rows(
             progress=not ctx.run.quiet,
         ),
     )
+    cache = _score_cache(ctx, p, meta, scorer.device.type) if p.cache else None
     t1 = time.perf_counter()
-    gen, cache_hits = _generate(ctx, p, engine, scorer, lefts, sents, rights, directions)
+    gen, cache_hits = _generate(engine, cache, lefts, sents, rights, directions)
     nulls: dict[str, np.ndarray] = {}
     for d in (d for d in directions if d in p.pmi):
-        nulls[d], hits = _null_terms(ctx, p, engine, scorer, lefts, sents, rights, d)
+        nulls[d], hits = _null_terms(engine, cache, lefts, sents, rights, d)
         gen[d] = (gen[d] - nulls[d]).astype(np.float32)
         cache_hits += hits
     for d in DIRECTIONS:
@@ -263,11 +263,20 @@ def score_rows(
     return table, stats
 
 
+def _score_cache(
+    ctx: StageContext, p: ScoreParams, meta: dict[str, Any], device: str
+) -> ScoreCache:
+    """The cache of this scorer and numeric mode: keyed by what decides the scores
+    (tasks/generator.py scorer_identity); generator artefacts published before the identity was
+    recorded keep their fingerprint, and with it their cache."""
+    bf16 = (device == "cuda" and p.bf16_on_cuda) or (device == "cpu" and p.bf16_on_cpu)
+    scorer_id = meta.get("scorer_id") or ctx.input("generator").fingerprint
+    return ScoreCache(ctx.store.root, f"{scorer_id}-{'bf16' if bf16 else 'fp32'}")
+
+
 def _generate(
-    ctx: StageContext,
-    p: ScoreParams,
     engine: ScoringEngine,
-    scorer: Any,
+    cache: ScoreCache | None,
     lefts: np.ndarray,
     sents: np.ndarray,
     rights: np.ndarray,
@@ -276,16 +285,8 @@ def _generate(
     """The generative terms, each window and direction computed once per artefact root: read
     from the score cache (tasks/score_cache.py) where an earlier run scored it, the rest through
     the engine (and added to the cache). Returns the terms and the number of cache hits."""
-    if not p.cache:
+    if cache is None:
         return engine.score(lefts.tolist(), sents.tolist(), rights.tolist(), directions), 0
-    dev = scorer.device.type
-    bf16 = (dev == "cuda" and p.bf16_on_cuda) or (dev == "cpu" and p.bf16_on_cpu)
-    # by what decides the scores (tasks/generator.py scorer_identity); artefacts published before
-    # the identity was recorded keep their fingerprint, and with it their cache
-    gen = ctx.input("generator")
-    scorer_id = json.loads((gen.files_dir / META_FILE).read_text()).get("scorer_id")
-    namespace = f"{scorer_id or gen.fingerprint}-{'bf16' if bf16 else 'fp32'}"
-    cache = ScoreCache(ctx.store.root, namespace)
     keys = window_keys(lefts.tolist(), sents.tolist(), rights.tolist())
     out: dict[str, np.ndarray] = {}
     missing: dict[bytes, list[str]] = {}  # rows to compute -> the directions that miss them
@@ -308,10 +309,8 @@ def _generate(
 
 
 def _null_terms(
-    ctx: StageContext,
-    p: ScoreParams,
     engine: ScoringEngine,
-    scorer: Any,
+    cache: ScoreCache | None,
     lefts: np.ndarray,
     sents: np.ndarray,
     rights: np.ndarray,
@@ -328,7 +327,7 @@ def _null_terms(
     _, first, inverse = np.unique(
         nl + "\x1f" + ns + "\x1f" + nr, return_index=True, return_inverse=True
     )
-    got, hits = _generate(ctx, p, engine, scorer, nl[first], ns[first], nr[first], [direction])
+    got, hits = _generate(engine, cache, nl[first], ns[first], nr[first], [direction])
     return got[direction][inverse].astype(np.float32), hits
 
 
