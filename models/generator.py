@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from models.wordpiece import bert_style, learn_wordpiece
+
 DIRECTIONS: tuple[str, ...] = ("fwd", "left", "right")
 Source = tuple[str | None, str | None, str | None]
 Ids = tuple[int, ...]
@@ -545,28 +547,21 @@ def add_control_tokens(tokenizer: Any) -> int:
 def train_wordpiece_tokenizer(
     texts: Iterable[str], vocab_size: int = 4000, vocab: Sequence[str] | None = None
 ) -> Any:
-    """A BERT-style lower-cased WordPiece tokenizer learnt from ``texts`` (for tiny models), or
-    built from an explicit ``vocab`` (deterministic: the trainer breaks frequency ties in no
-    fixed order, so two trainings on the same texts may number tokens differently).
+    """A BERT-style lower-cased WordPiece tokenizer learnt from ``texts`` (for tiny models; the
+    same on every run, see models/wordpiece.py), or built from an explicit ``vocab``.
 
     It has [PAD] [UNK] [CLS] [SEP] [MASK] and the control tokens, and serves both backends
     (the causal one uses [CLS] as BOS and [SEP] as EOS).
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import models
     from transformers import PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CONTROL_TOKENS.values()]
     if vocab is not None:
         words = specials + [w for w in dict.fromkeys(vocab) if w not in specials]
-        tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+        tok = bert_style(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
     else:
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    if vocab is None:
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials)
-        tok.train_from_iterator(texts, trainer=trainer)
+        tok = learn_wordpiece(texts, vocab_size, specials)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         unk_token="[UNK]",

@@ -80,33 +80,22 @@ class TrainParams(StageParams):
 
 
 def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:
-    """A randomly initialised small BERT with a WordPiece vocabulary learned from ``texts``."""
+    """A randomly initialised small BERT with a WordPiece vocabulary learned from ``texts``
+    (the same on every run: models/wordpiece.py)."""
     import torch
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    from tokenizers import processors
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
+    from models.wordpiece import learn_wordpiece
+
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(
-        texts, trainers.WordPieceTrainer(vocab_size=p.tiny_vocab_size, special_tokens=special)
-    )
+    tok = learn_wordpiece(texts, p.tiny_vocab_size, special)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
     )
-    tok.decoder = decoders.WordPiece()
     fast = BertTokenizerFast(
         tokenizer_object=tok,
         unk_token="[UNK]",
