@@ -13,6 +13,7 @@ BENCHES = [
     "bench.bench_screen",
     "bench.bench_score",
     "bench.bench_select",
+    "bench.bench_wordpiece",
     "bench.bench_label",
     "bench.bench_evaluate",
     "bench.bench_scaling",

@@ -28,13 +28,20 @@ def bert_style(model: models.Model) -> Tokenizer:
 
 
 def continuing_pieces(tok: Tokenizer, texts: Iterable[str]) -> list[str]:
-    """``##c`` for every character that follows another inside a pre-tokenised word, sorted."""
+    """``##c`` for every character of the normalised texts that can follow another inside a
+    pre-tokenised word (not white space, not split off as punctuation), sorted.
+
+    A superset of the pieces the trainer would create (a character seen only at word starts
+    still gets one). BERT's normaliser maps character by character, so each distinct raw
+    character is normalised alone and the texts are read once, in C.
+    """
     assert tok.normalizer is not None and tok.pre_tokenizer is not None
-    chars: set[str] = set()
+    raw: set[str] = set()
     for text in texts:
-        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
-            chars.update(word[1:])
-    return [PREFIX + c for c in sorted(chars)]
+        raw.update(text)
+    chars = {n for c in raw for n in tok.normalizer.normalize_str(c)}
+    inner = [c for c in chars if len(tok.pre_tokenizer.pre_tokenize_str(f"a{c}a")) == 1]
+    return [PREFIX + c for c in sorted(inner)]
 
 
 def learn_wordpiece(

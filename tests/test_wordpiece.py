@@ -50,3 +50,21 @@ def test_continuing_pieces_are_plain_entries_and_specials_stay_special() -> None
     assert enc.tokens[-4:] == ["#", "#", "s", "[MASK]"]
     assert tok.decode(enc.ids) == "harbours # # s"  # [MASK] is special: skipped
     assert tok.decode(tok.encode("harbour lights").ids) == "harbour lights"
+
+
+def test_every_piece_the_trainer_would_create_is_registered() -> None:
+    """The ##<char> pieces the plain trainer creates while it reads the words (the ones it
+    numbers in hash-map order) are all among those registered beforehand: accents stripped,
+    upper case folded, punctuation and white space split off, digits inside words."""
+    from tokenizers import models, trainers
+
+    from models.wordpiece import bert_style, continuing_pieces
+
+    texts = ["Café ÉCOLE naïve", "ΟΔΟΣ and Σοφία", "route66 a-b, x.y", "İstanbul ÆSIR"]
+    plain = bert_style(models.WordPiece(unk_token="[UNK]"))
+    plain.train_from_iterator(texts, trainer=trainers.WordPieceTrainer(vocab_size=60))
+    created = {t for t in plain.get_vocab() if t.startswith("##") and len(t) == 3}
+    registered = set(continuing_pieces(bert_style(models.WordPiece(unk_token="[UNK]")), texts))
+    assert created and created <= registered
+    assert {"##σ", "##e", "##6"} <= registered
+    assert not {"##é", "##,", "##-", "## "} & registered
