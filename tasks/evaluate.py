@@ -319,21 +319,33 @@ def evaluate_model(
     out_dir: str | Path | None = None,
     seed: int = 0,
     logger: Any = None,
+    paths_relative_to: str | Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate a sentence-transformers model directory; returns the JSON-able result.
 
     ``baselines`` maps a system name to a model path (cosine/RCMD like the surrogate), or to None
     for ``dynamax`` (value None: word vectors from wordllama when installed, else the surrogate's
     input embeddings; "backbone" value: that model's input embeddings). With ``out_dir``, plots,
-    ``report.md`` and ``results.json`` are written there.
+    ``report.md`` and ``results.json`` are written there. Model paths under
+    ``paths_relative_to`` (the artefact root, inside a run) are reported relative to it, so the
+    same run on another root writes the same report.
     """
     import logging
 
     log = logger or logging.getLogger("ctxsim.evaluate")
     baselines = dict(baselines or {})
     model_path = str(model_path)
+
+    def shown(path: str) -> str:
+        if paths_relative_to is not None:
+            try:
+                return str(Path(path).resolve().relative_to(Path(paths_relative_to).resolve()))
+            except ValueError:
+                pass
+        return path
+
     result: dict[str, Any] = {
-        "model": model_path,
+        "model": shown(model_path),
         "conventions": {
             "spearman_all": "x100, subsets of a year concatenated (SimCSE/CLRCMD)",
             "spearman_mean": "x100, mean over subsets (SentEval/DynaMax)",
@@ -375,7 +387,7 @@ def evaluate_model(
                 if src in (None, "wordllama")
                 else backbone_vectors(load_st(src, device, max_seq_length))
             )
-            result["dynamax_vectors"] = "wordllama" if src in (None, "wordllama") else src
+            result["dynamax_vectors"] = "wordllama" if src in (None, "wordllama") else shown(src)
         except ImportError:
             tokenize, vec = backbone_vectors(surrogate)
             result["dynamax_vectors"] = "surrogate input embeddings (wordllama not installed)"
@@ -766,6 +778,7 @@ class EvaluateStage(Stage):
             out_dir=ctx.files_dir if p.plots else None,
             seed=ctx.run.seed,
             logger=ctx.logger,
+            paths_relative_to=ctx.store.root,
         )
         rows = res.pop("rows")
         if not p.plots:

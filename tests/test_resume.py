@@ -113,25 +113,26 @@ def test_sigkill_mid_stage_then_resume(tmp_path: Path):
     assert {s["status"] for s in rec3["stages"].values()} == {"reused"}
 
 
-# what a rerun may change: wall-clock fields in the train metrics and model card, and the
-# evaluate report (timings, and the model path it names, differ between roots)
+# what a rerun may change: the wall-clock fields of the train metrics and model card
 TIMING_FILES = {"train/files/metrics.json", "train/files/model/README.md"}
 
 
 def test_two_fresh_runs_give_byte_identical_artefacts(tmp_path: Path):
     """Same config and seed in two processes (tokenizers' and Python's hashes seeded
-    differently): every artefact through `train` is byte-identical, the tiny generator's learnt
-    vocabulary and weights, its scores, the labels and the surrogate's weights included."""
+    differently) on two roots: every artefact is byte-identical, the tiny generator's learnt
+    vocabulary and weights, its scores, the labels, the surrogate's weights and the evaluation
+    report (which names models relative to the root) included."""
     hashes = []
     for name in ("a", "b"):
         cmd = _cmd(tmp_path / name, name)
-        cmd[cmd.index("--until") + 1] = "train"
+        cmd[cmd.index("--until") + 1] = "evaluate"
         run = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=500)
         assert run.returncode == 0, run.stderr[-3000:]
         hashes.append(
             {k: v for k, v in _part_hashes(tmp_path / name).items() if k not in TIMING_FILES}
         )
-    assert {k.split("/")[0] for k in hashes[0]} >= {"generator", "score", "label", "train"}
+    assert {k.split("/")[0] for k in hashes[0]} >= {"generator", "score", "label", "evaluate"}
+    assert "evaluate/files/report.md" in hashes[0]
     assert "generator/files/model/model.safetensors" in hashes[0]
     differing = sorted(k for k in hashes[0] if hashes[0][k] != hashes[1].get(k))
     assert not differing and hashes[0].keys() == hashes[1].keys()
