@@ -29,10 +29,10 @@ from collections import Counter
 from pathlib import Path
 
 from bench.harness import median, run_isolated, write_results
+from models.wordpiece import BERT_SPECIALS as SPECIALS
 
 REPO = Path(__file__).resolve().parents[1]
 BOOKS = Path(os.environ.get("CTXSIM_BOOKS", REPO.parent / "shared/data/corpus")) / "standardebooks"
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def load_paragraphs(n: int) -> list[str]:
@@ -68,7 +68,7 @@ def _naive(texts: list[str], vocab_size: int):
         for w, _ in probe.pre_tokenizer.pre_tokenize_str(probe.normalizer.normalize_str(t)):
             counts[w] += 1
             chars.update(w)
-    base = SPECIALS + sorted(chars) + continuing_pieces(probe, texts)
+    base = [*SPECIALS, *sorted(chars), *continuing_pieces(probe, texts)]
     words = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
     vocab = list(dict.fromkeys(base + words))[:vocab_size]
     return bert_style(models.WordPiece({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
@@ -81,7 +81,8 @@ def _library(texts: list[str], vocab_size: int):
 
     tok = bert_style(models.WordPiece(unk_token="[UNK]"))
     tok.train_from_iterator(
-        texts, trainer=trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS)
+        texts,
+        trainer=trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS)),
     )
     return tok
 
@@ -103,14 +104,15 @@ def learn_once(method: str, n_train: int, n_heldout: int, vocab_size: int) -> di
     tok = METHODS[method](train, vocab_size)
     seconds = time.perf_counter() - t0
     vocab = json.dumps(sorted(tok.get_vocab().items())).encode()
-    n_tokens = sum(len(e.ids) for e in tok.encode_batch(heldout))
+    encoded = [e.ids for e in tok.encode_batch(heldout)]
+    unk = tok.token_to_id("[UNK]")
     assert tok.pre_tokenizer is not None
     n_words = sum(len(tok.pre_tokenizer.pre_tokenize_str(t)) for t in heldout)
     return {
         "seconds": seconds,
         "digest": hashlib.blake2b(vocab, digest_size=8).hexdigest(),
-        "tokens_per_word": n_tokens / max(n_words, 1),
-        "n_unk": sum(e.ids.count(tok.token_to_id("[UNK]")) for e in tok.encode_batch(heldout)),
+        "tokens_per_word": sum(map(len, encoded)) / max(n_words, 1),
+        "n_unk": sum(ids.count(unk) for ids in encoded),
     }
 
 

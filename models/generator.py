@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.wordpiece import bert_style, learn_wordpiece
+from models.wordpiece import BERT_SPECIALS, bert_style, learn_wordpiece
 
 DIRECTIONS: tuple[str, ...] = ("fwd", "left", "right")
 Source = tuple[str | None, str | None, str | None]
@@ -556,7 +556,7 @@ def train_wordpiece_tokenizer(
     from tokenizers import models
     from transformers import PreTrainedTokenizerFast
 
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *CONTROL_TOKENS.values()]
+    specials = [*BERT_SPECIALS, *CONTROL_TOKENS.values()]
     if vocab is not None:
         words = specials + [w for w in dict.fromkeys(vocab) if w not in specials]
         tok = bert_style(models.WordPiece({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))

@@ -16,6 +16,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 PREFIX = "##"
 UNK = "[UNK]"
+#: BERT's special tokens, in BERT's order (ids 0-4 in a learnt vocabulary)
+BERT_SPECIALS: tuple[str, ...] = ("[PAD]", UNK, "[CLS]", "[SEP]", "[MASK]")
 
 
 def bert_style(model: models.Model) -> Tokenizer:

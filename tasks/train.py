@@ -86,10 +86,9 @@ def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: i
     from tokenizers import processors
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    from models.wordpiece import learn_wordpiece
+    from models.wordpiece import BERT_SPECIALS, learn_wordpiece
 
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = learn_wordpiece(texts, p.tiny_vocab_size, special)
+    tok = learn_wordpiece(texts, p.tiny_vocab_size, BERT_SPECIALS)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
