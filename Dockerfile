@@ -19,7 +19,9 @@ COPY pyproject.toml README.md ./
 COPY flows ./flows
 COPY tasks ./tasks
 COPY models ./models
-COPY bench ./bench
+COPY store ./store
+COPY readers ./readers
+COPY scores ./scores
 RUN pip install ".[${EXTRAS}]"
 COPY configs ./configs
 COPY data/sample ./data/sample

@@ -36,14 +36,14 @@ WORDS = (
 
 
 def _model():
-    from tasks.evaluate import load_st
+    from ctxsim.tasks.evaluate import load_st
 
     try:
-        from models.registry import resolve_model
+        from ctxsim.models.registry import resolve_model
 
         path, name = str(resolve_model("minilm")), "all-MiniLM-L6-v2"
     except Exception:  # noqa: BLE001 - not installed: a random small BERT of the same shape
-        from tasks.train import TrainParams, build_tiny_backbone
+        from ctxsim.tasks.train import TrainParams, build_tiny_backbone
 
         p = TrainParams(
             tiny_hidden_size=384,
@@ -61,7 +61,7 @@ def _model():
 def _sentences(n: int) -> tuple[list[str], str]:
     tsv = STS / "STSb" / "STSb.test.tsv"
     if tsv.exists():
-        from tasks.sts_data import read_tsv
+        from ctxsim.readers.sts import read_tsv
 
         s1, s2, _ = read_tsv(tsv)
         return (s1 + s2)[:n], "STSb test"
@@ -70,7 +70,7 @@ def _sentences(n: int) -> tuple[list[str], str]:
 
 
 def bench_encode(model, n: int, repeat: int) -> list[dict]:
-    from tasks.evaluate import _forward, encode_sentences
+    from ctxsim.tasks.evaluate import _forward, encode_sentences
 
     texts, src = _sentences(n)
     bs = 64
@@ -103,8 +103,8 @@ def bench_encode(model, n: int, repeat: int) -> list[dict]:
 
 
 def bench_rcmd_vs_cosine(model, n_pairs: int, lengths: list[int], repeat: int) -> list[dict]:
-    from models.similarity import cosine_paired, mean_pool, rcmd_paired
-    from tasks.evaluate import _forward, score_pairs
+    from ctxsim.models.similarity import cosine_paired, mean_pool, rcmd_paired
+    from ctxsim.tasks.evaluate import _forward, score_pairs
 
     rows = []
     rng = random.Random(0)
@@ -159,7 +159,7 @@ def _peak_delta(fn) -> tuple[float, float]:
 
 def loss_step(b: int, L: int, d: int, sparse: bool) -> Callable[[], None]:
     """One CLRCMD loss forward + backward over B x B pairwise RCMD of random token vectors."""
-    from models.similarity import rcmd_pairwise
+    from ctxsim.models.similarity import rcmd_pairwise
 
     g = torch.Generator().manual_seed(b)
     x, y = torch.randn(b, L, d, generator=g), torch.randn(b, L, d, generator=g)
@@ -174,7 +174,7 @@ def loss_step(b: int, L: int, d: int, sparse: bool) -> Callable[[], None]:
 
 
 def bench_train(model, batches: list[int], full_batches: list[int], L: int) -> list[dict]:
-    from models.losses.clrcmd_loss import CLRCMDLoss
+    from ctxsim.models.losses.clrcmd_loss import CLRCMDLoss
 
     d = getattr(model, "get_embedding_dimension", model.get_sentence_embedding_dimension)()
     rows = []

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from bench.harness import write_results
-from models.origin import (
+from ctxsim.models.origin import (
     SIMILARITIES,
     ContextSets,
     ScoreLookup,
@@ -31,8 +31,8 @@ from models.origin import (
     required_scores,
     spearman_conventions,
 )
-from tasks.label import ablation_views, report_name
-from tasks.store import ArtefactStore
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.tasks.label import ablation_views, report_name
 
 
 def load_run(root: Path, run_id: str) -> dict[str, Any]:

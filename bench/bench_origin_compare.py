@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from bench.harness import write_results
-from models.metrics import bootstrap_diff_ci, spearman
-from tasks.store import ArtefactStore
+from ctxsim.models.metrics import bootstrap_diff_ci, spearman
+from ctxsim.store.artefacts import ArtefactStore
 
 
 def load(root: Path, run_id: str) -> tuple[pa.Table, dict[str, Any], dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 What it measures (one run, same machine):
 - wall time of one sharded stage (N shards of CPU-bound pure-Python work, computed through
-  ``tasks.base.compute_shard``: lease, Parquet write, done-marker) with 1, 2 (and 4 in full
+  ``ctxsim.store.stage.compute_shard``: lease, Parquet write, done-marker) with 1, 2 (and 4 in full
   mode) workers under Prefect's thread and process runners, Dask and Ray (when installed);
   speed-up = T(1 worker) / T(w workers) of the same runner, efficiency = speed-up / w;
 - the naive way (a plain loop, no Prefect) and the library a user would pick without Prefect
@@ -34,8 +34,8 @@ from typing import Any
 import pyarrow as pa
 
 from bench.harness import machine_info, median, peak_rss_mb, write_results
-from tasks.base import RunParams, Stage, StageParams, compute_shard, plan_stage
-from tasks.store import ArtefactStore
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.stage import RunParams, Stage, StageParams, compute_shard, plan_stage
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -109,7 +109,7 @@ def _flows():
 
 
 def make_runner(kind: str, workers: int) -> Any:
-    from flows.runners import make_task_runner
+    from ctxsim.flows.runners import make_task_runner
 
     return make_task_runner(RunParams(task_runner=kind, max_workers=workers))
 
@@ -242,7 +242,7 @@ def main() -> None:
         print(machine_info()["cpu_usable"], "cores usable; results in bench/results/" + name)
     finally:
         if server is not None:
-            from flows import ops
+            from ctxsim.flows import ops
 
             ops.stop_process(server.pid)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -257,7 +257,7 @@ def _time(fn: Any) -> float:
 def _start_server(tmp: Path) -> Any:
     import socket
 
-    from flows import ops
+    from ctxsim.flows import ops
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,7 +25,7 @@ from scipy.stats import spearmanr
 
 from bench.bench_retrieve import load_paragraphs
 from bench.harness import median, peak_rss_mb, reset_peak_rss, timeit, write_results
-from models.generator import (
+from ctxsim.models.generator import (
     CausalPrefixScorer,
     GenerativeScorer,
     Seq2SeqScorer,
@@ -34,7 +34,7 @@ from models.generator import (
     tiny_seq2seq,
     train_wordpiece_tokenizer,
 )
-from models.scoring import EngineConfig, ScoringEngine, naive_score
+from ctxsim.models.scoring import EngineConfig, ScoringEngine, naive_score
 
 SIZES = {
     "tiny": TinyConfig(64, 2, 2, 128),
@@ -71,8 +71,8 @@ def make_scorer(backend: str, size: str, tok: Any) -> GenerativeScorer:
     if size == "minilm":
         from transformers import AutoTokenizer
 
-        from models.generator import add_control_tokens, warm_start_seq2seq
-        from models.registry import resolve_model
+        from ctxsim.models.generator import add_control_tokens, warm_start_seq2seq
+        from ctxsim.models.registry import resolve_model
 
         path = str(resolve_model("minilm"))
         t = AutoTokenizer.from_pretrained(path)
@@ -81,7 +81,7 @@ def make_scorer(backend: str, size: str, tok: Any) -> GenerativeScorer:
     if size in ("smollm2-135m", "gemma-270m"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from models.registry import resolve_model
+        from ctxsim.models.registry import resolve_model
 
         path = str(resolve_model(size))
         return CausalPrefixScorer(
@@ -188,9 +188,9 @@ def quality(args: argparse.Namespace) -> None:
     """'Does the true context win' on held-out book sentences, per term and for S_gen, and the
     validation perplexity per direction, for packaged models (zero-shot causal LMs and a
     briefly trained BERT2BERT)."""
-    from models.generator import DIRECTIONS, eq3_example
-    from models.generator_training import TrainConfig, train_generator
-    from tasks.generator import random_partners
+    from ctxsim.models.generator import DIRECTIONS, eq3_example
+    from ctxsim.models.generator_training import TrainConfig, train_generator
+    from ctxsim.tasks.generator import random_partners
 
     rng = np.random.default_rng(0)
     w = book_windows(args.books)
@@ -272,7 +272,7 @@ def quality_meta(args: argparse.Namespace) -> dict[str, Any]:
         "train": f"{args.train_models}: AdamW lr {args.train_lr}, batch 16, warmup 20, "
         f"{args.train_seconds}s wall cap, windows of the first N-2 books",
         "torch_threads": args.threads,
-        "templates": "models.generator.DEFAULT_TEMPLATES",
+        "templates": "ctxsim.models.generator.DEFAULT_TEMPLATES",
         "val_ppl": "exp(-mean over held-out sentences of the mean target-token log-prob)",
     }
 

@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.harness import median, run_isolated, write_results
-from models.wordpiece import BERT_SPECIALS as SPECIALS
+from ctxsim.models.wordpiece import BERT_SPECIALS as SPECIALS
 
 REPO = Path(__file__).resolve().parents[1]
 BOOKS = Path(os.environ.get("CTXSIM_BOOKS", REPO.parent / "shared/data/corpus")) / "standardebooks"
@@ -59,7 +59,7 @@ def load_paragraphs(n: int) -> list[str]:
 def _naive(texts: list[str], vocab_size: int):
     from tokenizers import models
 
-    from models.wordpiece import bert_style, continuing_pieces
+    from ctxsim.models.wordpiece import bert_style, continuing_pieces
 
     probe = bert_style(models.WordPiece(unk_token="[UNK]"))
     counts: Counter[str] = Counter()
@@ -77,7 +77,7 @@ def _naive(texts: list[str], vocab_size: int):
 def _library(texts: list[str], vocab_size: int):
     from tokenizers import models, trainers
 
-    from models.wordpiece import bert_style
+    from ctxsim.models.wordpiece import bert_style
 
     tok = bert_style(models.WordPiece(unk_token="[UNK]"))
     tok.train_from_iterator(
@@ -88,7 +88,7 @@ def _library(texts: list[str], vocab_size: int):
 
 
 def _ours(texts: list[str], vocab_size: int):
-    from models.wordpiece import learn_wordpiece
+    from ctxsim.models.wordpiece import learn_wordpiece
 
     return learn_wordpiece(texts, vocab_size, SPECIALS)
 

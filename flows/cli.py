@@ -36,7 +36,7 @@ def _fail(msg: str, code: int = 2) -> None:
 
 
 def _root_of(config: Path | None, root: str | None) -> str:
-    from flows.config import load_config
+    from ctxsim.flows.config import load_config
 
     if root:
         return root
@@ -57,9 +57,9 @@ def run(
     json_out: JsonOpt = False,
 ) -> None:
     """Run the pipeline (every stage of the config, or up to --until), reusing finished work."""
-    from flows.config import ConfigError, load_config
-    from flows.prefect_env import configure_prefect
-    from tasks.store import StoreError, safe_name
+    from ctxsim.flows.config import ConfigError, load_config
+    from ctxsim.flows.prefect_env import configure_prefect
+    from ctxsim.store.artefacts import StoreError, safe_name
 
     if config is None:
         config = Path("configs/quickstart.yaml")
@@ -77,7 +77,7 @@ def run(
 
         os.environ["TQDM_DISABLE"] = "1"
     configure_prefect(cfg.run.root)
-    from flows.pipeline import run_pipeline
+    from ctxsim.flows.pipeline import run_pipeline
 
     try:
         record = run_pipeline(str(config), overrides, root, until, run_id)
@@ -117,7 +117,7 @@ def _print_run(record: dict[str, Any]) -> None:
 @app.command(epilog="Example: ctxsim runs --json")
 def runs(config: ConfigOpt = None, root: RootOpt = None, json_out: JsonOpt = False) -> None:
     """List runs: their stages, fingerprints, status and row counts."""
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
 
     store = ArtefactStore(_root_of(config, root))
     records = store.list_runs()
@@ -142,8 +142,8 @@ def inspect(
     json_out: JsonOpt = False,
 ) -> None:
     """Schema, rows, bytes, per-column statistics and sample rows of a stage's artefact."""
-    from tasks.inspect import describe
-    from tasks.store import ArtefactStore, StoreError
+    from ctxsim.store.artefacts import ArtefactStore, StoreError
+    from ctxsim.store.inspection import describe
 
     store = ArtefactStore(_root_of(config, root))
     try:
@@ -177,7 +177,7 @@ def inspect(
         typer.echo("  " + json.dumps(row, default=str, ensure_ascii=False)[:300])
 
 
-from flows.cli_ops import register  # noqa: E402 - ops commands (issue 6)
+from ctxsim.flows.cli_ops import register  # noqa: E402 - ops commands (issue 6)
 
 register(app)
 
@@ -239,8 +239,8 @@ def origin(
     Retrieves contexts for these outside sentences from the corpus, scores them (Eq. 3) and
     reports Spearman x100 per set ("all" and "mean" conventions), per Eq. 3 term and without
     each term (Table 9), next to a TF-IDF cosine baseline."""
-    from flows.config import ConfigError, load_config
-    from flows.prefect_env import configure_prefect
+    from ctxsim.flows.config import ConfigError, load_config
+    from ctxsim.flows.prefect_env import configure_prefect
 
     if not sts_dir.is_dir():
         _fail(f"--sts-dir {sts_dir} is not a directory")
@@ -264,8 +264,8 @@ def origin(
     except ConfigError as e:
         _fail(str(e))
     configure_prefect(cfg.run.root)
-    from flows.pipeline import run_pipeline
-    from tasks.store import ArtefactStore
+    from ctxsim.flows.pipeline import run_pipeline
+    from ctxsim.store.artefacts import ArtefactStore
 
     try:
         record = run_pipeline(str(config), overrides, root, "label", run_id)
@@ -305,8 +305,8 @@ def evaluate(
     ] = None,
 ) -> None:
     """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits and iSTS F1 for one model."""
-    from tasks.base import resolve_device
-    from tasks.evaluate import evaluate_model
+    from ctxsim.store.stage import resolve_device
+    from ctxsim.tasks.evaluate import evaluate_model
 
     if sts_dir is None and ists_dir is None:
         _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches them)")
@@ -338,7 +338,7 @@ def _model_path(model: str) -> str:
     """A model directory as given, or a registry short name resolved to its local directory."""
     if Path(model).exists():
         return model
-    from models.registry import resolve_model
+    from ctxsim.models.registry import resolve_model
 
     return str(resolve_model(model))
 
@@ -354,7 +354,7 @@ def data_download(
     url: Annotated[str | None, typer.Option("--url", help="a mirror of the archive")] = None,
 ) -> None:
     """Fetch, verify (sha256), unpack and lay out STS or iSTS as uniform TSV files."""
-    from tasks.sts_data import download
+    from ctxsim.readers.sts import download
 
     if kind not in ("sts", "ists"):
         _fail("kind must be 'sts' or 'ists'")

@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         SQLite under --home by default; PostgreSQL when PREFECT_SERVER_DATABASE_CONNECTION_URL
         is set (postgresql+asyncpg://user:password@host:5432/db).
         """
-        from flows import ops
+        from ctxsim.flows import ops
 
         if stop:
             pid = ops.stop_server(home)
@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         """Start Prefect process workers: one per GPU (own CUDA_VISIBLE_DEVICES, --limit 1)."""
         import json
 
-        from flows import ops
+        from ctxsim.flows import ops
 
         try:
             gpu_list = ops.parse_gpus(gpus)
@@ -121,11 +121,11 @@ def register(app: typer.Typer) -> None:
         until: Annotated[str | None, typer.Option(help="stop after this stage")] = None,
     ) -> None:
         """Serve the pipeline on this host with a cron schedule (Prefect serve); Ctrl-C stops."""
-        from flows.config import ConfigError
+        from ctxsim.flows.config import ConfigError
 
         if not os.environ.get("PREFECT_API_URL"):
             _fail("PREFECT_API_URL is not set: start a server (ctxsim server) and export it")
-        from flows import ops
+        from ctxsim.flows import ops
 
         try:
             ops.serve_pipeline(str(config), cron, name, list(set_ or []), root, until)

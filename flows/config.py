@@ -1,8 +1,9 @@
 """Configuration: YAML files in configs/, validated section by section.
 
-A config has a `run` section (tasks.base.RunParams) and one section per stage, named like the
-stage and validated by that stage's pydantic Params. Unknown sections and keys are errors that
-name the file and the key. ``--set retrieve.top_k=2000`` overrides any value (parsed as YAML).
+A config has a `run` section (ctxsim.store.stage.RunParams) and one section per stage, named
+like the stage and validated by that stage's pydantic Params. Unknown sections and keys are
+errors that name the file and the key. ``--set retrieve.top_k=2000`` overrides any value
+(parsed as YAML).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from tasks import STAGES, load_stage
-from tasks.base import RunParams
+from ctxsim.store.stage import RunParams
+from ctxsim.tasks import STAGES, load_stage
 
 
 class ConfigError(ValueError):

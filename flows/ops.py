@@ -396,11 +396,11 @@ def serve_pipeline(
     Runs execute here, one at a time by default, until interrupted. Needs PREFECT_API_URL (a
     server from ``ctxsim server``); ephemeral mode would lose the schedule with the process.
     """
-    from flows.config import load_config
-    from flows.pipeline import pipeline_flow
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.pipeline import pipeline_flow
 
     config_path = str(Path(config).resolve())
-    from flows.pipeline import select_stages
+    from ctxsim.flows.pipeline import select_stages
 
     select_stages(load_config(config_path, overrides, root), until)  # fail fast, before serving
     params: dict[str, Any] = {

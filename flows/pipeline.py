@@ -17,11 +17,18 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 
-from flows.config import PipelineConfig, load_config
-from flows.runners import make_task_runner, shard_options, submit_options
-from tasks import STAGES, load_stage
-from tasks.base import RunParams, StagePlan, compute_shard, get_logger, plan_stage, publish_stage
-from tasks.store import Artefact, ArtefactStore, safe_name
+from ctxsim.flows.config import PipelineConfig, load_config
+from ctxsim.flows.runners import make_task_runner, shard_options, submit_options
+from ctxsim.store.artefacts import Artefact, ArtefactStore, safe_name
+from ctxsim.store.stage import (
+    RunParams,
+    StagePlan,
+    compute_shard,
+    get_logger,
+    plan_stage,
+    publish_stage,
+)
+from ctxsim.tasks import STAGES, load_stage
 
 PERMANENT = (ValueError, KeyError, TypeError, NotImplementedError, FileNotFoundError)
 
@@ -74,7 +81,7 @@ def plan_from_spec(spec: dict[str, Any]) -> StagePlan:
 )
 def shard_task(spec: dict[str, Any], shard: int) -> dict[str, Any]:
     """Compute one shard of one stage (or confirm it was done before)."""
-    from tasks.base import resolve_device
+    from ctxsim.store.stage import resolve_device
 
     _enter_run_directory(spec.get("cwd"))
     run = RunParams(**spec["run"])

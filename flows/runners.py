@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tasks.base import RunParams
+from ctxsim.store.stage import RunParams
 
 
 def make_task_runner(run: RunParams) -> Any | None:

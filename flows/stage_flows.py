@@ -13,8 +13,8 @@ from typing import Any
 
 from prefect import flow
 
-from flows.pipeline import run_pipeline
-from tasks import STAGES
+from ctxsim.flows.pipeline import run_pipeline
+from ctxsim.tasks import STAGES
 
 
 @flow(name="ctxsim", log_prints=False, persist_result=False)  # prints: see pipeline_flow

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.wordpiece import BERT_SPECIALS, bert_style, learn_wordpiece
+from ctxsim.models.wordpiece import BERT_SPECIALS, bert_style, learn_wordpiece
 
 DIRECTIONS: tuple[str, ...] = ("fwd", "left", "right")
 Source = tuple[str | None, str | None, str | None]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.generator import DIRECTIONS, GenerativeScorer, Ids
+from ctxsim.models.generator import DIRECTIONS, GenerativeScorer, Ids
 
 Example = tuple[str, Ids, Ids]  # (direction, source ids, target ids)
 

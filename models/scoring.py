@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.generator import DIRECTIONS, GenerativeScorer, Ids, eq3_example
+from ctxsim.models.generator import DIRECTIONS, GenerativeScorer, Ids, eq3_example
 
 OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError,)
 

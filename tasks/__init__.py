@@ -9,23 +9,23 @@ from __future__ import annotations
 import importlib
 from functools import cache
 
-from tasks.base import Stage
+from ctxsim.store.stage import Stage
 
 STAGES: dict[str, str] = {
-    "shard": "tasks.shard:ShardStage",  # corpus -> sentences (Sec. 3.2 notation c_i)
-    "contexts": "tasks.contexts:ContextsStage",  # context slots [c<, _, c>] and text chunks
-    "queries": "tasks.queries:QueriesStage",  # sentences to label (corpus sample or STS)
-    "index": "tasks.index:IndexStage",  # TF-IDF bigram vectoriser + chunk matrix (Sec. 3.3)
-    "retrieve": "tasks.retrieve:RetrieveStage",  # top-K chunks per query (Sec. 3.3)
-    "discriminator": "tasks.discriminator:DiscriminatorStage",  # BiLSTM, Eq. 1
-    "screen": "tasks.screen:ScreenStage",  # rank contexts with cached reps (Sec. 3.3)
-    "generator": "tasks.generator:GeneratorStage",  # generative scorers, Eq. 2
-    "select": "tasks.select:SelectStage",  # diverse context sets Cs (Sec. 3.3)
-    "pairs": "tasks.pairs:PairsStage",  # which sentence pairs get labels
-    "score": "tasks.score:ScoreStage",  # S(s, c), Eq. 3
-    "label": "tasks.label:LabelStage",  # cosine of context vectors, Eq. 4
-    "train": "tasks.train:TrainStage",  # Siamese surrogate (Sec. 3.4)
-    "evaluate": "tasks.evaluate:EvaluateStage",  # STS / iSTS evaluation (Sec. 4)
+    "shard": "ctxsim.tasks.shard:ShardStage",  # corpus -> sentences (Sec. 3.2 notation c_i)
+    "contexts": "ctxsim.tasks.contexts:ContextsStage",  # context slots [c<, _, c>] and text chunks
+    "queries": "ctxsim.tasks.queries:QueriesStage",  # sentences to label (corpus sample or STS)
+    "index": "ctxsim.tasks.index:IndexStage",  # TF-IDF bigram vectoriser + chunk matrix (Sec. 3.3)
+    "retrieve": "ctxsim.tasks.retrieve:RetrieveStage",  # top-K chunks per query (Sec. 3.3)
+    "discriminator": "ctxsim.tasks.discriminator:DiscriminatorStage",  # BiLSTM, Eq. 1
+    "screen": "ctxsim.tasks.screen:ScreenStage",  # rank contexts with cached reps (Sec. 3.3)
+    "generator": "ctxsim.tasks.generator:GeneratorStage",  # generative scorers, Eq. 2
+    "select": "ctxsim.tasks.select_contexts:SelectStage",  # diverse context sets Cs (Sec. 3.3)
+    "pairs": "ctxsim.tasks.pairs:PairsStage",  # which sentence pairs get labels
+    "score": "ctxsim.tasks.score:ScoreStage",  # S(s, c), Eq. 3
+    "label": "ctxsim.tasks.label:LabelStage",  # cosine of context vectors, Eq. 4
+    "train": "ctxsim.tasks.train:TrainStage",  # Siamese surrogate (Sec. 3.4)
+    "evaluate": "ctxsim.tasks.evaluate:EvaluateStage",  # STS / iSTS evaluation (Sec. 4)
 }
 
 

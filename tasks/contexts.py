@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from tasks.base import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
 class ContextsParams(StageParams):

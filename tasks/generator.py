@@ -35,7 +35,7 @@ import pyarrow as pa
 import torch
 from pydantic import Field, model_validator
 
-from models.generator import (
+from ctxsim.models.generator import (
     DEFAULT_TEMPLATES,
     DIRECTIONS,
     CausalPrefixScorer,
@@ -50,15 +50,15 @@ from models.generator import (
     train_wordpiece_tokenizer,
     warm_start_seq2seq,
 )
-from models.generator_training import (
+from ctxsim.models.generator_training import (
     Example,
     TrainConfig,
     train_generator,
     validation_perplexity,
 )
-from models.registry import resolve_model
-from models.scoring import EngineConfig, ScoringEngine
-from tasks.base import Stage, StageContext, StageParams
+from ctxsim.models.registry import resolve_model
+from ctxsim.models.scoring import EngineConfig, ScoringEngine
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 META_FILE = "generator.json"
 TINY = "tiny-random"
@@ -163,7 +163,7 @@ def build_scorer(
 
 def scorer_identity(meta: dict[str, Any], weight_dirs: list[Path]) -> str:
     """A hash of everything that decides a score: backend, templates, limits and the bytes of the
-    weights and tokenizer. The score cache (tasks/score_cache.py) is keyed by it rather than by the
+    weights and tokenizer. The score cache (store/score_cache.py) is keyed by it rather than by the
     generator's fingerprint, so settings that only shape the held-out evaluation (``n_eval``, its
     ``token_budget``) or the corpus a zero-shot backbone was validated on keep the cache."""
     h = hashlib.blake2b(digest_size=16)

@@ -20,9 +20,9 @@ import scipy.sparse as sp
 from pydantic import Field, model_validator
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from models.retrieval import fit_index, vectorizer_from_state, vectorizer_state
-from tasks.base import Stage, StageContext, StageParams
-from tasks.store import Artefact
+from ctxsim.models.retrieval import fit_index, vectorizer_from_state, vectorizer_state
+from ctxsim.store.artefacts import Artefact
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
 class IndexParams(StageParams):

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from models.origin import (
+from ctxsim.models.origin import (
     SIMILARITIES,
     TERM_COLUMNS,
     TERMS,
@@ -38,7 +38,7 @@ from models.origin import (
     required_scores,
     spearman_conventions,
 )
-from tasks.base import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SPLITS = ("train", "dev", "test")
 #: subset names that are separate evaluation sets rather than parts of one year's set
@@ -386,7 +386,7 @@ def _r(x: float) -> float | None:
 def _backbone_cosine(ctx: StageContext, a: list[str | None], b: list[str | None]) -> np.ndarray:
     """Cosine of the generator backbone's mean-pooled sentence states: how much the contexts add
     over the model's own view of the two sentences."""
-    from tasks.generator import load_scorer
+    from ctxsim.tasks.generator import load_scorer
 
     scorer, _ = load_scorer(ctx.input("generator").files_dir, ctx.device)
     texts = sorted({t for t in (*a, *b) if t})

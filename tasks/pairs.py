@@ -23,14 +23,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
-from models.pairs import (
+from ctxsim.models.pairs import (
     knn_pairs,
     knn_search,
     mix_pairs,
     shared_context_pairs,
     tfidf_embed,
 )
-from tasks.base import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -185,7 +185,7 @@ class PairsStage(Stage):
             return tfidf_embed(texts, p.embed_dim, fit_texts=fit, seed=ctx.run.seed)
         from sentence_transformers import SentenceTransformer
 
-        from models.registry import resolve_model
+        from ctxsim.models.registry import resolve_model
 
         model = SentenceTransformer(str(resolve_model(p.encoder)), device=ctx.device)
         emb = model.encode(

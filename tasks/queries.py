@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from tasks.base import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
 class QueriesParams(StageParams):
@@ -116,7 +116,7 @@ class QueriesStage(Stage):
     def _sts(
         self, p: QueriesParams, rng: np.random.Generator
     ) -> tuple[list[str], list[int | None], list[str], pa.Table]:
-        from tasks.sts_data import discover
+        from ctxsim.readers.sts import discover
 
         if not p.sts_dir:
             raise ValueError("queries.source is 'sts' but queries.sts_dir is not set")

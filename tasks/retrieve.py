@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from models.retrieval import resolve_backend, retrieve
-from tasks.base import Stage, StageContext, StageParams
-from tasks.index import load_index
+from ctxsim.models.retrieval import resolve_backend, retrieve
+from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.tasks.index import load_index
 
 RETRIEVE_SCHEMA = pa.schema(
     [

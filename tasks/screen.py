@@ -23,12 +23,12 @@ import pyarrow.compute as pc
 import torch
 from pydantic import Field
 
-from models.discriminator import CoherenceDiscriminator, encode_sequences, encode_texts
-from models.retrieval import select_topk
-from tasks.base import Stage, StageContext, StageParams
-from tasks.discriminator import Encoder, load_discriminator
-from tasks.retrieve import shard_queries
-from tasks.store import fingerprint
+from ctxsim.models.discriminator import CoherenceDiscriminator, encode_sequences, encode_texts
+from ctxsim.models.retrieval import select_topk
+from ctxsim.store.artefacts import fingerprint
+from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.tasks.discriminator import Encoder, load_discriminator
+from ctxsim.tasks.retrieve import shard_queries
 
 SCREEN_SCHEMA = pa.schema(
     [

@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from models.sentences import count_tokens, split_sentences
-from tasks.base import Stage, StageContext, StageParams
-from tasks.store import content_digest
+from ctxsim.models.sentences import count_tokens, split_sentences
+from ctxsim.store.artefacts import content_digest
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SENTS_PER_DOC_BITS = 24
 

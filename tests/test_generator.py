@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from models import registry
-from models.generator import (
+from ctxsim.models import registry
+from ctxsim.models.generator import (
     DIRECTIONS,
     CausalPrefixScorer,
     Limits,
@@ -22,7 +22,7 @@ from models.generator import (
     tiny_seq2seq,
     train_wordpiece_tokenizer,
 )
-from models.generator_training import TrainConfig, train_generator, validation_perplexity
+from ctxsim.models.generator_training import TrainConfig, train_generator, validation_perplexity
 
 TINY = TinyConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.ists import (
+from ctxsim.models.ists import (
     WaAlignment,
     WaPair,
     chunk_word_ids,
@@ -15,7 +15,7 @@ from models.ists import (
     mutual_argmax,
     pool_chunks,
 )
-from tasks.ists_data import read_chunks, read_wa, write_wa
+from ctxsim.readers.ists import read_chunks, read_wa, write_wa
 
 T1 = ["the", "death", "camp", "guard", "left", "."]
 T2 = ["a", "guard", "went", "away", "."]

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from models.origin import (
+from ctxsim.models.origin import (
     ContextSets,
     ScoreLookup,
     origin_labels,
@@ -159,8 +159,8 @@ def _publish(store, name: str, table: pa.Table, stats: dict | None = None, files
 
 def _fake_world(tmp_path, given: bool, drop_one: bool = False):
     """8 sentences in two topics; a sentence 'fits' contexts of its own topic better."""
-    from tasks.label import required_score_table
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.tasks.label import required_score_table
 
     store = ArtefactStore(tmp_path)
     n = 8
@@ -229,8 +229,8 @@ def _fake_world(tmp_path, given: bool, drop_one: bool = False):
 
 
 def _run_label(store, arts, **params):
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.label import LabelStage
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.label import LabelStage
 
     stage = LabelStage()
     plan = plan_stage(stage, stage.Params(**params), RunParams(), store, arts)
@@ -300,14 +300,14 @@ def test_rescale_labels_keeps_order_and_spans_unit_range():
 
 def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
     """With the generator upstream, the report adds the backbone's mean-pooled cosine."""
-    from models.generator import (
+    from ctxsim.models.generator import (
         DEFAULT_TEMPLATES,
         CausalPrefixScorer,
         TinyConfig,
         tiny_causal,
         train_wordpiece_tokenizer,
     )
-    from tasks.generator import load_scorer, save_scorer
+    from ctxsim.tasks.generator import load_scorer, save_scorer
 
     store, arts, _ = _fake_world(tmp_path, given=True)
     texts = arts["queries"].read_table().column("text").to_pylist()
@@ -331,7 +331,7 @@ def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
     report = json.loads((art.files_dir / "origin.json").read_text())
     assert "backbone_cosine" in report["datasets"]["STS12"]["views"]
     # the view is the cosine of the reloaded model's mean-pooled embeddings
-    from models.origin import spearman_x100
+    from ctxsim.models.origin import spearman_x100
 
     t = art.read_table().to_pandas()
     t = t[t["dataset"] == "STSb"]
@@ -345,7 +345,7 @@ def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
 def test_without_the_only_term_is_no_view():
     """S = λ·left alone (λ recovered with float32 rounding): S without left is NaN, not a
     rescaled copy of left that would report left's Spearman under another name."""
-    from tasks.label import ablation_views
+    from ctxsim.tasks.label import ablation_views
 
     rng = np.random.default_rng(0)
     left = rng.normal(-3, 1, 50).astype(np.float32)

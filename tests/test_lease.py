@@ -1,4 +1,4 @@
-"""Shard leases (tasks/lease.py) and their use in tasks.base.compute_shard, with real processes."""
+"""Shard leases (store/lease.py) and their use in store.stage.compute_shard, with real processes."""
 
 from __future__ import annotations
 
@@ -15,9 +15,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tasks.base import RunParams, Stage, StageParams, compute_shard, plan_stage, publish_stage
-from tasks.lease import Lease, LeaseTimeout, is_stale, lease_path, shard_lease
-from tasks.store import ArtefactStore
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.lease import Lease, LeaseTimeout, is_stale, lease_path, shard_lease
+from ctxsim.store.stage import (
+    RunParams,
+    Stage,
+    StageParams,
+    compute_shard,
+    plan_stage,
+    publish_stage,
+)
 
 N_SHARDS = 12
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import metrics as M
-from models.dynamax import dynamax_jaccard
+from ctxsim.models import metrics as M
+from ctxsim.models.dynamax import dynamax_jaccard
 
 
 def test_all_vs_mean_conventions_differ_as_constructed():

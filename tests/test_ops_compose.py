@@ -17,8 +17,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from flows import ops
-from flows.cli import app
+from ctxsim.flows import ops
+from ctxsim.flows.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE = shutil.which("docker-compose")
@@ -158,7 +158,7 @@ def test_worker_cli_compose_output_is_what_the_file_holds(compose: dict[str, Any
 
 
 def test_prefect_yaml_has_nightly_cron_and_one_deployment_per_stage() -> None:
-    from tasks import STAGES
+    from ctxsim.tasks import STAGES
 
     cfg = yaml.safe_load((REPO / "prefect.yaml").read_text())
     deps = {d["name"]: d for d in cfg["deployments"]}

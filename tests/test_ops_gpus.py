@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from flows import ops
-from flows.runners import shard_options, submit_options
-from tasks.base import RunParams
+from ctxsim.flows import ops
+from ctxsim.flows.runners import shard_options, submit_options
+from ctxsim.store.stage import RunParams
 
 
 def _run(**kw: object) -> RunParams:
@@ -108,7 +108,7 @@ def test_worker_cli_warns_on_stderr_and_still_prints_the_specs() -> None:
 
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from ctxsim.flows.cli import app
 
     res = CliRunner().invoke(
         app, ["worker", "--gpus", "all", "--dry-run"], env={"CUDA_VISIBLE_DEVICES": ""}

@@ -35,7 +35,7 @@ from ops_support import (  # noqa: E402
     wait_flow_run,
 )
 
-from flows import ops
+from ctxsim.flows import ops
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flows import ops
-from flows.cli import app
+from ctxsim.flows import ops
+from ctxsim.flows.cli import app
 
 BAD = ["../escape", "../../etc/passwd", "/etc/passwd", "a/../../b", "..", ".hidden/../x"]
 
@@ -37,7 +37,7 @@ def test_inspect_rejects_run_ids_outside_the_root(tmp_path: Path, bad: str) -> N
 
 @pytest.mark.parametrize("bad", ["../x", "/abs", "shard/../../x"])
 def test_deployment_stage_parameter_must_be_a_stage(bad: str) -> None:
-    from flows.stage_flows import stage_flow
+    from ctxsim.flows.stage_flows import stage_flow
 
     with pytest.raises(ValueError, match="is not a stage"):
         stage_flow.fn(stage=bad, config="tests/ops_config.yaml")
@@ -45,8 +45,8 @@ def test_deployment_stage_parameter_must_be_a_stage(bad: str) -> None:
 
 @pytest.mark.parametrize("bad", ["../x", "/abs"])
 def test_until_must_be_a_stage(bad: str) -> None:
-    from flows.config import load_config
-    from flows.pipeline import select_stages
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.pipeline import select_stages
 
     cfg = load_config(Path(__file__).parent / "ops_config.yaml")
     with pytest.raises(ValueError, match="is not a stage"):

@@ -34,8 +34,8 @@ from ops_support import (  # noqa: E402
     wait_flow_run,
 )
 
-from flows import ops
-from tasks import STAGES
+from ctxsim.flows import ops
+from ctxsim.tasks import STAGES
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from models.pairs import (
+from ctxsim.models.pairs import (
     canonical,
     knn_pairs,
     knn_search,
@@ -108,15 +108,15 @@ def _publish(store, name: str, table: pa.Table, stats: dict | None = None, files
 
 
 def _run(stage_cls, params: dict, store, up):
-    from tasks.base import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
 
     stage = stage_cls()
     return run_stage_locally(plan_stage(stage, stage.Params(**params), RunParams(), store, up))[0]
 
 
 def test_pairs_stage_mine(spine, tmp_path) -> None:
-    from tasks.pairs import PairsStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.tasks.pairs import PairsStage
 
     store = ArtefactStore(tmp_path)
     qids = spine["queries"].read_table(["query_id"]).column(0).to_numpy()
@@ -157,8 +157,8 @@ def test_pairs_stage_mine(spine, tmp_path) -> None:
 
 
 def test_pairs_stage_given(tmp_path) -> None:
-    from tasks.pairs import PairsStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.tasks.pairs import PairsStage
 
     store = ArtefactStore(tmp_path)
     queries = pa.table(

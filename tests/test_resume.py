@@ -21,7 +21,7 @@ def _cmd(root: Path, run_id: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "flows.cli",
+        "ctxsim.flows.cli",
         "run",
         "--config",
         str(REPO / "configs/quickstart.yaml"),

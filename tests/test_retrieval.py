@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.retrieval import (
+from ctxsim.models.retrieval import (
     fit_index,
     retrieve,
     select_topk,
@@ -136,9 +136,9 @@ def test_bad_inputs() -> None:
 # ---- stages ---------------------------------------------------------------------------------
 def run_stages(spine: dict, root, params: dict[str, dict]) -> dict:
     """Run some of this issue's stages on top of the session's spine artefacts (no Prefect)."""
-    from tasks import load_stage
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks import load_stage
 
     store, run, arts = ArtefactStore(root), RunParams(root=str(root), device="cpu"), dict(spine)
     for name, kw in params.items():
@@ -149,7 +149,7 @@ def run_stages(spine: dict, root, params: dict[str, dict]) -> dict:
 
 
 def test_index_and_retrieve_stages(spine, tmp_path) -> None:
-    from tasks.index import load_index
+    from ctxsim.tasks.index import load_index
 
     arts = run_stages(spine, tmp_path, {"index": {}, "retrieve": {"top_k": 30, "memory_mb": 0.05}})
     index, ret, queries = arts["index"], arts["retrieve"], arts["queries"]
@@ -183,9 +183,9 @@ def test_index_and_retrieve_stages(spine, tmp_path) -> None:
 def test_index_stage_empty_corpus_is_a_clear_error(tmp_path) -> None:
     import pyarrow.parquet as pq
 
-    from tasks.base import RunParams, Stage, plan_stage, run_stage_locally
-    from tasks.index import IndexParams, IndexStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, Stage, plan_stage, run_stage_locally
+    from ctxsim.tasks.index import IndexParams, IndexStage
 
     store = ArtefactStore(tmp_path)
 
@@ -198,8 +198,8 @@ def test_index_stage_empty_corpus_is_a_clear_error(tmp_path) -> None:
                 pq.write_table(self._c, ctx.files_dir / "chunks.parquet")
             return self._t, {}
 
-    from tasks.base import StageParams
-    from tasks.contexts import CHUNK_SCHEMA, CONTEXT_SCHEMA
+    from ctxsim.store.stage import StageParams
+    from ctxsim.tasks.contexts import CHUNK_SCHEMA, CONTEXT_SCHEMA
 
     run = RunParams(root=str(tmp_path))
     sh = pa.table({"sent_id": pa.array([], pa.int64()), "text": pa.array([], pa.string())})

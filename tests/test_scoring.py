@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.generator import (
+from ctxsim.models.generator import (
     DIRECTIONS,
     CausalPrefixScorer,
     Seq2SeqScorer,
@@ -16,7 +16,7 @@ from models.generator import (
     tiny_seq2seq,
     train_wordpiece_tokenizer,
 )
-from models.scoring import (
+from ctxsim.models.scoring import (
     EngineConfig,
     Lambdas,
     ScoringEngine,
@@ -163,8 +163,8 @@ class _Fixed:
     def publish(root, name: str, table, files=None):
         import hashlib
 
-        from tasks.base import RunParams, Stage, StageParams, plan_stage, run_stage_locally
-        from tasks.store import ArtefactStore
+        from ctxsim.store.artefacts import ArtefactStore
+        from ctxsim.store.stage import RunParams, Stage, StageParams, plan_stage, run_stage_locally
 
         digest = hashlib.sha256(str(table.to_pydict()).encode()).hexdigest()
 
@@ -186,9 +186,9 @@ class _Fixed:
 
 @pytest.fixture(scope="module")
 def generator_art(spine, tmp_path_factory):
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.generator import GeneratorParams, GeneratorStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
 
     root = tmp_path_factory.mktemp("gen")
     params = GeneratorParams(
@@ -209,7 +209,7 @@ def generator_art(spine, tmp_path_factory):
 
 
 def test_generator_stage_publishes_a_loadable_scorer(generator_art):
-    from tasks.generator import load_scorer
+    from ctxsim.tasks.generator import load_scorer
 
     art, plan = generator_art
     st = art.stats
@@ -234,7 +234,7 @@ def test_generator_stage_publishes_a_loadable_scorer(generator_art):
 
 
 def test_causal_scorer_save_load_round_trip(tok, tmp_path):
-    from tasks.generator import load_scorer, save_scorer
+    from ctxsim.tasks.generator import load_scorer, save_scorer
 
     sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
     meta = {
@@ -259,10 +259,10 @@ def test_causal_scorer_save_load_round_trip(tok, tmp_path):
 def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, tmp_path):
     import pyarrow as pa
 
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.generator import load_scorer
-    from tasks.score import ScoreParams, ScoreStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.generator import load_scorer
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     q = spine["queries"].read_table(["query_id", "shard"])
     qids = q.column("query_id").to_numpy()[:6]
@@ -363,7 +363,11 @@ def _tiny_discriminator(files):
 
     from safetensors.torch import save_file
 
-    from models.discriminator import CoherenceDiscriminator, DiscriminatorConfig, ScratchTokenizer
+    from ctxsim.models.discriminator import (
+        CoherenceDiscriminator,
+        DiscriminatorConfig,
+        ScratchTokenizer,
+    )
 
     tok = ScratchTokenizer(["<pad>", "<unk>", *WORDS])
     cfg = DiscriminatorConfig(vocab_size=len(tok), emb_dim=8, hidden=8, head_hidden=8)
@@ -380,11 +384,11 @@ def test_score_stage_computes_missing_disc_terms_with_the_discriminator(
 ):
     import pyarrow as pa
 
-    from models.discriminator import encode_texts, pad_batch
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.discriminator import load_discriminator
-    from tasks.score import ScoreParams, ScoreStage
-    from tasks.store import ArtefactStore
+    from ctxsim.models.discriminator import encode_texts, pad_batch
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.discriminator import load_discriminator
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     q = spine["queries"].read_table(["query_id", "text"]).to_pydict()
     co = spine["contexts"].read_table().to_pydict()
@@ -439,10 +443,10 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
     diversity rules still hold."""
     import pyarrow as pa
 
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.score import ScoreParams, ScoreStage
-    from tasks.select import SelectParams, SelectStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
+    from ctxsim.tasks.select_contexts import SelectParams, SelectStage
 
     rng = np.random.default_rng(1)
     co = spine["contexts"].read_table(["context_id", "chunk_id", "centre_sent_id"]).to_pydict()
@@ -543,9 +547,9 @@ def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
     """A second score run on the same root computes only windows no run scored before, and its
     values equal a run without the cache."""
 
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.score import ScoreParams, ScoreStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
     ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
@@ -584,10 +588,10 @@ def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok
     other limits make another id."""
     import json
 
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.generator import META_FILE, GeneratorParams, GeneratorStage
-    from tasks.score import ScoreParams, ScoreStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.generator import META_FILE, GeneratorParams, GeneratorStage
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     backbone = tmp_path / "backbone"
     tiny_causal(tok, TINY).save_pretrained(backbone)
@@ -631,10 +635,10 @@ def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_ar
     (the sentence left out; one value per context) and null_fwd is log p(s) (both contexts left
     out; one value per sentence), each equal to the scorer's own log-prob of that window."""
 
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.generator import load_scorer
-    from tasks.score import ScoreParams, ScoreStage
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.generator import load_scorer
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
     ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:12]

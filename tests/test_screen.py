@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 import torch
 
-from models.discriminator import encode_texts, pad_batch
-from tasks.discriminator import load_discriminator
+from ctxsim.models.discriminator import encode_texts, pad_batch
+from ctxsim.tasks.discriminator import load_discriminator
 from tests.test_discriminator import TINY
 from tests.test_retrieval import run_stages
 
@@ -70,8 +70,8 @@ def test_screen_stats_and_own_context(screened) -> None:
 
 
 def test_outside_queries_and_cache_reuse(screened, tmp_path) -> None:
-    from tasks.base import RunParams, Stage, StageParams, plan_stage, run_stage_locally
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, Stage, StageParams, plan_stage, run_stage_locally
 
     class OutsideQueries(Stage):
         name = "queries"

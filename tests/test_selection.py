@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from models.selection import (
+from ctxsim.models.selection import (
     jaccard,
     lsh_miss_probability,
     minhash_signatures,
@@ -144,8 +144,8 @@ def _fake_screen(spine, per_query: int, seed: int = 0) -> pa.Table:
 
 
 def _run_select(spine, store, screen, **params):
-    from tasks.base import RunParams, plan_stage, run_stage_locally
-    from tasks.select import SelectStage
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.select_contexts import SelectStage
 
     stage = SelectStage()
     up = {k: spine[k] for k in ("queries", "contexts", "shard")}
@@ -156,8 +156,8 @@ def _run_select(spine, store, screen, **params):
 
 
 def test_select_stage_applies_the_rules(spine, tmp_path) -> None:
-    from tasks.select import ContextIndex, SentenceTexts
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.tasks.select_contexts import ContextIndex, SentenceTexts
 
     store = ArtefactStore(tmp_path)
     screen = _publish(store, "screen", _fake_screen(spine, 60))
@@ -192,7 +192,7 @@ def test_select_stage_applies_the_rules(spine, tmp_path) -> None:
 
 
 def test_select_random_strategy_and_missing_screen(spine, tmp_path) -> None:
-    from tasks.store import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore
 
     store = ArtefactStore(tmp_path)
     art = _run_select(spine, store, None, max_size=4, strategy="random")

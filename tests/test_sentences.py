@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.sentences import MAX_CHARS, METHODS, _chunks, count_tokens, split_sentences
+from ctxsim.models.sentences import MAX_CHARS, METHODS, _chunks, count_tokens, split_sentences
 
 GOOD = ("blingfire", "syntok")  # the two that pass the abbreviation/dialogue cases
 

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.base import RunParams, plan_stage, run_stage_locally
-from tasks.contexts import ContextsParams, ContextsStage, build_contexts
-from tasks.shard import CorpusInputError, ShardParams, ShardStage
-from tasks.store import ArtefactStore
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+from ctxsim.tasks.contexts import ContextsParams, ContextsStage, build_contexts
+from ctxsim.tasks.shard import CorpusInputError, ShardParams, ShardStage
 
 DOC = (
     "The kettle boiled at seven. Anna poured the tea into two cups. She carried them upstairs.\n\n"

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from models.similarity import (
+from ctxsim.models.similarity import (
     avg_contributions,
     cosine_paired,
     mean_pool,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tasks.store import MANIFEST, ArtefactStore, StoreError, fingerprint
+from ctxsim.store.artefacts import MANIFEST, ArtefactStore, StoreError, fingerprint
 
 
 def _table(n: int, offset: int = 0) -> pa.Table:

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from tasks.sts_data import StsFormatError, dataset_key, discover, download, read_tsv
+from ctxsim.readers.sts import StsFormatError, dataset_key, discover, download, read_tsv
 
 
 def _originals(root):

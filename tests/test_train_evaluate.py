@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tasks.base import RunParams, Stage, StageParams, plan_stage, run_stage_locally
-from tasks.store import ArtefactStore
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.stage import RunParams, Stage, StageParams, plan_stage, run_stage_locally
 
 WORDS = "man woman dog cat plays runs eats guitar ball park street food red big small".split()
 
@@ -121,7 +121,7 @@ def _ists_dir(root):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from tasks.train import TrainParams, TrainStage
+    from ctxsim.tasks.train import TrainParams, TrainStage
 
     root = tmp_path_factory.mktemp("te")
     store = ArtefactStore(root / "store")
@@ -146,7 +146,7 @@ def trained(tmp_path_factory):
 def test_train_outputs_reloadable_model(trained):
     from sentence_transformers import SentenceTransformer
 
-    from tasks.evaluate import load_st
+    from ctxsim.tasks.evaluate import load_st
 
     root, store, run, art, sts, _ = trained
     info = json.loads((art.files_dir / "metrics.json").read_text())
@@ -160,7 +160,7 @@ def test_train_outputs_reloadable_model(trained):
     m2 = load_st(art.files_dir / "model", "cpu", 32)
     texts = ["a man plays guitar .", "the dog runs in the park ."]
     e1 = m1.encode(texts, convert_to_numpy=True)
-    from tasks.evaluate import encode_sentences
+    from ctxsim.tasks.evaluate import encode_sentences
 
     e2 = encode_sentences(m2, texts, batch_size=1)
     assert np.allclose(e1, e2, atol=1e-5)
@@ -170,7 +170,7 @@ def test_train_outputs_reloadable_model(trained):
 
 
 def test_evaluate_stage_end_to_end(trained):
-    from tasks.evaluate import EvaluateParams, EvaluateStage
+    from ctxsim.tasks.evaluate import EvaluateParams, EvaluateStage
 
     root, store, run, art, sts, _ = trained
     _ists_dir(root / "ists")
@@ -219,7 +219,7 @@ def test_evaluate_cli_compares_with_named_baselines(trained, tmp_path):
     and compared with paired intervals; a malformed spec is one error line, exit 2."""
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from ctxsim.flows.cli import app
 
     _, _, _, art, sts, _ = trained
     out = tmp_path / "eval.json"
@@ -236,7 +236,7 @@ def test_evaluate_cli_compares_with_named_baselines(trained, tmp_path):
 
 
 def test_evaluate_without_data_completes(trained, tmp_path):
-    from tasks.evaluate import evaluate_model
+    from ctxsim.tasks.evaluate import evaluate_model
 
     _, _, _, art, _, _ = trained
     res = evaluate_model(art.files_dir / "model", tmp_path / "missing", None, max_seq_length=32)
@@ -250,8 +250,8 @@ def test_clrcmd_loss_trains(trained):
         SentenceTransformerTrainingArguments,
     )
 
-    from models.losses.clrcmd_loss import CLRCMDLoss
-    from tasks.evaluate import load_st
+    from ctxsim.models.losses.clrcmd_loss import CLRCMDLoss
+    from ctxsim.tasks.evaluate import load_st
 
     root, _, _, art, _, _ = trained
     model = load_st(art.files_dir / "backbone", "cpu", 32)
@@ -287,7 +287,7 @@ def test_clrcmd_loss_trains(trained):
 def test_train_resumes_after_a_crash(trained, monkeypatch):
     from transformers import TrainerCallback
 
-    import tasks.train as T
+    import ctxsim.tasks.train as T
 
     root, store, run, _, sts, label = trained
 
@@ -316,7 +316,7 @@ def test_train_resumes_after_a_crash(trained, monkeypatch):
 
 def test_capped_sets_are_a_seeded_sample_in_file_order():
     """--max-pairs samples pairs across the file (STSb's first rows are all one genre)."""
-    from tasks.sts_data import StsSet, sample_pairs
+    from ctxsim.readers.sts import StsSet, sample_pairs
 
     n = 200
     full = StsSet(

@@ -15,7 +15,7 @@ PROBE = "The unexpectedly luminous harbour, ##e and [MASK]."
 LEARN = f"""
 import json, sys
 sys.path.insert(0, {str(REPO)!r})
-from models.wordpiece import learn_wordpiece
+from ctxsim.models.wordpiece import learn_wordpiece
 texts = [p for line in open({str(SAMPLE)!r}) for p in json.loads(line)["paragraphs"]]
 tok = learn_wordpiece(texts, 600, {SPECIALS!r})
 print(json.dumps({{"vocab": sorted(tok.get_vocab().items()), "probe": tok.encode({PROBE!r}).ids}}))
@@ -38,7 +38,7 @@ def test_learnt_vocabulary_is_identical_across_processes() -> None:
 
 
 def test_continuing_pieces_are_plain_entries_and_specials_stay_special() -> None:
-    from models.wordpiece import learn_wordpiece
+    from ctxsim.models.wordpiece import learn_wordpiece
 
     texts = ["harbours and harbour lights", "the harbour master", "lights of pier #3"]
     tok = learn_wordpiece(texts, 80, SPECIALS)
@@ -58,7 +58,7 @@ def test_every_piece_the_trainer_would_create_is_registered() -> None:
     upper case folded, punctuation and white space split off, digits inside words."""
     from tokenizers import models, trainers
 
-    from models.wordpiece import bert_style, continuing_pieces
+    from ctxsim.models.wordpiece import bert_style, continuing_pieces
 
     texts = ["Café ÉCOLE naïve", "ΟΔΟΣ and Σοφία", "route66 a-b, x.y", "İstanbul ÆSIR"]
     plain = bert_style(models.WordPiece(unk_token="[UNK]"))

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.similarity import rcmd_pairwise
+from ctxsim.models.similarity import rcmd_pairwise
 
 
 class CLRCMDLoss(nn.Module):

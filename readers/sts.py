@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.store import sha256_file
+from ctxsim.store.artefacts import sha256_file
 
 TSV_HEADER = ["sentence1", "sentence2", "score"]
 _YEAR = re.compile(r"STS[-_]?(?:20)?(1[2-6])", re.IGNORECASE)
@@ -404,7 +404,7 @@ def download(
                 }
             )
     else:
-        from tasks.ists_data import discover_ists
+        from ctxsim.readers.ists import discover_ists
 
         for d in discover_ists(dest):
             manifest["sets"].append(

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.ists import WaAlignment, WaPair
+from ctxsim.models.ists import WaAlignment, WaPair
 
 _SENT = re.compile(r'<sentence id="([^"]*)"')
 _CHUNK = re.compile(r"\[\s?(.*?)\s?\]")

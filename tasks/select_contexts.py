@@ -27,10 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from models.selection import select as select_contexts
-from models.selection import token_ranks, word_set
-from tasks.base import Stage, StageContext, StageParams
-from tasks.score import ScoreParams, query_texts, score_rows
+from ctxsim.models.selection import select as select_contexts
+from ctxsim.models.selection import token_ranks, word_set
+from ctxsim.scores import ScoreParams, query_texts, score_rows
+from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SELECT_SCHEMA = pa.schema(
     [

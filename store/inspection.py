@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.store import Artefact
+from ctxsim.store.artefacts import Artefact
 
 
 def _column_summary(col: pa.ChunkedArray) -> dict[str, Any]:

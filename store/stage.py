@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from tasks.store import Artefact, ArtefactStore, fingerprint
+from ctxsim.store.artefacts import Artefact, ArtefactStore, fingerprint
 
 CTXSIM_VERSION = "0.1.0"
 
@@ -200,14 +200,14 @@ def plan_stage(
 def compute_shard(plan: StagePlan, shard: int) -> dict[str, Any]:
     """Compute and durably record one shard, unless it is already done (then return its record).
 
-    A shard lease (tasks/lease.py) makes workers sharing one artefact root take turns: whoever
+    A shard lease (store/lease.py) makes workers sharing one artefact root take turns: whoever
     holds it computes; a waiter re-checks after acquiring and finds the shard done.
     """
     import json
 
-    from tasks.faults import maybe_fail
-    from tasks.lease import shard_lease
-    from tasks.store import MANIFEST
+    from ctxsim.store.artefacts import MANIFEST
+    from ctxsim.store.faults import maybe_fail
+    from ctxsim.store.lease import shard_lease
 
     name, fp, store = plan.stage.name, plan.fingerprint, plan.store
     done = store.shard_done(name, fp, shard)
