@@ -70,7 +70,7 @@ def _sentences(n: int) -> tuple[list[str], str]:
 
 
 def bench_encode(model, n: int, repeat: int) -> list[dict]:
-    from ctxsim.tasks.evaluate import _forward, encode_sentences
+    from ctxsim.tasks.evaluate.encoders import _forward, encode_sentences
 
     texts, src = _sentences(n)
     bs = 64
@@ -104,7 +104,7 @@ def bench_encode(model, n: int, repeat: int) -> list[dict]:
 
 def bench_rcmd_vs_cosine(model, n_pairs: int, lengths: list[int], repeat: int) -> list[dict]:
     from ctxsim.models.similarity import cosine_paired, mean_pool, rcmd_paired
-    from ctxsim.tasks.evaluate import _forward, score_pairs
+    from ctxsim.tasks.evaluate.encoders import _forward, score_pairs
 
     rows = []
     rng = random.Random(0)

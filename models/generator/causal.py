@@ -1,0 +1,200 @@
+"""The causal-LM backend: a prompt template per direction, only the target tokens scored."""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ctxsim.models.generator.protocol import (
+    DEFAULT_TEMPLATES,
+    DIRECTIONS,
+    TARGET_SLOT,
+    GenerativeScorer,
+    Ids,
+    Limits,
+    _pad,
+    _target_logprobs,
+    check_direction,
+)
+
+
+class CausalPrefixScorer(GenerativeScorer):
+    """Decoder-only LM; a prompt template per direction, only ``{target}`` tokens scored.
+
+    Requests that share a prompt (the forward term: one context, many candidate sentences) run
+    the prompt once and reuse its key/value cache for every target, as the seq2seq backend
+    reuses an encoded source."""
+
+    backend = "causal"
+    shares_sources = True
+    #: run prompts once per batch when at most this share of the requests have distinct prompts
+    share_ratio = 0.75
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        templates: dict[str, str] | None = None,
+        limits: Limits | None = None,
+        device: str | torch.device = "cpu",
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.limits = limits or Limits()
+        self.templates = dict(DEFAULT_TEMPLATES if templates is None else templates)
+        self._segments = {d: self._parse(d, self.templates.get(d, "")) for d in DIRECTIONS}
+        prefix = tokenizer("", add_special_tokens=True)["input_ids"]
+        self.prefix: Ids = tuple(prefix)  # e.g. (<bos>,) for Gemma, () for SmolLM2
+        self.embed_prefix = self.prefix
+        pad = tokenizer.pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+        self.pad = int(pad)
+        self._lit_cache: dict[str, Ids] = {}
+        self.to(device)
+        self.train(False)  # scoring mode until a training loop says otherwise
+
+    @staticmethod
+    def _parse(direction: str, template: str) -> list[tuple[str, str | None]]:
+        """Template -> [(literal, field)], checking it uses exactly the right placeholders."""
+        segs = [(lit, f) for lit, f, _, _ in string.Formatter().parse(template)]
+        fields = [f for _, f in segs if f is not None]
+        names = ("left", "sentence", "right")
+        allowed = {n for i, n in enumerate(names) if i != TARGET_SLOT[direction]}
+        if not fields or fields[-1] != "target" or fields.count("target") != 1:
+            raise ValueError(f"template {direction!r} must end with {{target}}: {template!r}")
+        if segs[-1][1] != "target":
+            raise ValueError(f"template {direction!r}: nothing may follow {{target}}")
+        bad = set(fields[:-1]) - allowed
+        if bad:
+            raise ValueError(
+                f"template {direction!r} may use {sorted(allowed)} besides target; got {bad}"
+            )
+        return segs
+
+    def modules(self) -> list[torch.nn.Module]:
+        return [self.model]
+
+    def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out = self.model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)
+        return out.last_hidden_state
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def tokenize(self, texts: Sequence[str]) -> list[Ids]:
+        # A leading space makes a word-initial token, as inside running text (BPE/SentencePiece);
+        # an empty text (a slot left out, as the score stage's pmi baseline does) stays empty.
+        return super().tokenize([" " + t if t else "" for t in texts])
+
+    def _literal(self, text: str) -> Ids:
+        if text not in self._lit_cache:
+            self._lit_cache[text] = tuple(
+                self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else ()
+            )
+        return self._lit_cache[text]
+
+    def build_ids(
+        self, direction: str, source: tuple[Ids | None, Ids | None, Ids | None], target: Ids
+    ) -> tuple[Ids, Ids]:
+        slot = TARGET_SLOT[check_direction(direction)]
+        if source[slot] is not None:
+            raise ValueError(f"direction {direction!r}: slot {slot} must be None")
+        parts = {"left": 0, "sentence": 1, "right": 2}
+        prompt: list[int] = list(self.prefix)
+        for lit, fld in self._segments[direction]:
+            # the space before a placeholder belongs to the (space-prefixed) text tokens
+            if fld is not None and lit.endswith(" "):
+                lit = lit[:-1]
+            prompt.extend(self._literal(lit))
+            if fld is None or fld == "target":
+                continue
+            ids = source[parts[fld]]
+            if ids is None:
+                raise ValueError(f"direction {direction!r}: template needs {fld!r}")
+            prompt.extend(self.limits.cut(parts[fld], ids))
+        return tuple(prompt), self.limits.cut(slot, target)
+
+    def token_logprobs(
+        self, direction: str, sources: Sequence[Ids], targets: Sequence[Ids]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if any(len(t) == 0 for t in targets):
+            raise ValueError("empty target: nothing to score")
+        uniq: dict[Ids, int] = {}
+        index = [uniq.setdefault(tuple(s), len(uniq)) for s in sources]
+        if len(uniq) <= self.share_ratio * len(sources) and all(len(s) > 0 for s in uniq):
+            return self._shared_prompt_logprobs(list(uniq), index, targets)
+        return self._joint_logprobs(sources, targets)
+
+    def _shared_prompt_logprobs(
+        self, prompts: list[Ids], index: list[int], targets: Sequence[Ids]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompts once (left-padded, cache kept), then every target on its prompt's cache."""
+        p_ids, p_mask = _pad(prompts, self.pad, left=True)
+        p_pos = (p_mask.cumsum(1) - 1).clamp(min=0)
+        first = self.model.base_model(
+            input_ids=p_ids.to(self.device),
+            attention_mask=p_mask.to(self.device),
+            position_ids=p_pos.to(self.device),
+            use_cache=True,
+            return_dict=True,
+        )
+        row = torch.as_tensor(index, device=self.device)
+        cache = first.past_key_values
+        cache.reorder_cache(row)  # one cache row per request (rows of a prompt repeated)
+        t_ids, t_mask = _pad(targets, self.pad, left=False)
+        t_pos = p_mask.sum(1)[row.cpu()].unsqueeze(1) + torch.arange(t_ids.shape[1])
+        second = self.model.base_model(
+            input_ids=t_ids.to(self.device),
+            attention_mask=torch.cat([p_mask[row.cpu()], t_mask], 1).to(self.device),
+            position_ids=t_pos.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+            return_dict=True,
+        )
+        # the prompt's last position predicts target token 0; target position j predicts j + 1
+        hidden = torch.cat(
+            [
+                first.last_hidden_state[:, -1:].index_select(0, row),
+                second.last_hidden_state[:, :-1],
+            ],
+            1,
+        )
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        head = self.model.get_output_embeddings()
+        return _target_logprobs(hidden, head, t_ids.to(self.device), t_mask.to(self.device), cap)
+
+    def _joint_logprobs(
+        self, sources: Sequence[Ids], targets: Sequence[Ids]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One left-padded pass over prompt + target per request."""
+        seqs = [tuple(s) + tuple(t) for s, t in zip(sources, targets, strict=True)]
+        ids, mask = _pad(seqs, self.pad, left=True)  # targets end every row at the same column
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        keep = max(len(t) for t in targets) + 1
+        out = self.model.base_model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=pos.to(self.device),
+            use_cache=False,
+            return_dict=True,
+        )
+        # column j of the last `keep` positions predicts the token at column j + 1
+        labels = torch.full((len(seqs), keep), self.pad, dtype=torch.long)
+        tmask = torch.zeros((len(seqs), keep), dtype=torch.long)
+        for i, t in enumerate(targets):
+            labels[i, keep - 1 - len(t) : keep - 1] = torch.as_tensor(t)
+            tmask[i, keep - 1 - len(t) : keep - 1] = 1
+        hidden = out.last_hidden_state[:, -keep:]
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        return _target_logprobs(
+            hidden,
+            self.model.get_output_embeddings(),
+            labels.to(self.device),
+            tmask.to(self.device),
+            cap,
+        )

@@ -1,0 +1,202 @@
+"""The generative-scorer protocol every backend follows: directions, sources, limits, and the
+base class whose ``log_prob`` gives one Eq. (3) term per target."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+DIRECTIONS: tuple[str, ...] = ("fwd", "left", "right")
+Source = tuple[str | None, str | None, str | None]
+Ids = tuple[int, ...]
+#: the slot each direction generates, as an index into (c<, s, c>)
+TARGET_SLOT: dict[str, int] = {"fwd": 1, "left": 0, "right": 2}
+CONTROL_TOKENS: dict[str, str] = {"fwd": "[FWD]", "left": "[LEFT]", "right": "[RIGHT]"}
+DEFAULT_TEMPLATES: dict[str, str] = {
+    "fwd": "Passage: {left} ___ {right}\nThe missing sentence ___ is: {target}",
+    "left": "Passage: ___ {sentence} {right}\nThe missing sentence ___ is: {target}",
+    "right": "{left} {sentence} {target}",
+}
+
+
+def check_direction(direction: str) -> str:
+    if direction not in TARGET_SLOT:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    return direction
+
+
+def eq3_example(direction: str, left: str, sentence: str, right: str) -> tuple[Source, str]:
+    """(source, target) of one Eq. (3) term for the window ``[left, sentence, right]``."""
+    parts: list[str | None] = [left, sentence, right]
+    slot = TARGET_SLOT[check_direction(direction)]
+    target = parts[slot]
+    parts[slot] = None
+    assert target is not None
+    return (parts[0], parts[1], parts[2]), target
+
+
+@dataclass
+class Limits:
+    """Token limits per part (the source is at most ``2*context + sentence`` plus markers)."""
+
+    max_context_tokens: int = 96
+    max_sentence_tokens: int = 64
+
+    def cut(self, slot: int, ids: Sequence[int]) -> Ids:
+        if slot == 0:
+            n = self.max_context_tokens
+            return tuple(ids[-n:]) if len(ids) > n else tuple(ids)
+        n = self.max_context_tokens if slot == 2 else self.max_sentence_tokens
+        return tuple(ids[:n])
+
+
+def _pad(seqs: Sequence[Sequence[int]], pad_id: int, left: bool = False) -> tuple[Any, Any]:
+    n, width = len(seqs), max(len(s) for s in seqs)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if not s:
+            continue
+        row = torch.as_tensor(list(s), dtype=torch.long)
+        if left:
+            ids[i, width - len(s) :] = row
+            mask[i, width - len(s) :] = 1
+        else:
+            ids[i, : len(s)] = row
+            mask[i, : len(s)] = 1
+    return ids, mask
+
+
+class GenerativeScorer:
+    """Shared machinery of both backends; subclasses implement the id layout and the forward."""
+
+    backend: str = ""
+    #: whether requests with the same source share work (the engine groups them)
+    shares_sources: bool = False
+    tokenizer: Any
+    limits: Limits
+    device: torch.device
+
+    # ---- ids ------------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> list[Ids]:
+        """Token ids of each text, no special tokens, not truncated (cut later, per role)."""
+        if not texts:
+            return []
+        enc = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [tuple(x) for x in enc]
+
+    def build_ids(
+        self, direction: str, source: tuple[Ids | None, Ids | None, Ids | None], target: Ids
+    ) -> tuple[Ids, Ids]:
+        """(encoder or prompt ids, target ids) for one example; subclasses define the layout."""
+        raise NotImplementedError
+
+    def example_ids(
+        self, direction: str, source: Source, target: str, cache: dict[str, Ids] | None = None
+    ) -> tuple[Ids, Ids]:
+        """Tokenise (through ``cache``) and lay out one example given as texts."""
+        cache = {} if cache is None else cache
+        missing = [t for t in (*source, target) if t is not None and t not in cache]
+        for t, ids in zip(missing, self.tokenize(missing), strict=True):
+            cache[t] = ids
+        src = tuple(None if t is None else cache[t] for t in source)
+        return self.build_ids(direction, src, cache[target])  # type: ignore[arg-type]
+
+    # ---- model ----------------------------------------------------------------------------
+    def modules(self) -> list[torch.nn.Module]:
+        """Distinct torch modules (one when shared), for optimisers and ``.train()/.eval()``."""
+        raise NotImplementedError
+
+    @property
+    def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def to(self, device: str | torch.device) -> GenerativeScorer:
+        self.device = torch.device(device)
+        for m in self.modules():
+            m.to(self.device)
+        return self
+
+    def train(self, mode: bool = True) -> None:
+        for m in self.modules():
+            m.train(mode)
+
+    def parameters(self) -> Iterable[torch.nn.Parameter]:
+        for m in self.modules():
+            yield from m.parameters()
+
+    def token_logprobs(
+        self, direction: str, sources: Sequence[Ids], targets: Sequence[Ids]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sum of target-token log-probs, number of target tokens) per example, as tensors.
+
+        Differentiable (the training loop uses it); the engine wraps it in inference mode.
+        """
+        raise NotImplementedError
+
+    def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Last-layer hidden states (batch, length, dim): the encoder of a seq2seq model, the
+        decoder stack of a causal LM."""
+        raise NotImplementedError
+
+    #: ids put before a text when embedding it (e.g. <bos>), run but not pooled
+    embed_prefix: Ids = ()
+
+    def embed(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Mean-pooled last-layer states of each text (sentence slot limit): the backbone's own
+        sentence embedding, the baseline the Origin similarity has to beat (issue 7)."""
+        pre = tuple(self.embed_prefix)
+        ids = [pre + self.limits.cut(1, t) for t in self.tokenize(texts)]
+        out = []
+        with torch.inference_mode():
+            for lo in range(0, len(ids), batch_size):
+                chunk = ids[lo : lo + batch_size]
+                t, m = _pad(chunk, self.pad)
+                h = self.hidden_states(t.to(self.device), m.to(self.device)).float().cpu()
+                pool = m.clone()
+                pool[:, : len(pre)] = 0
+                w = pool.unsqueeze(-1).float()
+                out.append(((h * w).sum(1) / w.sum(1).clamp(min=1)).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+    def log_prob(
+        self, direction: str, sources: Sequence[Source], targets: Sequence[str]
+    ) -> np.ndarray:
+        """Mean log-probability per target token, one padded batch, no engine tricks."""
+        check_direction(direction)
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        if not targets:
+            return np.zeros(0, dtype=np.float32)
+        cache: dict[str, Ids] = {}
+        pairs = [
+            self.example_ids(direction, s, t, cache) for s, t in zip(sources, targets, strict=True)
+        ]
+        with torch.inference_mode():
+            total, count = self.token_logprobs(
+                direction, [p[0] for p in pairs], [p[1] for p in pairs]
+            )
+        return (total / count.clamp(min=1)).float().cpu().numpy()
+
+
+def _target_logprobs(
+    hidden: torch.Tensor,
+    head: Any,
+    labels: torch.Tensor,
+    tmask: torch.Tensor,
+    softcap: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum, count) of target-token log-probs per row, running the vocabulary head only on the
+    real target positions (no logits for padding or prompt tokens)."""
+    sel = tmask.bool()
+    logits = head(hidden[sel]).float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    lp = logits.gather(-1, labels[sel].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    tok = torch.zeros(tmask.shape, dtype=lp.dtype, device=lp.device)
+    tok = tok.masked_scatter(sel, lp)
+    return tok.sum(1), tmask.sum(1).to(lp.dtype)

@@ -1,0 +1,37 @@
+"""Stage `evaluate` and ``evaluate_model``: STS, hard splits and iSTS for a trained surrogate.
+
+* STS (Sun et al. 2022, Sec. 4.3, Table 2): every set found in ``sts_dir`` (readers/sts.py);
+  Spearman and Pearson x100 in the "all" (subsets of a year concatenated) and "mean" conventions;
+  the surrogate against its untrained backbone, all-MiniLM-L6-v2 (when installed) and the
+  model-free DynaMax-Jaccard (Zhelezniak et al. 2019); paired BCa bootstrap intervals for the
+  surrogate's difference to each baseline.
+* Similarities: cosine of mean-pooled embeddings and RCMD (Lee et al. 2022, Eq. 4 + Sec. 3.3).
+* Hard splits of Wieting et al. (2020) over the pooled STS12-16 pairs.
+* iSTS 2016 alignment F1 (Lee et al. Sec. 4.3) from RCMD token contributions, scored with the
+  re-implemented organisers' F1 against CLRCMD's filtered gold (``*.wa.equi``) and the raw gold.
+* Report: ``report.md`` (the 7-set table in the paper's layout), ``scatter.png`` (predicted vs gold
+  per set), ``heatmaps.png`` (token-pair contributions of a positive, a neutral and a negative
+  pair, as CLRCMD's Fig. 2) and ``results.json`` in ``ctx.files_dir``.
+
+Files: ``stage.py`` (the stage and its config section), ``evaluate_model.py`` (sets, systems,
+intervals, hard splits), ``encoders.py`` (sentence/token vectors, DynaMax), ``ists.py``
+(alignments), ``report.py`` (Markdown and plots). Paired BCa bootstraps and Spearman live in
+models/metrics.py, the similarities in models/similarity.py.
+"""
+
+from ctxsim.tasks.evaluate.encoders import encode_sentences, load_st, score_pairs
+from ctxsim.tasks.evaluate.evaluate_model import DATA_HINT, evaluate_model
+from ctxsim.tasks.evaluate.report import SEVEN
+from ctxsim.tasks.evaluate.stage import ROW_SCHEMA, EvaluateParams, EvaluateStage
+
+__all__ = [
+    "DATA_HINT",
+    "ROW_SCHEMA",
+    "SEVEN",
+    "EvaluateParams",
+    "EvaluateStage",
+    "encode_sentences",
+    "evaluate_model",
+    "load_st",
+    "score_pairs",
+]

@@ -1,0 +1,157 @@
+"""Stage `evaluate`: the trained surrogate against its baselines, through ``evaluate_model``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import Field
+
+from ctxsim.store.artefacts import content_digest
+from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.tasks.evaluate.evaluate_model import DATA_HINT, evaluate_model
+
+ROW_SCHEMA = pa.schema(
+    [
+        ("dataset", pa.string()),
+        ("subset", pa.string()),
+        ("similarity", pa.string()),
+        ("system", pa.string()),
+        ("spearman_all", pa.float64()),
+        ("spearman_mean", pa.float64()),
+        ("pearson", pa.float64()),
+        ("n_pairs", pa.int64()),
+    ]
+)
+
+
+class EvaluateParams(StageParams):
+    """The `evaluate` config section."""
+
+    sts_dir: str | None = None
+    ists_dir: str | None = None
+    similarities: list[Literal["cosine", "rcmd"]] = Field(
+        default_factory=lambda: ["cosine", "rcmd"]
+    )
+    baselines: list[Literal["backbone", "minilm", "dynamax"]] = Field(
+        default_factory=lambda: ["backbone", "minilm", "dynamax"]
+    )
+    dynamax_vectors: Literal["auto", "wordllama", "backbone"] = "auto"
+    batch_size: int = 64
+    max_seq_length: int = 128
+    max_pairs_per_subset: int | None = None  # seeded sample for quick runs; None = every pair
+    bootstrap_resamples: int = 1000  # DynaMax paper: 10000
+    confidence: float = 0.95
+    hard_quantile: float = 0.2
+    hard_high_gold: tuple[float, float] = (4.0, 5.0)
+    hard_low_gold: tuple[float, float] = (0.0, 1.0)
+    ists_remove_oppo: bool = False
+    plots: bool = True
+
+
+class EvaluateStage(Stage):
+    name = "evaluate"
+    version = "1"
+    Params = EvaluateParams
+    inputs = ("train",)
+    run_fields = ("seed", "device")
+
+    def fingerprint_extra(self, params: Any) -> dict[str, Any]:
+        """The data folders' files (by content) decide the output too."""
+        extra: dict[str, Any] = {}
+        for key in ("sts_dir", "ists_dir"):
+            d = getattr(params, key)
+            if d and Path(d).expanduser().is_dir():
+                extra[key] = sorted(
+                    (
+                        str(f.relative_to(Path(d).expanduser())),
+                        f.stat().st_size,
+                        content_digest(f),
+                    )
+                    for f in Path(d).expanduser().rglob("*")
+                    if f.is_file()
+                )
+        return extra
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        p: EvaluateParams = ctx.params
+        train = ctx.input("train")
+        model_dir = train.files_dir / "model"
+        if not (model_dir / "modules.json").exists():
+            raise FileNotFoundError(f"train artefact {train.path} has no files/model")
+        info = json.loads((train.files_dir / "metrics.json").read_text())
+        baselines: dict[str, str | None] = {}
+        backbone = info.get("backbone_path")
+        if backbone == "files/backbone":
+            backbone = str(train.files_dir / "backbone")
+        if "backbone" in p.baselines and backbone:
+            baselines["backbone"] = backbone
+        if "minilm" in p.baselines:
+            try:
+                from ctxsim.models.registry import ModelNotAvailableError, resolve_model
+
+                try:
+                    baselines["minilm"] = str(resolve_model("minilm"))
+                except ModelNotAvailableError as e:
+                    ctx.logger.warning("evaluate: all-MiniLM-L6-v2 baseline skipped: %s", e)
+            except ImportError:
+                pass
+        if "dynamax" in p.baselines:
+            if p.dynamax_vectors == "backbone":
+                baselines["dynamax"] = backbone
+            elif p.dynamax_vectors == "wordllama":
+                baselines["dynamax"] = "wordllama"
+            else:
+                try:
+                    import wordllama  # noqa: F401
+
+                    baselines["dynamax"] = "wordllama"
+                except ImportError:
+                    baselines["dynamax"] = backbone
+        if p.sts_dir is None or not Path(p.sts_dir).expanduser().is_dir():
+            ctx.logger.warning(DATA_HINT.format(where=p.sts_dir))
+        res = evaluate_model(
+            model_dir,
+            p.sts_dir,
+            p.ists_dir,
+            baselines=baselines,
+            similarities=p.similarities,
+            device=ctx.device,
+            batch_size=p.batch_size,
+            max_seq_length=p.max_seq_length,
+            max_pairs_per_subset=p.max_pairs_per_subset,
+            bootstrap_resamples=p.bootstrap_resamples,
+            confidence=p.confidence,
+            hard_quantile=p.hard_quantile,
+            hard_high_gold=tuple(p.hard_high_gold),
+            hard_low_gold=tuple(p.hard_low_gold),
+            ists_remove_oppo=p.ists_remove_oppo,
+            out_dir=ctx.files_dir if p.plots else None,
+            seed=ctx.run.seed,
+            logger=ctx.logger,
+            paths_relative_to=ctx.store.root,
+        )
+        rows = res.pop("rows")
+        if not p.plots:
+            (ctx.files_dir / "results.json").write_text(json.dumps(res, indent=2))
+        table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
+        stats: dict[str, Any] = {"n_sets": res.get("n_sets", 0), "n_rows": len(rows)}
+        for key, v in res.get("datasets", {}).items():
+            stats[f"spearman_all.{key}"] = v.get("spearman_all")
+        for key, v in res.get("rcmd", {}).items():
+            stats[f"rcmd.spearman_all.{key}"] = v.get("spearman_all")
+        avg = res.get("avg7", {}).get("cosine", {})
+        if avg:
+            stats["avg7.spearman_all"] = avg["spearman_all"]
+            stats["avg7.n_sets"] = avg["n_sets"]
+        for dom, e in res.get("ists", {}).items():
+            for sim, v in e.items():
+                stats[f"ists.{dom}.{sim}.f1_ali_equi"] = v["f1_ali_equi"]
+        for split, v in res.get("hard", {}).items():
+            stats[f"hard.{split}.spearman"] = v["spearman"]
+        return table, {k: v for k, v in stats.items() if v is not None}
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        return dict(shard_stats[0]) if shard_stats else {}
