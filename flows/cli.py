@@ -19,6 +19,24 @@ app = typer.Typer(
     "(Sun et al., TACL 2022).",
 )
 
+
+@app.callback()
+def _global_options(
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="show the libraries' own output (load reports, weight bars, trainer logs) and "
+            "Prefect's per-task lines; default: one line per stage",
+        ),
+    ] = False,
+) -> None:
+    from ctxsim.flows.console import configure_output
+
+    configure_output(verbose)
+
+
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="YAML config (default configs/quickstart.yaml)"),

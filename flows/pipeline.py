@@ -18,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 
 from ctxsim.flows.config import PipelineConfig, load_config
+from ctxsim.flows.console import console_line
 from ctxsim.flows.runners import make_task_runner, shard_options, submit_options
 from ctxsim.store.artefacts import Artefact, ArtefactStore, safe_name
 from ctxsim.store.stage import (
@@ -30,14 +31,34 @@ from ctxsim.store.stage import (
 )
 from ctxsim.tasks import STAGES, load_stage
 
-PERMANENT = (ValueError, KeyError, TypeError, NotImplementedError, FileNotFoundError)
+#: OSErrors that say the input itself is wrong: another try reads the same bytes.
+PERMANENT_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def is_transient(exc: BaseException | None) -> bool:
-    """Worth a retry: I/O hiccups, lost connections, CUDA OOM. Bad input fails fast."""
-    if exc is None or isinstance(exc, PERMANENT):
+    """Worth a retry: what can pass on a second try (I/O hiccups other than a missing or
+    unreadable file, lost connections, time-outs, CUDA out-of-memory). Everything else (bad
+    input, shape errors, store errors, a corrupt gzip member) fails at once."""
+    import gzip
+    import zlib
+
+    if exc is None:
         return False
-    return isinstance(exc, OSError | TimeoutError | ConnectionError | RuntimeError)
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if _is_cuda_oom(exc):
+        return True
+    if isinstance(exc, (gzip.BadGzipFile, zlib.error, EOFError, *PERMANENT_OS_ERRORS)):
+        return False
+    return isinstance(exc, OSError)
+
+
+def _is_cuda_oom(exc: BaseException) -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        return False
+    return isinstance(exc, torch.OutOfMemoryError)
 
 
 def _retry_condition(task: Any, task_run: Any, state: Any) -> bool:
@@ -80,16 +101,9 @@ def plan_from_spec(spec: dict[str, Any]) -> StagePlan:
     persist_result=False,
 )
 def shard_task(spec: dict[str, Any], shard: int) -> dict[str, Any]:
-    """Compute one shard of one stage (or confirm it was done before)."""
-    from ctxsim.store.stage import resolve_device
-
+    """Compute one shard of one stage (or confirm it was done before); compute_shard does the
+    per-process set-up."""
     _enter_run_directory(spec.get("cwd"))
-    run = RunParams(**spec["run"])
-    if run.torch_threads:
-        import torch
-
-        torch.set_num_threads(run.torch_threads)
-    resolve_device(run.device)
     return compute_shard(plan_from_spec(spec), shard)
 
 
@@ -198,7 +212,7 @@ def execute(
                     infos = [compute_shard(plan, s) for s in range(n)]
                 computed = sum(not i.get("reused") for i in infos)
                 art = publish_stage(plan, n, infos)
-            log.info(
+            line = (
                 "%s %s: %s (%d rows, %d shards computed, %.1fs)",
                 "reused" if reused else "published",
                 name,
@@ -207,6 +221,8 @@ def execute(
                 computed,
                 time.perf_counter() - t0,
             )
+            log.info(*line)
+            console_line(*line)
             artefacts[name] = art
             record["stages"][name] = {
                 "fingerprint": art.fingerprint,

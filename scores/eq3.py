@@ -27,9 +27,10 @@ from pydantic import Field
 
 from ctxsim.models.generator import DIRECTIONS
 from ctxsim.models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
+from ctxsim.scores.loading import load_scorer
 from ctxsim.store.score_cache import ScoreCache, window_keys
 from ctxsim.store.stage import StageContext, StageParams
-from ctxsim.tasks.generator import load_scorer
+from ctxsim.store.tables import rows_of
 
 SCORE_SCHEMA = pa.schema(
     [
@@ -80,12 +81,7 @@ class ScoreParams(StageParams):
 
 
 def _lookup(keys_sorted: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
-    pos = np.searchsorted(keys_sorted, wanted)
-    posc = np.minimum(pos, max(len(keys_sorted) - 1, 0))
-    if len(wanted) and (len(keys_sorted) == 0 or (keys_sorted[posc] != wanted).any()):
-        bad = wanted[keys_sorted[posc] != wanted][:3] if len(keys_sorted) else wanted[:3]
-        raise ValueError(f"score: {what} ids {bad.tolist()} are missing upstream")
-    return posc
+    return rows_of(keys_sorted, wanted, f"score: {what} ids")
 
 
 def query_texts(queries: pa.Table, qid: np.ndarray) -> np.ndarray:
@@ -312,7 +308,7 @@ def _disc_model(
     """Eq. (1) logits with the discriminator model, encoding sides as the screen does
     (each sentence cut to ``max_tokens``, a side's sentences concatenated)."""
     from ctxsim.models.discriminator import encode_texts, pad_batch
-    from ctxsim.tasks.discriminator import load_discriminator
+    from ctxsim.scores.loading import load_discriminator
 
     model, encode, meta = load_discriminator(ctx.input("discriminator").files_dir, "cpu")
     max_tokens = int(meta["max_tokens"])

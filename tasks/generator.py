@@ -23,11 +23,7 @@ perplexity per direction.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -58,9 +54,15 @@ from ctxsim.models.generator_training import (
 )
 from ctxsim.models.registry import resolve_model
 from ctxsim.models.scoring import EngineConfig, ScoringEngine
+from ctxsim.scores.loading import (  # noqa: F401 - load_scorer, META_FILE re-exported
+    META_FILE,
+    load_scorer,
+    save_scorer,
+)
+from ctxsim.store.atomic import atomic_path
 from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.tables import rows_of
 
-META_FILE = "generator.json"
 TINY = "tiny-random"
 
 
@@ -161,80 +163,6 @@ def build_scorer(
     return Seq2SeqScorer(models, tok, _limits(p), device), tok, path
 
 
-def scorer_identity(meta: dict[str, Any], weight_dirs: list[Path]) -> str:
-    """A hash of everything that decides a score: backend, templates, limits and the bytes of the
-    weights and tokenizer. The score cache (store/score_cache.py) is keyed by it rather than by the
-    generator's fingerprint, so settings that only shape the held-out evaluation (``n_eval``, its
-    ``token_budget``) or the corpus a zero-shot backbone was validated on keep the cache."""
-    h = hashlib.blake2b(digest_size=16)
-    keys = ("backend", "shared", "templates", "limits")
-    h.update(json.dumps({k: meta.get(k) for k in keys}, sort_keys=True).encode())
-    for i, top in enumerate(weight_dirs):
-        for f in sorted(x for x in top.rglob("*") if x.is_file() and not x.name.startswith(".")):
-            h.update(f"{i}/{f.relative_to(top).as_posix()}\0".encode())
-            with f.open("rb") as fh:
-                while chunk := fh.read(1 << 22):
-                    h.update(chunk)
-    return h.hexdigest()
-
-
-def save_scorer(scorer: GenerativeScorer, files: Path, meta: dict[str, Any], weights: bool) -> None:
-    """``generator.json`` with the scorer's identity (+ safetensors weights and tokenizer when
-    ``weights``; else ``meta["weights"]`` names the backbone directory)."""
-    if weights:
-        if isinstance(scorer, Seq2SeqScorer) and not scorer.shared:
-            dirs = [files / f"model_{d}" for d in DIRECTIONS]
-            for d, where in zip(DIRECTIONS, dirs, strict=True):
-                scorer.models[d].save_pretrained(where)
-        else:
-            dirs = [files / "model"]
-            scorer.modules()[0].save_pretrained(dirs[0])
-        scorer.tokenizer.save_pretrained(files / "tokenizer")
-        dirs.append(files / "tokenizer")
-    else:
-        dirs = [Path(meta["weights"])]
-    meta = {**meta, "scorer_id": scorer_identity(meta, dirs)}
-    tmp = files / f".{META_FILE}.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-    os.replace(tmp, files / META_FILE)
-
-
-def load_scorer(files: Path, device: str = "cpu") -> tuple[GenerativeScorer, dict[str, Any]]:
-    """The scorer a `generator` artefact describes (eval mode), and its metadata."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, EncoderDecoderModel
-
-    mpath = files / META_FILE
-    if not mpath.exists():
-        raise FileNotFoundError(f"{mpath} is missing: not a generator artefact")
-    meta = json.loads(mpath.read_text())
-    limits = Limits(**meta["limits"])
-    if meta["weights"] == "artefact":
-        tok = AutoTokenizer.from_pretrained(str(files / "tokenizer"))
-        where = {d: files / "model" for d in DIRECTIONS}
-        if not meta.get("shared", True):
-            where = {d: files / f"model_{d}" for d in DIRECTIONS}
-    else:  # an untouched pretrained backbone, by its resolved directory
-        src = Path(meta["weights"])
-        if not src.exists():
-            raise FileNotFoundError(
-                f"{mpath}: backbone directory {src} is gone; re-resolve {meta['backbone']!r}"
-            )
-        tok = AutoTokenizer.from_pretrained(str(src))
-        where = dict.fromkeys(DIRECTIONS, src)
-    if meta["backend"] == "causal":
-        model = AutoModelForCausalLM.from_pretrained(str(where["fwd"]), dtype=torch.float32)
-        return CausalPrefixScorer(model, tok, meta["templates"], limits, device), meta
-    if meta["weights"] != "artefact":
-        raise ValueError(f"{mpath}: a seq2seq generator must carry its trained weights")
-    loaded: dict[Path, Any] = {}
-    models = {
-        d: loaded.setdefault(w, EncoderDecoderModel.from_pretrained(str(w)))
-        for d, w in where.items()
-    }
-    shared = len(loaded) == 1
-    return Seq2SeqScorer(models["fwd"] if shared else models, tok, limits, device), meta
-
-
 # ---- data -----------------------------------------------------------------------------------
 
 
@@ -260,11 +188,7 @@ def load_windows(ctx: StageContext) -> dict[str, Any]:
         raise ValueError("generator: the contexts artefact is empty (no window has both sides)")
 
     def rows(ids: np.ndarray, what: str) -> np.ndarray:
-        r = np.searchsorted(sent_ids, ids)
-        rc = np.minimum(r, len(sent_ids) - 1)
-        if (sent_ids[rc] != ids).any():
-            raise ValueError(f"generator: contexts.{what} names sent_ids absent from `shard`")
-        return rc
+        return rows_of(sent_ids, ids, f"generator: contexts.{what} names sent_ids")
 
     centre = rows(co.column("centre_sent_id").to_numpy(), "centre_sent_id")
     left = [
@@ -352,8 +276,6 @@ class GeneratorStage(Stage):
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: GeneratorParams = ctx.params
         seed, device = ctx.run.seed, ctx.device
-        if ctx.run.torch_threads > 0:
-            torch.set_num_threads(ctx.run.torch_threads)
         w = load_windows(ctx)
         tr, va, unit = split_windows(w, p.val_fraction, seed)
         rng = np.random.default_rng(seed)
@@ -445,9 +367,8 @@ class GeneratorStage(Stage):
             ctx.logger.info(f"generator: resuming from step {state['step']} ({ckpt})")
 
         def save(s: dict[str, Any]) -> None:
-            tmp = ckpt.with_name(f".{ckpt.name}.{os.getpid()}.tmp")
-            torch.save(s, tmp)
-            os.replace(tmp, ckpt)
+            with atomic_path(ckpt) as tmp:
+                torch.save(s, tmp)
 
         return train_generator(scorer, train_ex, cfg, state, save, ctx.logger.info)
 
@@ -512,6 +433,3 @@ class GeneratorStage(Stage):
             stats[f"wins_pmi_{d}"] = round(float(np.mean(pmi[:n] > pmi[n:])), 4)
         stats["eval_pairs_per_s"] = round(2 * n / secs, 2) if secs > 0 else 0.0
         return pa.table(cols, schema=EVAL_SCHEMA), stats
-
-    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        return dict(shard_stats[0]) if shard_stats else {}

@@ -252,9 +252,6 @@ class LabelStage(Stage):
         self._plot(ctx, table, given)
         return table, stats
 
-    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        return dict(shard_stats[0])
-
     # ---- reporting ----------------------------------------------------------------------------
     def _stats(
         self,
@@ -386,7 +383,7 @@ def _r(x: float) -> float | None:
 def _backbone_cosine(ctx: StageContext, a: list[str | None], b: list[str | None]) -> np.ndarray:
     """Cosine of the generator backbone's mean-pooled sentence states: how much the contexts add
     over the model's own view of the two sentences."""
-    from ctxsim.tasks.generator import load_scorer
+    from ctxsim.scores.loading import load_scorer
 
     scorer, _ = load_scorer(ctx.input("generator").files_dir, ctx.device)
     texts = sorted({t for t in (*a, *b) if t})

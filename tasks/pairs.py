@@ -91,9 +91,6 @@ class PairsStage(Stage):
             stats[f"pairs_{name}"] = int((src == name).sum())
         return table, stats
 
-    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        return dict(shard_stats[0])
-
     def _given(self, path: Any) -> pa.Table:
         if not path.exists():
             raise FileNotFoundError(f"pairs.mode is 'given' but {path} does not exist")

@@ -93,9 +93,6 @@ class QueriesStage(Stage):
             stats["given_pairs"] = given.num_rows
         return table, stats
 
-    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        return dict(shard_stats[0])
-
     def _corpus(
         self, ctx: StageContext, p: QueriesParams, rng: np.random.Generator
     ) -> tuple[list[str], list[int | None], list[str]]:

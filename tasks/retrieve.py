@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import Field
 
 from ctxsim.models.retrieval import resolve_backend, retrieve
@@ -41,25 +40,17 @@ class RetrieveParams(StageParams):
     threads: int = Field(1, ge=1)  # sparse_dot_topn threads per shard
 
 
-def shard_queries(ctx: StageContext, shard: int, columns: list[str]) -> pa.Table:
-    """The rows of the queries artefact that belong to ``shard`` (sorted by query_id)."""
-    q = ctx.input("queries").read_table(columns + ["shard"])
-    return q.filter(pc.equal(q.column("shard"), shard)).select(columns).sort_by("query_id")
-
-
 class RetrieveStage(Stage):
     name = "retrieve"
     version = "1"
     Params = RetrieveParams
     inputs = ("queries", "index")
+    shard_by = "queries"
     run_fields = ()
-
-    def num_shards(self, ctx: StageContext) -> int:
-        return int(ctx.input("queries").stats.get("n_shards", 1))
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: RetrieveParams = ctx.params
-        q = shard_queries(ctx, shard, ["query_id", "text"])
+        q = ctx.input_shard("queries", shard, ["query_id", "text"])
         chunk_ids, vec, mat, fb_vec, fb_mat = load_index(ctx.input("index").files_dir)
         if mat.shape[0] == 0:
             raise ValueError("retrieve: the index has no chunks (empty corpus)")

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 
 from ctxsim.models.origin import ContextSets, required_scores
 from ctxsim.scores import SCORE_SCHEMA, ScoreParams, query_texts, score_rows
@@ -55,11 +54,9 @@ class ScoreStage(Stage):
     version = "2"  # 2: null_* columns (pmi)
     Params = ScoreParams
     inputs = ("queries", "contexts", "shard", "generator", "select", "pairs")
+    shard_by = "queries"
     optional_inputs = ("screen", "discriminator")
     run_fields = ()
-
-    def num_shards(self, ctx: StageContext) -> int:
-        return int(ctx.input("queries").stats.get("n_shards", 1))
 
     def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
         total = super().summarize(ctx, shard_stats)
@@ -69,8 +66,6 @@ class ScoreStage(Stage):
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: ScoreParams = ctx.params
         t0 = time.perf_counter()
-        if ctx.run.torch_threads > 0:
-            torch.set_num_threads(ctx.run.torch_threads)
         queries = ctx.input("queries").read_table(["query_id", "text", "shard"])
         in_shard = queries.filter(pc.equal(queries.column("shard"), shard))
         q_all, c_all = required_pairs(ctx)

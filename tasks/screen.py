@@ -12,8 +12,6 @@ of each query are kept for the context-set stage, ties broken by context id.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +23,12 @@ from pydantic import Field
 
 from ctxsim.models.discriminator import CoherenceDiscriminator, encode_sequences, encode_texts
 from ctxsim.models.retrieval import select_topk
+from ctxsim.scores.loading import Encoder, load_discriminator
 from ctxsim.store.artefacts import fingerprint
+from ctxsim.store.atomic import atomic_path
+from ctxsim.store.lease import shard_lease
 from ctxsim.store.stage import Stage, StageContext, StageParams
-from ctxsim.tasks.discriminator import Encoder, load_discriminator
-from ctxsim.tasks.retrieve import shard_queries
+from ctxsim.store.tables import rows_of
 
 SCREEN_SCHEMA = pa.schema(
     [
@@ -49,9 +49,8 @@ class ScreenParams(StageParams):
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
-    np.save(tmp, arr)
-    os.replace(tmp, path)
+    with atomic_path(path, suffix=".npy") as tmp:
+        np.save(tmp, arr)
 
 
 def context_cache(
@@ -63,8 +62,8 @@ def context_cache(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(context ids, chunk ids, centre sent ids, context part (n_ctx, K)), by context id.
 
-    The first shard to get here computes and saves the cache; the others wait on the lock and
-    then memory-map it.
+    The first shard to get here computes and saves the cache under a lease (store/lease.py,
+    safe on shared filesystems); the others wait for the lease and then memory-map it.
     """
     # Keyed by what the cache depends on (not by the screen's fingerprint, which includes the
     # queries): an Origin run on new sentences reuses the corpus side computed by earlier runs.
@@ -76,17 +75,15 @@ def context_cache(
             "max_tokens": max_tokens,
         }
     )
-    cache = ctx.store.root / "_cache" / "screen-contexts" / key
-    cache.mkdir(parents=True, exist_ok=True)
+    cache = ctx.store.cache_dir("screen-contexts", key)
     names = ("context_ids", "chunk_ids", "centre_sent_ids", "context_part")
     paths = [cache / f"{n}.npy" for n in names]
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not all(p.exists() for p in paths):
-            arrays = _compute_cache(ctx, model, encode, max_tokens, batch_size)
-            for p, a in zip(paths, arrays, strict=True):
-                _save_npy(p, a)
-        fcntl.flock(lock, fcntl.LOCK_UN)
+    if not all(p.exists() for p in paths):
+        with shard_lease(ctx.store.root, "screen-contexts", key, 0):
+            if not all(p.exists() for p in paths):  # not computed by the previous holder
+                arrays = _compute_cache(ctx, model, encode, max_tokens, batch_size)
+                for p, a in zip(paths, arrays, strict=True):
+                    _save_npy(p, a)
     out = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
     return out[0], out[1], out[2], out[3]
 
@@ -112,14 +109,7 @@ def _compute_cache(
     sides = []
     for col in ("left_sent_ids", "right_sent_ids"):
         ids = np.asarray(conts.column(col).to_pylist(), np.int64).reshape(-1, w)
-        rows = np.searchsorted(sent_ids, ids)
-        if (rows >= len(sent_ids)).any() or (
-            sent_ids[np.minimum(rows, len(sent_ids) - 1)] != ids
-        ).any():
-            raise ValueError(
-                f"screen: contexts.{col} names sent_ids absent from the shard artefact"
-            )
-        sides.append(rows)
+        sides.append(rows_of(sent_ids, ids, f"screen: contexts.{col} names sent_ids"))
     # Each distinct side (a sentence for w = 1, a run of w sentences otherwise) is encoded once.
     uniq, inv = np.unique(np.concatenate(sides), axis=0, return_inverse=True)
     inv = inv.reshape(-1)
@@ -151,10 +141,8 @@ class ScreenStage(Stage):
     version = "1"
     Params = ScreenParams
     inputs = ("queries", "contexts", "retrieve", "discriminator", "shard")
+    shard_by = "queries"
     run_fields = ()
-
-    def num_shards(self, ctx: StageContext) -> int:
-        return int(ctx.input("queries").stats.get("n_shards", 1))
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: ScreenParams = ctx.params
@@ -164,7 +152,7 @@ class ScreenStage(Stage):
             ctx, model, encode, max_tokens, p.batch_size
         )
 
-        q = shard_queries(ctx, shard, ["query_id", "text", "sent_id"])
+        q = ctx.input_shard("queries", shard, ["query_id", "text", "sent_id"])
         qids = q.column("query_id").to_numpy().astype(np.int64)
         qsent = pc.fill_null(q.column("sent_id"), -1).to_numpy().astype(np.int64)  # -1: outside
         qtok = encode_texts(encode, q.column("text").to_pylist(), max_tokens)

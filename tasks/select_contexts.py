@@ -31,6 +31,7 @@ from ctxsim.models.selection import select as select_contexts
 from ctxsim.models.selection import token_ranks, word_set
 from ctxsim.scores import ScoreParams, query_texts, score_rows
 from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.tables import rows_of
 
 SELECT_SCHEMA = pa.schema(
     [
@@ -70,13 +71,11 @@ class SelectStage(Stage):
     version = "1"
     Params = SelectParams
     inputs = ("queries", "contexts", "shard")
+    shard_by = "queries"
     optional_inputs = ("screen", "generator", "discriminator")
 
     def optional_inputs_for(self, params: SelectParams) -> tuple[str, ...]:
         return self.optional_inputs if params.order_by == "score" else ("screen",)
-
-    def num_shards(self, ctx: StageContext) -> int:
-        return int(ctx.input("queries").stats.get("n_shards", 1))
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: SelectParams = ctx.params
@@ -196,15 +195,12 @@ class SelectStage(Stage):
     ) -> tuple[list[np.ndarray], dict[str, Any]]:
         """Score each query's top ``rerank_top`` candidates with Eq. 3 in one batched call and
         put them first in descending S (ties keep the screen order); fills ``order_score``."""
-        import torch
 
         if "generator" not in ctx.upstream:
             raise ValueError(
                 "select.order_by 'score' needs the `generator` stage; add it to the config or "
                 "use select.order_by: screen"
             )
-        if ctx.run.torch_threads > 0:
-            torch.set_num_threads(ctx.run.torch_threads)
         assert p.scoring is not None  # filled by SelectParams.link
         top = [idx[: p.rerank_top] for idx in candidates]
         rows = np.concatenate(top) if top else np.zeros(0, np.int64)
@@ -275,14 +271,7 @@ class ContextIndex:
         self.width = int(nl.max()) if len(nl) else 0
 
     def _rows(self, cids: np.ndarray) -> np.ndarray:
-        cids = np.asarray(cids, np.int64)
-        idx = np.searchsorted(self.context_ids, cids)
-        bad = (idx >= len(self.context_ids)) | (
-            self.context_ids[np.minimum(idx, len(self.context_ids) - 1)] != cids
-        )
-        if bad.any():
-            raise KeyError(f"context_id {int(cids[bad][0])} is not in the contexts artefact")
-        return idx
+        return rows_of(self.context_ids, cids, "select: context_ids of the candidates")
 
     def prev_sent_ids(self, cids: np.ndarray) -> np.ndarray:
         """The (i-1)-th sentence of each context (last left sentence; -1 if none)."""
@@ -310,12 +299,8 @@ class SentenceTexts:
         sent_ids = np.asarray(sent_ids, np.int64)
         uniq, inv = np.unique(sent_ids, return_inverse=True)
         valid = uniq >= 0
-        idx = np.searchsorted(self.ids, uniq)
-        idx_c = np.minimum(idx, len(self.ids) - 1)
-        missing = valid & ((idx >= len(self.ids)) | (self.ids[idx_c] != uniq))
-        if missing.any():
-            raise KeyError(f"sent_id {int(uniq[missing][0])} is not in the shard artefact")
-        texts = self.texts.take(pa.array(idx_c[valid])).to_pylist()
+        rows = rows_of(self.ids, uniq[valid], "select: sent_ids of the contexts")
+        texts = self.texts.take(pa.array(rows)).to_pylist()
         sets_u: list[frozenset[str]] = [frozenset()] * len(uniq)
         for j, text in zip(np.flatnonzero(valid), texts, strict=True):
             sets_u[j] = word_set(text)

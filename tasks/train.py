@@ -338,6 +338,7 @@ class TrainStage(Stage):
             evaluator=evaluator,
             callbacks=_callbacks(),
         )
+        _log_through(trainer, log)
         resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
         # the backbone's own dev score: the bar the labels must clear (model card, stats)
         before = evaluator(model) if evaluator is not None and not resume else {}
@@ -387,9 +388,6 @@ class TrainStage(Stage):
         stats = {k: v for k, v in info.items() if v is not None}
         return history, stats
 
-    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        return dict(shard_stats[0]) if shard_stats else {}
-
     @staticmethod
     def _dev_set(
         ctx: StageContext, p: TrainParams, s1: list, s2: list, split: np.ndarray, lab: np.ndarray
@@ -419,6 +417,22 @@ class TrainStage(Stage):
             lab[dev_idx].tolist(),
             "label.dev",
         )
+
+
+def _log_through(trainer: Any, log: Any) -> None:
+    """The trainer's log dicts as stage log lines (its PrinterCallback prints raw dicts)."""
+    from transformers import PrinterCallback, TrainerCallback
+
+    class _StageLog(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if logs:
+                items = ", ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in logs.items()
+                )
+                log.info("train: step %d: %s", state.global_step, items)
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(_StageLog())
 
 
 def _callbacks() -> list:

@@ -209,7 +209,7 @@ def generator_art(spine, tmp_path_factory):
 
 
 def test_generator_stage_publishes_a_loadable_scorer(generator_art):
-    from ctxsim.tasks.generator import load_scorer
+    from ctxsim.scores.loading import load_scorer
 
     art, plan = generator_art
     st = art.stats
@@ -234,7 +234,7 @@ def test_generator_stage_publishes_a_loadable_scorer(generator_art):
 
 
 def test_causal_scorer_save_load_round_trip(tok, tmp_path):
-    from ctxsim.tasks.generator import load_scorer, save_scorer
+    from ctxsim.scores.loading import load_scorer, save_scorer
 
     sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
     meta = {
@@ -259,9 +259,9 @@ def test_causal_scorer_save_load_round_trip(tok, tmp_path):
 def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, tmp_path):
     import pyarrow as pa
 
+    from ctxsim.scores.loading import load_scorer
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
-    from ctxsim.tasks.generator import load_scorer
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     q = spine["queries"].read_table(["query_id", "shard"])
@@ -635,9 +635,9 @@ def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_ar
     (the sentence left out; one value per context) and null_fwd is log p(s) (both contexts left
     out; one value per sentence), each equal to the scorer's own log-prob of that window."""
 
+    from ctxsim.scores.loading import load_scorer
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
-    from ctxsim.tasks.generator import load_scorer
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]

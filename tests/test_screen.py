@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ctxsim.models.discriminator import encode_texts, pad_batch
-from ctxsim.tasks.discriminator import load_discriminator
+from ctxsim.scores.loading import load_discriminator
 from tests.test_discriminator import TINY
 from tests.test_retrieval import run_stages
 

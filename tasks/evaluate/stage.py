@@ -152,6 +152,3 @@ class EvaluateStage(Stage):
         for split, v in res.get("hard", {}).items():
             stats[f"hard.{split}.spearman"] = v["spearman"]
         return table, {k: v for k, v in stats.items() if v is not None}
-
-    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        return dict(shard_stats[0]) if shard_stats else {}

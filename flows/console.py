@@ -1,0 +1,49 @@
+"""What a user sees in the terminal: one line per stage by default, everything with --verbose.
+
+Quiet is the default because a first run otherwise prints transformers' load reports and weight
+bars for every model it loads, the trainer's raw log dicts and Prefect's per-task state lines.
+Quiet changes only the terminal: Prefect's API (and so the UI) still receives every log line, the
+stages' own progress bars stay, and warnings and errors are always shown. The settings are
+environment variables, so worker processes a task runner starts inherit them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+
+#: library chatter off in the terminal (set only where the user has not set them)
+QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",  # load reports, truncation notices
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' "Loading weights" bars follow it
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",  # the terminal; the API keeps INFO
+    "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
+}
+CONSOLE_LOGGER = "ctxsim.console"
+
+
+def configure_output(verbose: bool = False) -> None:
+    """Call before transformers or prefect is imported (their settings are read at import)."""
+    console = logging.getLogger(CONSOLE_LOGGER)
+    console.propagate = False
+    console.handlers.clear()
+    if verbose:
+        os.environ["CTXSIM_VERBOSE"] = "1"
+        return
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    console.addHandler(handler)
+    console.setLevel(logging.INFO)
+
+
+def console_line(msg: str, *args: object) -> None:
+    """One line for the terminal in quiet mode (in verbose mode Prefect's own line says it)."""
+    logging.getLogger(CONSOLE_LOGGER).info(msg, *args)
