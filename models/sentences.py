@@ -129,10 +129,11 @@ def split_paragraph(
 ) -> list[list[str]]:
     """The sentences of a paragraph, grouped into paragraphs of at most ``max_chars``.
 
-    A paragraph within the limit is one group (empty if it holds no sentence). A longer one (typically a plain-text book with
-    single newlines and no blank lines, read as one block) is cut at its line breaks: at every
-    blank line and after every line that closes a sentence, so that one-paragraph-per-line text
-    gets its paragraphs back while hard-wrapped prose is never cut mid-sentence. A piece still
+    A paragraph within the limit is one group (empty if it holds no sentence). A longer one
+    (typically a plain-text book with single newlines and no blank lines, read as one block) is
+    cut at its line breaks: at every blank line and after every line that closes a sentence, so
+    that one-paragraph-per-line text gets its paragraphs back while hard-wrapped prose is never
+    cut mid-sentence. A piece still
     over the limit is split into sentences, packed greedily into groups within the limit. No text
     is dropped; a single sentence longer than ``max_chars`` stays whole (the length filters of
     the ``shard`` stage decide about it).
