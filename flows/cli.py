@@ -169,14 +169,14 @@ def inspect(
             rec = store.read_run(run_id)
             if stage not in rec["stages"]:
                 _fail(f"run {run_id} has no stage {stage!r} (it has {', '.join(rec['stages'])})")
-            art = store.get(stage, rec["stages"][stage]["fingerprint"])
+            art = store.get(stage, rec["stages"][stage]["fingerprint"], verify=False)
         else:
             art = store.latest(stage)
+        if art is None:
+            _fail(f"no published artefact for stage {stage!r} under {store.root}")
+        info = describe(art, limit)  # names corrupt parts (StoreError) instead of crashing
     except StoreError as e:
         _fail(str(e))
-    if art is None:
-        _fail(f"no published artefact for stage {stage!r} under {store.root}")
-    info = describe(art, limit)
     if json_out:
         typer.echo(json.dumps(info, indent=2, default=str))
         return

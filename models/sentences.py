@@ -32,6 +32,8 @@ MAX_CHARS: dict[str, int] = {
 }
 
 _WS = re.compile(r"\s+")
+# A line that closes a sentence: terminal punctuation, then closing quotes or brackets.
+_LINE_ENDS_SENTENCE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]\u00bb]*$")
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 # The naive baseline: split after . ! ? followed by whitespace and a capital or opening quote.
 _NAIVE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"“])")
@@ -120,3 +122,49 @@ def split_sentences(
         return []
     pieces = [text] if len(text) <= max_chars else _chunks(text, max_chars)
     return [s for piece in pieces for s in (x.strip() for x in split(piece)) if s]
+
+
+def split_paragraph(
+    paragraph: str, max_chars: int, method: str = DEFAULT_METHOD
+) -> list[list[str]]:
+    """The sentences of a paragraph, grouped into paragraphs of at most ``max_chars``.
+
+    A paragraph within the limit is one group (empty if it holds no sentence). A longer one
+    (typically a plain-text book with single newlines and no blank lines, read as one block) is
+    cut at its line breaks: at every blank line and after every line that closes a sentence, so
+    that one-paragraph-per-line text gets its paragraphs back while hard-wrapped prose is never
+    cut mid-sentence. A piece still
+    over the limit is split into sentences, packed greedily into groups within the limit. No text
+    is dropped; a single sentence longer than ``max_chars`` stays whole (the length filters of
+    the ``shard`` stage decide about it).
+    """
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
+    if len(paragraph) <= max_chars:
+        return [split_sentences(paragraph, method)]
+    pieces, cur = [], []
+    for line in paragraph.splitlines():
+        line = line.strip()
+        if line:
+            cur.append(line)
+        if cur and (not line or _LINE_ENDS_SENTENCE.search(line)):
+            pieces.append(" ".join(cur))
+            cur = []
+    if cur:
+        pieces.append(" ".join(cur))
+    groups: list[list[str]] = []
+    for piece in pieces:
+        sents = split_sentences(piece, method)
+        if len(piece) <= max_chars:
+            groups.append(sents)
+            continue
+        group: list[str] = []
+        size = -1  # characters of the group's sentences joined by spaces
+        for sent in sents:
+            if group and size + 1 + len(sent) > max_chars:
+                groups.append(group)
+                group, size = [], -1
+            group.append(sent)
+            size += 1 + len(sent)
+        groups.append(group)
+    return [g for g in groups if g]

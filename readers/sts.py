@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 import shutil
 import tarfile
@@ -67,10 +68,14 @@ class StsSet:
 
 
 def _float(value: str, path: Path, lineno: int) -> float:
+    """A gold score; ``nan``/``inf`` parse as floats but would silently turn Spearman into NaN."""
     try:
-        return float(value)
+        score = float(value)
     except ValueError:
         raise StsFormatError(f"{path}:{lineno}: score {value!r} is not a number") from None
+    if not math.isfinite(score):
+        raise StsFormatError(f"{path}:{lineno}: score {value!r} is not a finite number")
+    return score
 
 
 def read_tsv(path: str | Path) -> tuple[list[str], list[str], list[float]]:

@@ -90,6 +90,13 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
     write_json_atomic(path, obj)
 
 
+def _warn(msg: str, *args: Any) -> None:
+    """A warning through the project's logger (Prefect's inside a flow)."""
+    from ctxsim.store.stage import get_logger  # store.stage imports this module
+
+    get_logger("ctxsim.store").warning(msg, *args)
+
+
 def part_name(shard: int) -> str:
     return f"part-{shard:05d}.parquet"
 
@@ -205,8 +212,10 @@ class ArtefactStore:
         try:
             os.rename(path, dest)
             (dest / "_WHY").write_text(why + "\n")
-        except OSError:
-            pass
+        except OSError as e:
+            _warn("artefact %s is corrupt (%s) but could not be moved aside: %s", path, why, e)
+            return
+        _warn("artefact %s is corrupt (%s): moved to %s; it will be recomputed", path, why, dest)
 
     # ---- writing ----------------------------------------------------------------------------
     def open_partial(self, stage: str, fp: str) -> Path:
@@ -232,6 +241,7 @@ class ArtefactStore:
         except FileNotFoundError:
             return None
         marker.unlink(missing_ok=True)
+        _warn("finished part %s no longer matches its checksum: it will be recomputed", f)
         return None
 
     def write_shard(
@@ -371,11 +381,24 @@ class ArtefactStore:
         path = self.run_path(run_id)
         if not path.exists():
             raise StoreError(f"no run {run_id!r} under {self.root / 'runs'}")
-        return json.loads(path.read_text())
+        try:
+            return json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise StoreError(f"run record {path} is unreadable ({e})") from None
 
     def list_runs(self) -> list[dict[str, Any]]:
         rdir = self.root / "runs"
         if not rdir.is_dir():
             return []
-        runs = [json.loads(p.read_text()) for p in rdir.glob("*.json")]
-        return sorted(runs, key=lambda r: r.get("started_at", ""))
+        runs = []
+        for p in rdir.glob("*.json"):
+            try:
+                record = json.loads(p.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                _warn("run record %s is unreadable (%s): skipped", p, e)
+                continue
+            if not isinstance(record, dict):
+                _warn("run record %s is not a JSON object: skipped", p)
+                continue
+            runs.append(record)
+        return sorted(runs, key=lambda r: str(r.get("started_at", "")))

@@ -8,7 +8,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ctxsim.store.artefacts import Artefact
+from ctxsim.store.artefacts import Artefact, StoreError, sha256_file
+
+
+def corrupt_parts(art: Artefact) -> dict[str, str]:
+    """Parts whose bytes no longer match the manifest, with the reason. Checked without moving
+    anything: inspecting is read-only, the next run that needs the artefact quarantines it."""
+    bad: dict[str, str] = {}
+    for p in art.manifest.get("parts", []):
+        f = art.path / p["file"]
+        if not f.exists():
+            bad[p["file"]] = "missing"
+        elif f.stat().st_size != p["bytes"]:
+            bad[p["file"]] = f"{f.stat().st_size} bytes instead of {p['bytes']}"
+        elif sha256_file(f) != p["sha256"]:
+            bad[p["file"]] = "sha256 mismatch"
+    return bad
 
 
 def _column_summary(col: pa.ChunkedArray) -> dict[str, Any]:
@@ -37,6 +52,14 @@ def _column_summary(col: pa.ChunkedArray) -> dict[str, Any]:
 
 
 def describe(art: Artefact, limit: int = 5) -> dict[str, Any]:
+    """The summary; a StoreError naming the parts when any part is corrupt or missing."""
+    bad = corrupt_parts(art)
+    if bad:
+        parts = ", ".join(f"{name} ({why})" for name, why in bad.items())
+        raise StoreError(
+            f"artefact {art.stage}/{art.fingerprint} at {art.path} is corrupt: {parts}; "
+            "the next run that needs it moves it aside and recomputes it"
+        )
     table = art.read_table()
     sample = table.slice(0, max(limit, 0)).to_pylist()
     return {

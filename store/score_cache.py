@@ -10,13 +10,18 @@ Layout: ``ROOT/_cache/scores/<scorer id>-<fp32|bf16>/<direction>/<uuid>.parquet`
 hashes templates, limits and weight bytes: tasks/generator.py ``scorer_identity``),
 rows ``(key: 16-byte blake2b of the window texts, value: float32)``. Each writer adds its own
 file by atomic rename, so concurrent shards and workers never clash; a reader sees only whole
-files. Delete the folder to drop the cache.
+files. A file is named by the sha256 of its bytes and checked on every read: parquet carries no
+checksum, and a few flipped bytes would otherwise become plausible-looking scores inside a freshly
+checksummed score artefact. A file that fails the check (or does not parse, or predates the
+checksums) is renamed to ``<name>.corrupt`` with a warning, and its windows are scored again.
+Delete the folder to drop the cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,7 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ctxsim.store.artefacts import sha256_file
+from ctxsim.store.stage import get_logger
+
 KEY_BYTES = 16
+_CHECKSUMMED = re.compile(r"^[0-9a-f]{64}\.parquet$")
 SCHEMA = pa.schema([("key", pa.binary(KEY_BYTES)), ("value", pa.float32())])
 
 
@@ -54,7 +63,9 @@ class ScoreCache:
         wanted = pa.array(keys, pa.binary(KEY_BYTES))
         hits: dict[bytes, float] = {}
         for f in sorted(d.glob("*.parquet")):
-            t = pq.read_table(f, schema=SCHEMA)
+            t = self._read_checked(f)
+            if t is None:
+                continue
             t = t.filter(pc.is_in(t.column("key"), value_set=wanted))
             hits.update(
                 zip(t.column("key").to_pylist(), t.column("value").to_pylist(), strict=True)
@@ -75,7 +86,31 @@ class ScoreCache:
             {"key": pa.array(keys, pa.binary(KEY_BYTES)), "value": np.asarray(values, np.float32)},
             schema=SCHEMA,
         )
-        name = uuid.uuid4().hex
-        tmp = d / f".{name}.tmp"
+        tmp = d / f".{uuid.uuid4().hex}.tmp"
         pq.write_table(table, tmp)
-        os.replace(tmp, d / f"{name}.parquet")
+        os.replace(tmp, d / f"{sha256_file(tmp)}.parquet")
+
+    @staticmethod
+    def _read_checked(f: Path) -> pa.Table | None:
+        """The file's rows if its bytes match the sha256 in its name; otherwise move it aside to
+        ``<name>.corrupt`` (out of the ``*.parquet`` glob), warn, and return None."""
+        try:
+            if not _CHECKSUMMED.match(f.name):
+                problem = "no checksum in its name (written before checksums)"
+            elif sha256_file(f) != f.name.removesuffix(".parquet"):
+                problem = "sha256 mismatch"
+            else:
+                return pq.read_table(f, schema=SCHEMA)
+        except FileNotFoundError:  # moved aside by a concurrent reader
+            return None
+        except (OSError, pa.ArrowException) as e:
+            problem = f"unreadable ({e})"
+        dest = f.with_name(f"{f.name}.corrupt")
+        try:
+            os.replace(f, dest)
+        except FileNotFoundError:
+            return None
+        get_logger("ctxsim.score_cache").warning(
+            "score cache file %s: %s; moved to %s, its scores will be recomputed", f, problem, dest
+        )
+        return None

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from ctxsim.models.sentences import count_tokens, split_sentences
+from ctxsim.models.sentences import count_tokens, split_paragraph
 from ctxsim.store.artefacts import content_digest
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
@@ -55,7 +55,14 @@ class ShardParams(StageParams):
     splitter: str = "blingfire"
     min_tokens: int = Field(3, ge=1)
     max_tokens: int = Field(80, ge=1)
-    max_paragraph_chars: int = Field(200_000, ge=100)
+    # Longer paragraphs (e.g. a plain-text book with single newlines and no blank lines, read as
+    # one block) are split at line ends that close a sentence, then at sentence boundaries; the
+    # longest paragraph of the books corpus has 19,624 characters.
+    max_paragraph_chars: int = Field(50_000, ge=100)
+    # Fail when a corpus file keeps less than this share of its text (non-space characters) after
+    # the length filters: a wrong format or splitter loses most of a file. A check, not an input
+    # of the output: kept out of the fingerprint, so changing it recomputes nothing.
+    min_kept_share: float = Field(0.25, ge=0.0, le=1.0, exclude=True)
     n_shards: int = Field(2, ge=1, le=4096)
 
 
@@ -107,16 +114,17 @@ def _open_bytes(path: Path) -> io.BufferedIOBase:
 
 
 def _blocks(text: str) -> list[str]:
-    """Blank-line separated blocks, inner whitespace collapsed."""
+    """Blank-line separated blocks, lines stripped (their newlines kept: an over-long block is
+    split at them, see split_paragraph; the sentence splitter collapses whitespace anyway)."""
     out, cur = [], []
     for line in text.splitlines():
         if line.strip():
             cur.append(line.strip())
         elif cur:
-            out.append(" ".join(cur))
+            out.append("\n".join(cur))
             cur = []
     if cur:
-        out.append(" ".join(cur))
+        out.append("\n".join(cur))
     return out
 
 
@@ -219,9 +227,22 @@ SHARD_SCHEMA = pa.schema(
 )
 
 
+def _nonspace(text: str) -> int:
+    return len(text) - sum(text.count(c) for c in " \n\t\r")
+
+
+def _file_index(doc_key: str, files: list[str], start: int) -> int:
+    """Index in ``files`` of the corpus file a section comes from: readers start its doc_key with
+    the file's path, and sections come file by file in ``files`` order. -1 when none matches."""
+    for i in range(max(start, 0), len(files)):
+        if doc_key == files[i] or doc_key.startswith(files[i] + ":"):
+            return i
+    return -1
+
+
 class ShardStage(Stage):
     name = "shard"
-    version = "1"
+    version = "2"  # 2: over-long paragraphs are split instead of dropped
     Params = ShardParams
     inputs = ()
     run_fields = ()
@@ -242,21 +263,35 @@ class ShardStage(Stage):
         counts: Counter = Counter()
         cols: dict[str, list] = {f.name: [] for f in SHARD_SCHEMA}
         doc_id, section_id, last_doc = -1, -1, None
+        files, file_i = [str(f) for f in _expand(p.paths)], 0
+        # per corpus file: [input chars, kept chars, kept, too short, too long, split paragraphs]
+        per_file: dict[str, list[int]] = {}
         for sec in iter_sections(p, counts):
             if sec.doc_key != last_doc:
                 doc_id, last_doc, kept_in_doc = doc_id + 1, sec.doc_key, 0
+                file_i = _file_index(sec.doc_key, files, file_i)
             section_id += 1
             if doc_id % p.n_shards != shard:
                 continue
+            fstats = per_file.setdefault(
+                files[file_i] if file_i >= 0 else sec.doc_key, [0, 0, 0, 0, 0, 0]
+            )
             counts["sections"] += 1
-            sent_idx = 0
+            sent_idx, extra_paras = 0, 0
             for para_idx, para in enumerate(sec.paragraphs):
                 counts["paragraphs"] += 1
+                fstats[0] += _nonspace(para)
+                groups = split_paragraph(para, p.max_paragraph_chars, p.splitter)
                 if len(para) > p.max_paragraph_chars:
-                    counts["dropped_paragraph_too_long"] += 1
-                    sent_idx += 1  # a gap: no context may span the dropped paragraph
-                    continue
-                for sent in split_sentences(para, p.splitter):
+                    counts["split_paragraphs"] += 1
+                    fstats[5] += 1
+                # (paragraph index, sentence): a split paragraph becomes consecutive paragraphs
+                numbered = [
+                    (para_idx + extra_paras + i, sent)
+                    for i, sents in enumerate(groups)
+                    for sent in sents
+                ]
+                for para_no, sent in numbered:
                     n_tok = count_tokens(sent)
                     reason = (
                         "too_short"
@@ -267,6 +302,7 @@ class ShardStage(Stage):
                     )
                     if reason:
                         counts[f"dropped_{reason}"] += 1
+                        fstats[3 if reason == "too_short" else 4] += 1
                     else:
                         if kept_in_doc >= 1 << SENTS_PER_DOC_BITS:
                             raise CorpusInputError(
@@ -276,13 +312,16 @@ class ShardStage(Stage):
                         cols["doc_id"].append(doc_id)
                         cols["doc_name"].append(sec.doc_key.rsplit("/", 1)[-1])
                         cols["section_id"].append(section_id)
-                        cols["para_idx"].append(para_idx)
+                        cols["para_idx"].append(para_no)
                         cols["sent_idx"].append(sent_idx)
                         cols["text"].append(sent)
                         cols["n_tokens"].append(n_tok)
                         cols["shard"].append(shard)
                         kept_in_doc += 1
+                        fstats[1] += _nonspace(sent)
+                        fstats[2] += 1
                     sent_idx += 1
+                extra_paras += max(len(groups) - 1, 0)
         if doc_id < 0:
             raise CorpusInputError(f"corpus {p.paths} holds no non-empty document")
         table = pa.table(cols, schema=SHARD_SCHEMA)
@@ -290,7 +329,72 @@ class ShardStage(Stage):
             "sentences": table.num_rows,
             "documents": len(set(cols["doc_id"])),
             "tokens": int(sum(cols["n_tokens"])),
+            "input_chars": sum(f[0] for f in per_file.values()),
+            "kept_chars": sum(f[1] for f in per_file.values()),
+            "files": per_file,  # not summed (a dict): checked and reported by summarize
             # Corpus-wide counts are seen by every shard: report them once, from shard 0.
             **{k: v for k, v in counts.items() if shard == 0 or not k.startswith("empty_")},
         }
         return table, stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        """Totals, a warning naming the files that lost sentences to the length filters, and an
+        error when a file kept less than ``min_kept_share`` of its text."""
+        total = super().summarize(ctx, shard_stats)
+        p: ShardParams = ctx.params
+        files: dict[str, list[int]] = {}
+        for stats in shard_stats:
+            for name, f in stats.get("files", {}).items():
+                acc = files.setdefault(name, [0] * len(f))
+                acc[:] = [a + b for a, b in zip(acc, f, strict=True)]
+        if total.get("input_chars"):
+            total["kept_text_share"] = round(total["kept_chars"] / total["input_chars"], 6)
+        log = ctx.logger
+
+        def share(f: list[int]) -> float:
+            return f[1] / f[0] if f[0] else 1.0
+
+        def detail(name: str, f: list[int]) -> str:
+            return (
+                f"{name} kept {share(f):.1%} of its text ({f[1]} of {f[0]} non-space characters, "
+                f"{f[2]} sentences; dropped {f[4]} over "
+                f"max_tokens={p.max_tokens}, {f[3]} under min_tokens={p.min_tokens})"
+            )
+
+        split = {n: f[5] for n, f in files.items() if f[5]}
+        if split:
+            log.info(
+                "shard: split %d paragraphs longer than max_paragraph_chars=%d (at line ends and "
+                "sentence boundaries, no text dropped): %s",
+                sum(split.values()),
+                p.max_paragraph_chars,
+                ", ".join(f"{n} ({k})" for n, k in sorted(split.items())),
+            )
+        lossy = sorted((n for n, f in files.items() if f[3] + f[4]), key=lambda n: share(files[n]))
+        if lossy:
+            shown = "; ".join(detail(n, files[n]) for n in lossy[:5])
+            more = f"; and {len(lossy) - 5} more files" if len(lossy) > 5 else ""
+            log.warning(
+                "shard: dropped %d sentences outside min_tokens=%d..max_tokens=%d (%.1f%% of the "
+                "input text) in %d files, most in: %s%s",
+                sum(files[n][3] + files[n][4] for n in lossy),
+                p.min_tokens,
+                p.max_tokens,
+                100 * (1 - total.get("kept_text_share", 1.0)),
+                len(lossy),
+                shown,
+                more,
+            )
+        low = sorted(
+            (n for n in files if share(files[n]) < p.min_kept_share), key=lambda n: share(files[n])
+        )
+        if low:
+            raise CorpusInputError(
+                f"shard kept less than shard.min_kept_share={p.min_kept_share} of the text of "
+                f"{len(low)} file(s): "
+                + "; ".join(detail(n, files[n]) for n in low[:10])
+                + (f"; and {len(low) - 10} more" if len(low) > 10 else "")
+                + ". Check their format and shard.max_tokens / shard.min_tokens / "
+                "shard.splitter, or lower shard.min_kept_share (0 turns the check off)"
+            )
+        return total

@@ -582,6 +582,54 @@ def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
         assert grown[k] == pytest.approx(cold[k], abs=1e-5)
 
 
+def test_corrupt_score_cache_file_is_moved_aside_and_recomputed(
+    spine, generator_art, tmp_path, caplog
+):
+    """Six flipped bytes inside a cache file's values must not reach a fresh score artefact: the
+    file fails its checksum, is renamed to ``*.corrupt`` with a warning, and is scored again."""
+    import logging
+
+    import pyarrow.parquet as pq
+
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
+
+    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
+    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
+    rng = np.random.default_rng(5)
+    chosen = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
+    root = tmp_path / "root"
+    up = _score_inputs(spine, generator_art, root, chosen, qids)
+
+    def score(token_budget: int):  # another budget: another fingerprint, the same values
+        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, token_budget=token_budget)
+        run = RunParams(root=str(root), torch_threads=1)
+        art, _ = run_stage_locally(plan_stage(ScoreStage(), params, run, ArtefactStore(root), up))
+        return art.stats, art.read_table(["gen_fwd", "gen_left"]).to_pydict()
+
+    _, clean = score(8192)
+    files = sorted((root / "_cache" / "scores").rglob("*.parquet"))
+    assert files
+    for f in files:  # flip six bytes of the first stored score, as the hostile test did
+        raw = bytearray(f.read_bytes())
+        value = pq.read_table(f).column("value")[0].as_py()
+        at = raw.find(np.float32(value).tobytes())
+        assert at > 0
+        raw[at : at + 4] = bytes(b ^ 0x5A for b in raw[at : at + 4])
+        raw[at + 4 : at + 6] = bytes(b ^ 0x5A for b in raw[at + 4 : at + 6])
+        f.write_bytes(bytes(raw))
+    with caplog.at_level(logging.WARNING):
+        stats, again = score(4096)
+    assert stats["cache_hits"] == 0  # nothing read from the corrupt files
+    for col in ("gen_fwd", "gen_left"):
+        assert again[col] == pytest.approx(clean[col], abs=1e-5)
+    assert all(f.with_name(f.name + ".corrupt").exists() for f in files)
+    assert sum("sha256 mismatch" in r.getMessage() for r in caplog.records) == len(files)
+    stats, third = score(2048)  # the recomputed scores went back into the cache, intact
+    assert stats["cache_hits"] == 2 * len(clean["gen_fwd"]) and third == again
+
+
 def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok, tmp_path):
     """Zero-shot generator artefacts that differ only in their evaluation settings score alike:
     they get one scorer id, so a score run with the second reads every window from the cache;

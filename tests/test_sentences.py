@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ctxsim.models.sentences import MAX_CHARS, METHODS, _chunks, count_tokens, split_sentences
+from ctxsim.models.sentences import (
+    MAX_CHARS,
+    METHODS,
+    _chunks,
+    count_tokens,
+    split_paragraph,
+    split_sentences,
+)
 
 GOOD = ("blingfire", "syntok")  # the two that pass the abbreviation/dialogue cases
 
@@ -112,3 +119,24 @@ def test_bad_max_chars() -> None:
 )
 def test_count_tokens(text: str, n: int) -> None:
     assert count_tokens(text) == n
+
+
+def test_split_paragraph_cuts_at_sentence_closing_lines_then_sentences() -> None:
+    """An over-long paragraph: lines that close a sentence (or a blank line) end a paragraph, a
+    hard-wrapped sentence stays whole, and a line over the limit is packed by sentences; no text
+    is lost."""
+    assert split_paragraph("Short one. Two here.", 100) == [["Short one.", "Two here."]]
+    assert split_paragraph("  ", 100) == [[]]
+    text = (
+        "The kettle boiled at seven and Anna\npoured the tea. She said “Go.”\n"
+        "Her brother slept.\n\nThe sun rose over the hill.\n"
+        + " ".join(f"Sentence number {i} is here." for i in range(12))
+    )
+    groups = split_paragraph(text, 100)
+    assert groups[:3] == [
+        ["The kettle boiled at seven and Anna poured the tea.", "She said “Go.”"],
+        ["Her brother slept."],
+        ["The sun rose over the hill."],
+    ]
+    assert all(len(" ".join(g)) <= 100 for g in groups[3:]) and len(groups) > 4
+    assert [s for g in groups for s in g] == split_sentences(text)

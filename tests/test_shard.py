@@ -117,11 +117,78 @@ def test_empty_files_and_missing_paths(tmp_path: Path):
 def test_single_10mb_line_is_dropped_with_a_reason(tmp_path: Path):
     p = tmp_path / "huge.txt"
     p.write_text(DOC + "\n\n" + ("word " * 2_100_000) + "\n\n" + DOC)
-    table, art = run_shard(tmp_path, paths=[str(p)], n_shards=1)
-    assert art.stats["dropped_paragraph_too_long"] == 1
+    # 10 MB without a sentence end is split anyway, and every piece is over max_tokens: the file
+    # keeps almost nothing of its text, which fails the run, naming the file and the setting.
+    with pytest.raises(CorpusInputError, match=r"min_kept_share=0.25 .*huge.txt kept 0.0%"):
+        run_shard(tmp_path, paths=[str(p)], n_shards=1)
+    table, art = run_shard(tmp_path, paths=[str(p)], n_shards=1, min_kept_share=0.0)
+    assert art.stats["split_paragraphs"] == 1 and art.stats["dropped_too_long"] >= 1
     assert table.num_rows == 12
-    # The dropped paragraph leaves a gap in sent_idx, so no context spans it.
-    assert table.column("sent_idx").to_pylist() == [0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12]
+    # The dropped sentences leave a gap in sent_idx, so no context spans them.
+    sent_idx = table.column("sent_idx").to_pylist()
+    assert sent_idx[:6] == list(range(6)) and sent_idx[6] > 6
+    assert sent_idx[6:] == list(range(sent_idx[6], sent_idx[6] + 6))
+
+
+def test_plain_text_book_with_single_newlines_gives_its_sentences(tmp_path: Path):
+    """A book with one paragraph per line and no blank line is one 250k-character block: it is
+    split at its line ends into paragraphs, not dropped; hard-wrapped prose without blank lines
+    is split too, but never in the middle of a sentence."""
+    from ctxsim.models.sentences import split_sentences
+
+    lines = [
+        f"Chapter {i} began when the kettle boiled at seven. Anna poured {i} cups of tea."
+        for i in range(3200)
+    ]
+    (tmp_path / "book.txt").write_text("\n".join(lines) + "\n")
+    table, art = run_shard(tmp_path, paths=[str(tmp_path / "book.txt")], n_shards=1)
+    assert table.num_rows == 2 * len(lines)
+    assert table.column("para_idx").to_pylist() == [i // 2 for i in range(2 * len(lines))]
+    assert table.column("sent_idx").to_pylist() == list(range(2 * len(lines)))
+    assert art.stats["split_paragraphs"] == 1 and art.stats["kept_text_share"] == 1.0
+
+    prose = " ".join(lines)
+    wrapped, line = [], ""
+    for word in prose.split(" "):
+        if len(line) + len(word) >= 60:
+            wrapped.append(line)
+            line = ""
+        line = f"{line} {word}".strip()
+    wrapped.append(line)
+    (tmp_path / "wrapped.txt").write_text("\n".join(wrapped) + "\n")
+    table, _ = run_shard(tmp_path / "w", paths=[str(tmp_path / "wrapped.txt")], n_shards=1)
+    assert table.column("text").to_pylist() == split_sentences(prose)
+
+
+def test_files_losing_their_text_warn_and_fail_by_name(tmp_path: Path, caplog):
+    """Sentences dropped by the length filters are logged per file; a file that keeps under
+    shard.min_kept_share of its text fails the stage with its name. The setting is a check, not
+    an input: changing it keeps the fingerprint (nothing is recomputed)."""
+    import logging
+
+    long_sentence = "Many " + " ".join(["words"] * 90) + "."
+    (tmp_path / "good.txt").write_text("\n\n".join([DOC, long_sentence, DOC, DOC]))
+    (tmp_path / "bad.txt").write_text((long_sentence + " ") * 20 + "\n\n" + DOC)
+    paths = [str(tmp_path / "*.txt")]
+    with pytest.raises(CorpusInputError) as err:
+        run_shard(tmp_path, paths=paths, n_shards=2)
+    msg = str(err.value)
+    assert "shard.min_kept_share=0.25" in msg and "bad.txt kept" in msg and "good.txt" not in msg
+    assert "dropped 20 over max_tokens=80" in msg
+    store = ArtefactStore(tmp_path / "root")
+    fps = {
+        plan_stage(
+            ShardStage(), ShardParams(paths=paths, min_kept_share=x), RunParams(), store, {}
+        ).fingerprint
+        for x in (0.0, 0.25, 0.9)
+    }
+    assert len(fps) == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        table, art = run_shard(tmp_path, paths=paths, n_shards=2, min_kept_share=0.01)
+    assert table.num_rows == 24 and art.stats["dropped_too_long"] == 21
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "dropped 21 sentences" in warning and "bad.txt" in warning and "good.txt" in warning
 
 
 def test_length_bounds_drop_and_count(tmp_path: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 from pathlib import Path
 
@@ -113,3 +114,60 @@ def test_run_records_round_trip(tmp_path: Path):
     assert [r["run_id"] for r in store.list_runs()] == ["r1", "r2"]
     with pytest.raises(StoreError, match="no run"):
         store.read_run("nope")
+
+
+def _corrupt_part(store: ArtefactStore, fp: str) -> Path:
+    part = store.final_dir("demo", fp) / "part-00001.parquet"
+    part.write_bytes(part.read_bytes()[:-7])  # truncated: "Unexpected end of stream" on read
+    return part
+
+
+def test_quarantine_logs_the_part_and_where_it_went(tmp_path: Path, caplog):
+    store = ArtefactStore(tmp_path)
+    _publish(store, "fpq")
+    _corrupt_part(store, "fpq")
+    with caplog.at_level(logging.WARNING):
+        assert store.get("demo", "fpq") is None
+    (moved,) = [p for p in (tmp_path / "demo").iterdir() if p.name.startswith(".corrupt-fpq")]
+    (msg,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "part-00001.parquet" in msg and str(moved) in msg
+
+
+@pytest.mark.parametrize("by_run", [False, True])
+def test_inspect_reports_a_corrupt_part_in_one_line(tmp_path: Path, by_run: bool):
+    """`ctxsim inspect` names the corrupt part instead of crashing in the parquet reader, and
+    moves nothing (the next run quarantines and recomputes)."""
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    store = ArtefactStore(tmp_path)
+    _publish(store, "fpi")
+    _corrupt_part(store, "fpi")
+    store.write_run("r1", {"run_id": "r1", "stages": {"demo": {"fingerprint": "fpi"}}})
+    res = CliRunner().invoke(
+        app, ["inspect", "demo", "--root", str(tmp_path)] + (["--run", "r1"] if by_run else [])
+    )
+    assert res.exit_code != 0 and isinstance(res.exception, SystemExit)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "part-00001.parquet" in lines[0] and "corrupt" in lines[0]
+    assert "Traceback" not in res.output
+    assert store.final_dir("demo", "fpi").is_dir()  # left in place by a read-only command
+
+
+def test_runs_skips_a_truncated_run_record_with_a_warning(tmp_path: Path, caplog):
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    store = ArtefactStore(tmp_path)
+    record = {"run_id": "good", "status": "done", "started_at": "1", "stages": {}}
+    store.write_run("good", record)
+    store.write_run("cut", {**record, "run_id": "cut"})
+    cut = store.run_path("cut")
+    cut.write_bytes(cut.read_bytes()[:25])
+    with caplog.at_level(logging.WARNING):
+        res = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "run good: done" in res.stdout and "cut" not in res.stdout
+    assert any(str(cut) in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)

@@ -8,7 +8,14 @@ import zipfile
 
 import pytest
 
-from ctxsim.readers.sts import StsFormatError, dataset_key, discover, download, read_tsv
+from ctxsim.readers.sts import (
+    StsFormatError,
+    dataset_key,
+    discover,
+    download,
+    read_stsb_csv,
+    read_tsv,
+)
 
 
 def _originals(root):
@@ -53,6 +60,19 @@ def test_tsv_errors_name_file_and_line(tmp_path):
     p.write_text("sentence1\tsentence2\tscore\na\tb\tnot-a-number\n")
     with pytest.raises(StsFormatError, match=r"STS12.x.tsv:2"):
         read_tsv(p)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-Infinity", "NaN"])
+def test_non_finite_gold_scores_are_rejected_with_file_and_line(tmp_path, bad):
+    """A nan/inf gold score would make Spearman NaN ("-" in the report) without a word."""
+    p = tmp_path / "STS12.x.tsv"
+    p.write_text(f"sentence1\tsentence2\tscore\na\tb\t1.0\nc\td\t{bad}\n")
+    with pytest.raises(StsFormatError, match=r"STS12.x.tsv:3: score .* not a finite number"):
+        read_tsv(p)
+    csv_path = tmp_path / "sts-dev.csv"
+    csv_path.write_text(f"g\tf\ty\t1\t{bad}\ta\tb\n")
+    with pytest.raises(StsFormatError, match=r"sts-dev.csv:1: score"):
+        read_stsb_csv(csv_path)
 
 
 def _zip_bytes(files: dict[str, str]) -> bytes:
