@@ -93,6 +93,25 @@ def test_label_diagnostics_reference_yields_and_histograms(tmp_path):
     assert "# Label diagnostics" in (art.files_dir / "report.md").read_text()
 
 
+def test_reference_encoder_can_be_a_sentence_transformers_model(tmp_path):
+    """A model directory (here a tiny random BERT, mean-pooled by sentence-transformers) as
+    the reference: its cosine is what the agreement is computed against."""
+    from ctxsim.product.diagnostics import reference_similarity
+    from ctxsim.tasks.train import TrainParams, build_tiny_backbone
+
+    store, arts, _ = _fake_world(tmp_path / "w", given=False)
+    texts = arts["queries"].read_table().column("text").to_pylist()
+    model = build_tiny_backbone(texts, tmp_path / "bb", TrainParams(tiny_vocab_size=200), 0)
+    art = _run_label(store, arts, reference_encoder=str(model))
+    t = art.read_table()
+    ref = reference_similarity(str(model), t.column("s1").to_pylist(), t.column("s2").to_pylist())
+    assert np.all(np.abs(ref) <= 1.0 + 1e-6) and np.ptp(ref) > 0
+    from scipy.stats import spearmanr
+
+    want = round(100 * spearmanr(t.column("label").to_numpy(), ref).statistic, 2)
+    assert art.stats["diag_reference_spearman"] == pytest.approx(want, abs=0.01)
+
+
 def test_labels_crowded_at_one_warn(tmp_path, caplog):
     """Eq. 3 with a shared offset per context (the quickstart's old labels): every label is
     within 1e-4 of 1.0, which the stage says, twice."""
