@@ -213,6 +213,7 @@ def label_summary(label: pa.Table) -> dict[str, Any]:
 def card_metadata(
     record: dict[str, Any],
     arts: dict[str, Artefact],
+    table: pa.Table,
     splits: dict[str, pa.Table],
     fmt: str,
     contamination: dict[str, Any],
@@ -221,7 +222,7 @@ def card_metadata(
     """The YAML front matter: Hub fields first, then everything ctxsim knows under ``ctxsim``."""
     label = arts["label"]
     n = sum(t.num_rows for t in splits.values())
-    src = label.read_table(["source"]).column("source").to_pylist()
+    src = table.column("source").to_pylist()
     meta: dict[str, Any] = {
         "license": license_ or record.get("config", {}).get("run", {}).get("license") or "unknown",
         "language": ["en"],
@@ -239,7 +240,7 @@ def card_metadata(
             }
         ]
     meta["dataset_info"] = {
-        "features": [{"name": f.name, "dtype": str(f.type)} for f in label.read_table().schema],
+        "features": [{"name": f.name, "dtype": str(f.type)} for f in table.schema],
         "splits": [{"name": s, "num_examples": t.num_rows} for s, t in splits.items()],
     }
     cont = {k: v for k, v in contamination.items() if k not in ("examples", "test_files")}
@@ -257,7 +258,7 @@ def card_metadata(
             "by_split": {s: t.num_rows for s, t in splits.items()},
             "by_source": {s: src.count(s) for s in sorted({x for x in src if x is not None})},
         },
-        "label": label_summary(label.read_table(["label"])),
+        "label": label_summary(table),
         "diagnostics": {k: v for k, v in label.stats.items() if k.startswith("diag_")},
         "contamination": cont,
         "config": record.get("config", {}),
@@ -424,7 +425,7 @@ def export_run(
     contamination = run_contamination(record, arts, label, sts_dir)
     if contamination.get("error_setting") and contamination.get("contaminated"):
         raise_if_contaminated(contamination, "label.contamination.error")
-    meta = card_metadata(record, arts, splits, fmt, contamination, license_)
+    meta = card_metadata(record, arts, label, splits, fmt, contamination, license_)
     with staged_dir(out, overwrite) as tmp:
         write_rows(splits, tmp, fmt)
         figures: list[tuple[str, str]] = []
