@@ -317,6 +317,22 @@ def card_markdown(
         lines += [f"- `{k[5:]}`: {v}" for k, v in sorted(d.items())]
     for rel, caption in figures:
         lines += ["", f"![{caption}]({rel})", "", f"*{caption}*"]
+    st = arts["label"].stats
+    sets = sorted(k[len("n_pairs.") :] for k in st if k.startswith("n_pairs."))
+    if sets:  # given (STS) pairs: the labels themselves against gold, per evaluation set
+        lines += ["", "## Origin similarity against gold (Spearman x100)", ""]
+        lines += _table(
+            [
+                (
+                    x,
+                    st[f"n_pairs.{x}"],
+                    st.get(f"spearman_all.{x}"),
+                    st.get(f"spearman_all.{x}.tfidf_cosine"),
+                )
+                for x in sets
+            ],
+            ("set", "pairs", "Origin", "TF-IDF cosine"),
+        )
     ev = arts.get("evaluate")
     if ev is not None:
         rows = [

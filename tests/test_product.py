@@ -323,3 +323,42 @@ def test_explain_an_unseen_pair_builds_its_context_sets(tiny_run):
     again = explain_pair(store, "tiny", a, b, top=2)  # the same pair again: all cached
     assert again["label"] == res["label"]
     assert all(s["forward_calls"] == 0 for s in again["sentences"])
+
+
+def test_a_stage_report_becomes_a_prefect_markdown_artifact(tmp_path, monkeypatch):
+    from ctxsim.flows import pipeline
+    from ctxsim.store.artefacts import ArtefactStore
+
+    store = ArtefactStore(tmp_path)
+    calls: list[dict] = []
+    monkeypatch.setattr(pipeline, "create_table_artifact", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(pipeline, "create_markdown_artifact", lambda **kw: calls.append(kw))
+    with_report = _publish(store, "label", pa.table({"x": [1]}))
+    (with_report.files_dir).mkdir(exist_ok=True)
+    (with_report.files_dir / "report.md").write_text("# Label diagnostics\n")
+    pipeline._stats_artifact("label", with_report, reused=False)
+    assert calls[-1]["key"] == "ctxsim-label-report"
+    assert calls[-1]["markdown"] == "# Label diagnostics\n"
+    calls.clear()
+    pipeline._stats_artifact("pairs", _publish(store, "pairs", pa.table({"x": [1]})), False)
+    assert len(calls) == 1 and "markdown" not in calls[0]
+
+
+def test_export_of_given_pairs_has_one_eval_split_and_the_origin_table(tmp_path):
+    from datasets import Dataset, load_from_disk
+
+    from ctxsim.product.export import export_run, parse_card
+
+    store, arts, _ = _fake_world(tmp_path / "w", given=True)
+    arts["label"] = _run_label(store, arts)
+    stages = {k: {"fingerprint": a.fingerprint} for k, a in arts.items()}
+    store.write_run("g", {"run_id": "g", "config": {"run": {}}, "stages": stages})
+    summary = export_run(store, "g", tmp_path / "out", "hf")
+    assert summary["splits"] == {"eval": 28}
+    ds = load_from_disk(str(tmp_path / "out"))
+    assert isinstance(ds, Dataset) and ds.num_rows == 28
+    meta, body = parse_card((tmp_path / "out" / "README.md").read_text())
+    assert meta["license"] == "unknown"
+    want = f"| STSb.dev | 14 | {arts['label'].stats['spearman_all.STSb.dev']} |"
+    assert "## Origin similarity against gold" in body and want in body
+    assert "Not checked: given pairs are evaluation pairs" in body
