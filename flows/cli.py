@@ -199,6 +199,10 @@ from ctxsim.flows.cli_ops import register  # noqa: E402 - ops commands (issue 6)
 
 register(app)
 
+from ctxsim.flows.cli_product import register as register_product  # noqa: E402 - issue 20
+
+register_product(app)
+
 
 @app.command(
     "train-generator",

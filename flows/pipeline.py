@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 
@@ -135,6 +135,13 @@ def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:
             table=rows,
             description=f"Stage `{name}` → {art.path}",
         )
+        report = art.files_dir / "report.md"  # a stage's own report (label: its diagnostics)
+        if report.is_file():
+            create_markdown_artifact(
+                key=f"ctxsim-{name}-report".replace("_", "-").lower(),
+                markdown=report.read_text(),
+                description=f"Stage `{name}` report",
+            )
     except Exception as exc:  # noqa: BLE001 - an artifact must never fail a stage
         get_logger().warning("could not publish the %s artifact: %s", name, exc)
 

@@ -53,6 +53,8 @@ class RunParams(BaseModel):
     gpus_per_task: float = 0.0
     torch_threads: int = 0  # 0 = leave torch's default
     quiet: bool = False
+    # the dataset card's licence (`ctxsim export`; an SPDX id or HF's `other`): not a stage input
+    license: str | None = None
 
 
 def get_logger(name: str = "ctxsim") -> logging.Logger | logging.LoggerAdapter:

@@ -38,6 +38,21 @@ from ctxsim.models.origin import (
     required_scores,
     spearman_conventions,
 )
+from ctxsim.product.contamination import (
+    ContaminationParams,
+    check_contamination,
+    is_test_subset,
+    raise_if_contaminated,
+)
+from ctxsim.product.diagnostics import (
+    agreement,
+    concentration,
+    histograms_by_mode,
+    per_query_counts,
+    plot_diagnostics,
+    reference_similarity,
+    report_markdown,
+)
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SPLITS = ("train", "dev", "test")
@@ -52,6 +67,23 @@ class LabelParams(StageParams):
     block_pairs: int = Field(20_000, ge=1)  # pairs per vectorised block (memory bound)
     hist_bins: int = Field(20, ge=2)
     ablations: bool = True  # per-term and without-term Spearman for given pairs
+    # diagnostics (product/diagnostics.py): labels against a reference encoder (none | tfidf |
+    # a sentence-transformers registry name or path, whose weights must be installed) ...
+    reference_encoder: str = "none"
+    near_one_tol: float = Field(1e-4, gt=0)  # ... the share of labels this close to 1.0 ...
+    # ... and a warning when most labels sit in a band narrower than this
+    warn_band_width: float = Field(0.05, ge=0)
+    # the STS test-set contamination check of mined pairs (product/contamination.py)
+    contamination: ContaminationParams = Field(default_factory=ContaminationParams)
+
+    def link(self, sections: dict[str, StageParams]) -> None:
+        c = self.contamination
+        if c.enabled and c.sts_dir is None:
+            for name in ("train", "evaluate"):
+                sts_dir = getattr(sections.get(name), "sts_dir", None)
+                if sts_dir:
+                    c.sts_dir = sts_dir
+                    break
 
     @field_validator("split_ratios")
     @classmethod
@@ -149,11 +181,18 @@ def report_name(dataset: str, subset: str) -> str:
 
 class LabelStage(Stage):
     name = "label"
-    version = "3"  # 2: backbone_cosine baseline; 3: similarity choice, sim_* report views
+    # 2: backbone_cosine baseline; 3: similarity choice, sim_* report views; 4: diagnostics,
+    # contamination check
+    version = "4"
     Params = LabelParams
     inputs = ("queries", "select", "pairs", "score")
-    #: the generator's backbone gives the mean-pooled-cosine baseline of the Origin report
-    optional_inputs = ("generator",)
+    #: the generator's backbone gives the mean-pooled-cosine baseline of the Origin report;
+    #: retrieve and screen give the per-query yields of the diagnostics
+    optional_inputs = ("generator", "retrieve", "screen")
+
+    def fingerprint_extra(self, params: LabelParams) -> dict[str, Any]:
+        """The STS test files the contamination check reads, by content."""
+        return {"contamination_files": contamination_files(params.contamination)}
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: LabelParams = ctx.params
@@ -250,6 +289,7 @@ class LabelStage(Stage):
                 for view, v in r.get("views", {}).items():
                     stats[f"spearman_all.{ds}.{view}"] = v["spearman_all"]
         self._plot(ctx, table, given)
+        stats.update(self._diagnostics(ctx, p, table, given))
         return table, stats
 
     # ---- reporting ----------------------------------------------------------------------------
@@ -374,6 +414,106 @@ class LabelStage(Stage):
         fig.tight_layout()
         fig.savefig(ctx.files_dir / "label_hist.png", dpi=100)
         plt.close(fig)
+
+    # ---- diagnostics and contamination (issue 20; product/) ---------------------------------
+    def _diagnostics(
+        self, ctx: StageContext, p: LabelParams, table: pa.Table, given: bool
+    ) -> dict[str, Any]:
+        """Label diagnostics and the contamination check: files/diagnostics.json, report.md
+        (a Prefect artifact in a flow), plots, warnings logged; returns flat stats. Fails when
+        ``contamination.error`` is set and a dataset sentence is in a test set."""
+        lab = table.column("label").to_numpy(zero_copy_only=False).astype(np.float64)
+        modes = np.asarray(table.column("source").to_pylist(), dtype=object)
+        conc, warnings = concentration(lab, p.near_one_tol, p.warn_band_width)
+        diag: dict[str, Any] = {
+            "concentration": conc,
+            "by_mode": histograms_by_mode(lab, modes, p.hist_bins),
+            "reference": {"encoder": p.reference_encoder},
+            "yields": _yields(ctx),
+        }
+        ref = None
+        if p.reference_encoder != "none" and table.num_rows:
+            ref = reference_similarity(
+                p.reference_encoder,
+                table.column("s1").to_pylist(),
+                table.column("s2").to_pylist(),
+                ctx.device,
+            )
+            diag["reference"].update(agreement(lab, ref))
+        diag["contamination"] = _contamination(ctx, p, table, given)
+        diag["warnings"] = warnings
+        for w in warnings:
+            ctx.logger.warning("label: %s", w)
+        if np.isfinite(lab).any():
+            diag["plots"] = plot_diagnostics(
+                ctx.files_dir, lab, modes, ref, p.reference_encoder, p.hist_bins
+            )
+        (ctx.files_dir / "diagnostics.json").write_text(json.dumps(diag, indent=2))
+        (ctx.files_dir / "report.md").write_text(report_markdown(diag))
+        out: dict[str, Any] = {f"diag_{k}": v for k, v in conc.items()}
+        out["diag_warnings"] = warnings
+        if "spearman" in diag["reference"]:
+            out["diag_reference_spearman"] = diag["reference"]["spearman"]
+        for stage, y in diag["yields"].items():
+            out[f"yield_{stage}_per_query"] = y["mean"]
+        cont = diag["contamination"]
+        out["contamination"] = cont.get("contaminated")  # None: not checked
+        if cont.get("contaminated") is not None:
+            out["contamination_exact"] = cont["exact"]
+            out["contamination_ngram"] = cont["ngram"]
+        if p.contamination.error and cont.get("contaminated"):
+            raise_if_contaminated(cont, "label.contamination.error")
+        if cont.get("contaminated"):
+            ctx.logger.warning(
+                "label: %d dataset sentences occur in STS test sets (%s); see %s",
+                cont["contaminated"],
+                cont["by_test_set"],
+                ctx.files_dir / "diagnostics.json",
+            )
+        return out
+
+
+def contamination_files(c: ContaminationParams) -> list[list[Any]]:
+    """[path, size, sha256] of the test files the contamination check reads ([] when off)."""
+    from pathlib import Path
+
+    from ctxsim.store.artefacts import content_digest
+
+    if not c.enabled or not c.sts_dir or not Path(c.sts_dir).is_dir():
+        return []
+    from ctxsim.readers.sts import discover
+
+    files = sorted({s.path for s in discover(c.sts_dir) if is_test_subset(s.subset)})
+    return [[f, Path(f).stat().st_size, content_digest(Path(f))] for f in files]
+
+
+def _contamination(
+    ctx: StageContext, p: LabelParams, table: pa.Table, given: bool
+) -> dict[str, Any]:
+    """The check over the labelled sentences and every query sentence of the run."""
+    from pathlib import Path
+
+    c = p.contamination
+    if not c.enabled:
+        return {"skipped": "label.contamination.enabled is false"}
+    if given:
+        return {"skipped": "given pairs are evaluation pairs (Origin), not a dataset"}
+    if not c.sts_dir or not Path(c.sts_dir).is_dir():
+        return {"skipped": f"no STS directory (label.contamination.sts_dir={c.sts_dir!r})"}
+    texts = table.column("s1").to_pylist() + table.column("s2").to_pylist()
+    texts += ctx.input("queries").read_table(["text"]).column("text").to_pylist()
+    return check_contamination(texts, c.sts_dir, c)
+
+
+def _yields(ctx: StageContext) -> dict[str, dict[str, float]]:
+    """Rows per query of retrieve (chunks), screen (contexts kept) and select (Cs)."""
+    qids = ctx.input("queries").read_table(["query_id"]).column("query_id").to_numpy()
+    out = {}
+    for stage in ("retrieve", "screen", "select"):
+        if stage in ctx.upstream:
+            q = ctx.input(stage).read_table(["query_id"]).column("query_id").to_numpy()
+            out[stage] = per_query_counts(q, qids)
+    return out
 
 
 def _r(x: float) -> float | None:

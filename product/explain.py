@@ -1,0 +1,336 @@
+"""`ctxsim explain S1 S2`: which contexts decide the Origin label of a pair, and where the two
+sentences part ways.
+
+The label is a similarity of v_s1 and v_s2, the S(s, c) of Eq. 3 over C = Cs1 + Cs2 (Eq. 4).
+Each context's share of it is exact: for the cosine, x_c y_c / (|x| |y|) sums to the label
+(pearson: the same after centring; neg_rmse: -(x_c - y_c)^2 / |C| sums to minus the squared label;
+cross_fit: each context's signed difference over its side's size sums to the label). Where the
+two disagree most: the largest |x_c/|x| - y_c/|y||, or |x_c - y_c| for the difference-based
+similarities.
+
+Where S comes from: ``scores/eq3.py`` ``score_rows`` with the run's generator, contexts, screen
+and score settings; generative terms the run scored before are read from the score cache, so for
+a labelled pair nothing is recomputed. A sentence the run did not label has no Cs: it is given
+one by the run's own stages for new queries (documented simplification): a small STS-style file
+with the pair goes through the run's `queries` (source sts), `retrieve`, `screen` and `select`
+with the run's settings and artefacts (index, discriminator, generator are reused by
+fingerprint); its artefacts are published on the run's root like any other, keyed by the texts,
+so explaining the same pair again computes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ctxsim.models.origin import SIMILARITIES, similarity_by_group
+from ctxsim.store.artefacts import Artefact, ArtefactStore
+
+#: stages run for sentences the run did not label (their inputs come from the run)
+NEW_QUERY_STAGES = ("queries", "retrieve", "screen", "select")
+
+
+def decompose(
+    x: np.ndarray, y: np.ndarray, from_first: np.ndarray, how: str = "cosine"
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """(label, contribution per context, disagreement per context) of sim(x, y) over C."""
+    if how not in SIMILARITIES:
+        raise ValueError(f"similarity {how!r}: use one of {SIMILARITIES}")
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    first = np.asarray(from_first, bool)
+    label = float(
+        similarity_by_group(np.zeros(len(x), np.int64), x[:, None], y[:, None], 1, how, first)[0, 0]
+    )
+    if how in ("cosine", "pearson"):
+        if how == "pearson":
+            x, y = x - x.mean(), y - y.mean()
+        nx, ny = np.linalg.norm(x), np.linalg.norm(y)
+        if nx == 0 or ny == 0:
+            return label, np.full(len(x), np.nan), np.full(len(x), np.nan)
+        return label, x * y / (nx * ny), np.abs(x / nx - y / ny)
+    d = y - x
+    if how == "neg_rmse":
+        return label, -(d**2) / len(d), np.abs(d)
+    n1, n2 = max(int(first.sum()), 1), max(int((~first).sum()), 1)
+    return label, np.where(first, d / n1, -d / n2), np.abs(d)
+
+
+def _params(record: dict[str, Any], stage: str) -> Any:
+    from ctxsim.tasks import load_stage
+
+    section = record.get("config", {}).get(stage)
+    if section is None:
+        raise ValueError(f"run {record['run_id']} has no {stage!r} section in its config")
+    return load_stage(stage).Params(**section)
+
+
+def _new_query_sets(
+    store: ArtefactStore,
+    record: dict[str, Any],
+    arts: dict[str, Artefact],
+    texts: list[str],
+) -> dict[str, Artefact]:
+    """queries/retrieve/screen/select artefacts for sentences the run has not seen, built by the
+    run's own stages and settings (see the module docstring)."""
+    from ctxsim.readers.sts import write_tsv
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks import load_stage
+
+    key = hashlib.sha256("\x1f".join(texts).encode()).hexdigest()[:16]
+    sts_dir = store.root / "_cache" / "explain" / key
+    sts_dir.mkdir(parents=True, exist_ok=True)
+    a, b = texts[0], texts[-1]
+    tsv = sts_dir / "EXPLAIN.pair.tsv"
+    if not tsv.exists():
+        tmp = Path(tempfile.mkstemp(dir=sts_dir, suffix=".tmp")[1])
+        write_tsv(tmp, [a], [b], [0.0])
+        tmp.replace(tsv)
+    run = RunParams(**{**record["config"]["run"], "quiet": True})
+    out = dict(arts)
+    for name in NEW_QUERY_STAGES:
+        if name not in record["config"]:
+            continue
+        params = _params(record, name)
+        if name == "queries":
+            params = params.model_copy(
+                update={
+                    "source": "sts",
+                    "sts_dir": str(sts_dir),
+                    "sts_sets": ["EXPLAIN.pair"],
+                    "max_pairs_per_set": None,
+                    "n_shards": 1,
+                }
+            )
+        stage = load_stage(name)
+        upstream = {i: out[i] for i in stage.inputs}
+        upstream |= {i: out[i] for i in stage.optional_inputs_for(params) if i in out}
+        out[name], _ = run_stage_locally(plan_stage(stage, params, run, store, upstream))
+    return out
+
+
+def _context_sets(select: Artefact, qids: list[int]) -> dict[int, np.ndarray]:
+    sel = select.read_table(["query_id", "context_id", "position"])
+    sel = sel.filter(pc.is_in(sel.column("query_id"), pa.array(qids, pa.int64())))
+    out = {}
+    q = sel.column("query_id").to_numpy()
+    c = sel.column("context_id").to_numpy()
+    pos = sel.column("position").to_numpy()
+    for qid in qids:
+        m = q == qid
+        out[qid] = c[m][np.argsort(pos[m], kind="stable")]
+    return out
+
+
+def _scores(
+    store: ArtefactStore,
+    record: dict[str, Any],
+    arts: dict[str, Artefact],
+    qid: int,
+    text: str,
+    cids: np.ndarray,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """S(text, c) for each c of ``cids`` with the run's score settings (cache first)."""
+    from ctxsim.scores import ScoreParams, score_rows
+    from ctxsim.store.stage import RunParams, StageContext
+
+    p = ScoreParams(**record["config"].get("score", {}))
+    upstream = {k: arts[k] for k in ("contexts", "shard", "generator") if k in arts}
+    if p.lambda_disc != 0:
+        upstream |= {k: arts[k] for k in ("screen", "discriminator") if k in arts}
+    missing = {"contexts", "shard", "generator"} - set(upstream)
+    if missing:
+        raise ValueError(f"run {record['run_id']} lacks {sorted(missing)}: cannot compute S")
+    with tempfile.TemporaryDirectory(prefix="ctxsim-explain-") as work:
+        ctx = StageContext(
+            stage="score",
+            params=p,
+            run=RunParams(**{**record["config"]["run"], "quiet": True}),
+            fingerprint="explain",
+            upstream=upstream,
+            store=store,
+            workdir=Path(work),
+        )
+        table, stats = score_rows(
+            ctx,
+            p,
+            np.full(len(cids), qid, np.int64),
+            np.asarray(cids, np.int64),
+            np.asarray([text] * len(cids), dtype=object),
+        )
+    return table.column("S").to_numpy(zero_copy_only=False).astype(np.float64), stats
+
+
+def _context_info(arts: dict[str, Artefact], cids: np.ndarray) -> dict[int, dict[str, Any]]:
+    """Text and provenance of each context: its document, section and chunk in the corpus."""
+    co = arts["contexts"].read_table()
+    co = co.filter(pc.is_in(co.column("context_id"), pa.array(np.unique(cids))))
+    need = set(co.column("centre_sent_id").to_pylist())
+    for ids in co.column("left_sent_ids").to_pylist() + co.column("right_sent_ids").to_pylist():
+        need.update(ids)
+    sh = arts["shard"].read_table(["sent_id", "text", "doc_name", "doc_id", "section_id"])
+    sh = sh.filter(pc.is_in(sh.column("sent_id"), pa.array(sorted(need), pa.int64())))
+    sent = {r["sent_id"]: r for r in sh.to_pylist()}
+    out = {}
+    for r in co.to_pylist():
+        centre = sent.get(r["centre_sent_id"], {})
+        left = " ".join(sent[i]["text"] for i in r["left_sent_ids"] if i in sent)
+        right = " ".join(sent[i]["text"] for i in r["right_sent_ids"] if i in sent)
+        out[r["context_id"]] = {
+            "left": left,
+            "right": right,
+            "source": {
+                "kind": "corpus",  # the run's contexts are corpus windows, none generated
+                "document": centre.get("doc_name"),
+                "doc_id": centre.get("doc_id"),
+                "section_id": r["section_id"],
+                "chunk_id": r["chunk_id"],
+                "centre_sent_id": r["centre_sent_id"],
+            },
+        }
+    return out
+
+
+def explain_pair(
+    store: ArtefactStore, run_id: str, s1: str, s2: str, top: int = 5
+) -> dict[str, Any]:
+    """Both sentences' S over C = Cs1 + Cs2, the label, and each context's share of it."""
+    t0 = time.perf_counter()
+    record = store.read_run(run_id)
+    arts = {k: store.require(k, st["fingerprint"]) for k, st in record["stages"].items()}
+    for need in ("queries", "select", "contexts", "shard", "generator"):
+        if need not in arts:
+            raise ValueError(f"run {run_id} has no {need!r} stage; explain needs a run with Cs")
+    how = record["config"].get("label", {}).get("similarity", "cosine")
+    q = arts["queries"].read_table(["query_id", "text"])
+    qid_of: dict[str, int] = {}
+    for qid, text in zip(
+        q.column("query_id").to_pylist(), q.column("text").to_pylist(), strict=True
+    ):
+        qid_of.setdefault(text, qid)
+    texts = [s1, s2]
+    unseen = [t for t in dict.fromkeys(texts) if t not in qid_of]
+    where = {t: arts for t in texts if t in qid_of}
+    ids = {t: qid_of[t] for t in texts if t in qid_of}
+    if unseen:
+        new = _new_query_sets(store, record, arts, unseen)
+        nq = new["queries"].read_table(["query_id", "text"])
+        new_of = dict(
+            zip(nq.column("text").to_pylist(), nq.column("query_id").to_pylist(), strict=True)
+        )
+        for t in unseen:
+            if t not in new_of:
+                raise ValueError(f"the run's queries stage dropped the sentence {t!r}")
+            ids[t], where[t] = new_of[t], new
+    cs = [_context_sets(where[t]["select"], [ids[t]])[ids[t]] for t in texts]
+    if not len(cs[0]) or not len(cs[1]):
+        empty = [t for t, c in zip(texts, cs, strict=True) if not len(c)]
+        raise ValueError(f"no contexts were selected for {empty}: nothing to explain")
+    c_all = np.concatenate(cs)
+    first = np.r_[np.ones(len(cs[0]), bool), np.zeros(len(cs[1]), bool)]
+    uniq = np.unique(c_all)
+    vec, score_stats = [], []
+    for t in texts:
+        s, st = _scores(store, record, where[t], ids[t], t, uniq)
+        vec.append(s[np.searchsorted(uniq, c_all)])
+        score_stats.append({"forward_calls": st["forward_calls"], "cache_hits": st["cache_hits"]})
+    label, contrib, disagree = decompose(vec[0], vec[1], first, how)
+    info = _context_info(arts, c_all)
+    rows = []
+    for k, cid in enumerate(c_all.tolist()):
+        rows.append(
+            {
+                "context_id": cid,
+                "from": "Cs1" if first[k] else "Cs2",
+                "S1": float(vec[0][k]),
+                "S2": float(vec[1][k]),
+                "contribution": round(float(contrib[k]), 6),
+                "disagreement": round(float(disagree[k]), 6),
+                **info.get(cid, {}),
+            }
+        )
+    by_contrib = np.argsort(-np.nan_to_num(contrib, nan=-np.inf), kind="stable")
+    by_disagree = np.argsort(-np.nan_to_num(disagree, nan=-np.inf), kind="stable")
+    in_run = _label_in_run(arts, ids, texts, where)
+    return {
+        "run_id": run_id,
+        "s1": s1,
+        "s2": s2,
+        "similarity": how,
+        "label": label,
+        "label_in_run": in_run,
+        "sentences": [
+            {
+                "text": t,
+                "query_id": ids[t],
+                "cs_from": "run" if where[t] is arts else "run stages for new queries",
+                "n_ctx": int(len(c)),
+                **score_stats[i],
+            }
+            for i, (t, c) in enumerate(zip(texts, cs, strict=True))
+        ],
+        "top_contributing": [rows[i] for i in by_contrib[:top]],
+        "top_disagreeing": [rows[i] for i in by_disagree[:top]],
+        "contexts": rows,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def _label_in_run(
+    arts: dict[str, Artefact], ids: dict[str, int], texts: list[str], where: dict[str, Any]
+) -> float | None:
+    """The run's own label of this pair, when it labelled it (either order)."""
+    if "label" not in arts or any(where[t] is not arts for t in texts):
+        return None
+    t = arts["label"].read_table(["s1_id", "s2_id", "label"])
+    a, b = ids[texts[0]], ids[texts[1]]
+    s1 = t.column("s1_id").to_numpy()
+    s2 = t.column("s2_id").to_numpy()
+    m = np.flatnonzero(((s1 == a) & (s2 == b)) | ((s1 == b) & (s2 == a)))
+    return float(t.column("label")[int(m[0])].as_py()) if len(m) else None
+
+
+def render_table(result: dict[str, Any], width: int = 70) -> str:
+    """The explanation as plain-text tables (rich is not needed for a pipe)."""
+
+    def cut(s: str, n: int) -> str:
+        return s if len(s) <= n else s[: n - 1] + "…"
+
+    lines = [
+        f"run {result['run_id']}  similarity={result['similarity']}  "
+        f"label={result['label']:.6f}"
+        + (
+            f"  (run's label {result['label_in_run']:.6f})"
+            if result["label_in_run"] is not None
+            else ""
+        ),
+    ]
+    for k, s in enumerate(result["sentences"], 1):
+        lines.append(
+            f"s{k}: {cut(s['text'], width)}  |Cs|={s['n_ctx']} ({s['cs_from']}; "
+            f"{s['forward_calls']} scoring calls, {s['cache_hits']} terms from the cache)"
+        )
+    for title, key in (
+        ("contexts contributing most to the similarity", "top_contributing"),
+        ("contexts where the two sentences disagree most", "top_disagreeing"),
+    ):
+        lines += ["", title + ":"]
+        lines.append(
+            f"  {'ctx':>7} {'from':<4} {'S1':>9} {'S2':>9} {'share':>9} {'diff':>8}  source / text"
+        )
+        for r in result[key]:
+            src = r.get("source", {})
+            lines.append(
+                f"  {r['context_id']:>7} {r['from']:<4} {r['S1']:>9.3g} {r['S2']:>9.3g} "
+                f"{r['contribution']:>9.4f} {r['disagreement']:>8.4f}  "
+                f"{src.get('document')} §{src.get('section_id')}"
+            )
+            lines.append(f"{'':>52}{cut(r.get('left', '') + ' ___ ' + r.get('right', ''), width)}")
+    return "\n".join(lines)

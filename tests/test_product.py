@@ -1,0 +1,364 @@
+"""The dataset as a product (issue 20): contamination check, label diagnostics, explain's
+decomposition, and export (round trip, card, refusals) plus explain on a tiny real run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from ctxsim.product.contamination import (
+    ContaminationError,
+    ContaminationParams,
+    check_contamination,
+    normalise,
+)
+from ctxsim.product.explain import decompose
+from ctxsim.readers.sts import write_tsv
+from tests.test_label import _fake_world, _publish, _run_label
+
+PLANTED = "A man is playing a large flute on the stage tonight."
+LONG = "the old ferry crossed the grey harbour slowly while gulls circled above the quiet town"
+
+
+def _sts_dir(root: Path) -> Path:
+    """Two test sets (an STS-year genre and a `test` split) and a dev set, by file name only."""
+    d = root / "sts"
+    (d / "STSX").mkdir(parents=True)
+    write_tsv(d / "STSX" / "STSX.genre.tsv", [PLANTED, "Dogs run."], [LONG, "Cats sit."], [4, 1])
+    write_tsv(d / "FOO.test.tsv", ["A bird sings in the tall tree."], ["x y z"], [2.0])
+    write_tsv(d / "FOO.dev.tsv", ["Only in the dev split, never a test sentence."], ["q"], [1.0])
+    return d
+
+
+# ---- contamination ------------------------------------------------------------------------------
+def test_contamination_finds_planted_and_near_copies_and_ignores_near_misses(tmp_path):
+    sts = _sts_dir(tmp_path)
+    words = LONG.split()
+    near_copy = " ".join(words[:-1] + ["village"])  # one word of 15 changed: 3-gram J = 12/14
+    near_miss = " ".join(words[:7] + ["and", "then", "nothing", "else", "happened", "at", "all"])
+    sentences = [
+        "  a MAN is playing a large flute -- on the stage, tonight!",  # planted, normalised
+        near_copy,
+        near_miss,  # shares 5 of its 3-grams: Jaccard 5/20 < 0.8
+        "Only in the dev split, never a test sentence.",  # dev sets are not test sets
+        "Something else entirely.",
+    ]
+    rep = check_contamination(sentences, sts, ContaminationParams(ngram=3, threshold=0.8))
+    assert rep["contaminated"] == 2 and rep["exact"] == 1 and rep["ngram"] == 1
+    assert rep["checked_sentences"] == 5 and rep["by_test_set"] == {"STSX.genre": 2}
+    assert len(rep["test_files"]) == 2 and not any("dev" in f for f in rep["test_files"])
+    hit = {e["sentence"]: e for e in rep["examples"]}
+    assert hit[near_copy]["jaccard"] == pytest.approx(12 / 14, abs=1e-4)
+    assert near_miss not in hit
+    # the near miss counts once the threshold drops below its Jaccard
+    low = check_contamination([near_miss], sts, ContaminationParams(ngram=3, threshold=0.2))
+    assert low["contaminated"] == 1
+    assert normalise(" A  MAN, is!") == "a man is"
+
+
+def test_label_stage_reports_contamination_and_can_fail_on_it(tmp_path):
+    store, arts, _ = _fake_world(tmp_path / "w", given=False)
+    sts = tmp_path / "sts"
+    sts.mkdir()
+    write_tsv(sts / "BAR.test.tsv", ["Cats purr number 2."], ["unrelated"], [3.0])
+    art = _run_label(store, arts, contamination={"sts_dir": str(sts)})
+    assert art.stats["contamination"] == 1 and art.stats["contamination_exact"] == 1
+    diag = json.loads((art.files_dir / "diagnostics.json").read_text())
+    assert diag["contamination"]["examples"][0]["sentence"] == "cats purr number 2"
+    with pytest.raises(ContaminationError, match="label.contamination.error"):
+        _run_label(store, arts, contamination={"sts_dir": str(sts), "error": True})
+    exact_only = _run_label(store, arts, contamination={"sts_dir": str(sts), "threshold": 1.0})
+    assert exact_only.stats["contamination"] == 1  # exact matches do not depend on the threshold
+    off = _run_label(store, arts)  # no STS directory configured: recorded as not checked
+    assert off.stats["contamination"] is None
+
+
+# ---- diagnostics --------------------------------------------------------------------------------
+def test_label_diagnostics_reference_yields_and_histograms(tmp_path):
+    store, arts, _ = _fake_world(tmp_path, given=False)
+    art = _run_label(store, arts, reference_encoder="tfidf")
+    st = art.stats
+    assert st["diag_near_one_share"] < 0.5 and st["diag_warnings"] == []
+    assert st["diag_reference_spearman"] is not None and st["yield_select_per_query"] == 4
+    diag = json.loads((art.files_dir / "diagnostics.json").read_text())
+    assert diag["by_mode"]["random"]["n"] == 28
+    assert sum(diag["by_mode"]["random"]["counts"]) == 28
+    assert (art.files_dir / "label_vs_reference.png").stat().st_size > 1000
+    assert (art.files_dir / "label_by_mode.png").stat().st_size > 1000
+    assert "# Label diagnostics" in (art.files_dir / "report.md").read_text()
+
+
+def test_reference_encoder_can_be_a_sentence_transformers_model(tmp_path):
+    """A model directory (here a tiny random BERT, mean-pooled by sentence-transformers) as
+    the reference: its cosine is what the agreement is computed against."""
+    from ctxsim.product.diagnostics import reference_similarity
+    from ctxsim.tasks.train import TrainParams, build_tiny_backbone
+
+    store, arts, _ = _fake_world(tmp_path / "w", given=False)
+    texts = arts["queries"].read_table().column("text").to_pylist()
+    model = build_tiny_backbone(texts, tmp_path / "bb", TrainParams(tiny_vocab_size=200), 0)
+    art = _run_label(store, arts, reference_encoder=str(model))
+    t = art.read_table()
+    ref = reference_similarity(str(model), t.column("s1").to_pylist(), t.column("s2").to_pylist())
+    assert np.all(np.abs(ref) <= 1.0 + 1e-6) and np.ptp(ref) > 0
+    from scipy.stats import spearmanr
+
+    want = round(100 * spearmanr(t.column("label").to_numpy(), ref).statistic, 2)
+    assert art.stats["diag_reference_spearman"] == pytest.approx(want, abs=0.01)
+
+
+def test_labels_crowded_at_one_warn(tmp_path, caplog):
+    """Eq. 3 with a shared offset per context (the quickstart's old labels): every label is
+    within 1e-4 of 1.0, which the stage says, twice."""
+    store, arts, _ = _fake_world(tmp_path, given=False)
+    score = arts["score"].read_table()
+    n = score.num_rows
+    rng = np.random.default_rng(0)
+    s = -50.0 - 3 * (score.column("context_id").to_numpy() % 5) + rng.normal(0, 1e-4, n)
+    score = score.set_column(score.schema.get_field_index("S"), "S", pa.array(s))
+    arts["score"] = _publish(store, "score", score)
+    with caplog.at_level("WARNING"):
+        art = _run_label(store, arts, ablations=False)
+    assert art.stats["diag_near_one_share"] > 0.5
+    assert len(art.stats["diag_warnings"]) == 2
+    assert "within 0.0001 of 1.0" in caplog.text and "warn_band_width" in caplog.text
+
+
+# ---- explain's decomposition --------------------------------------------------------------------
+def test_explain_top_context_is_the_decisive_one():
+    """Context 2 is where both sentences fit (or fail to fit) far more than anywhere else: it
+    carries most of the cosine; context 4 is where they disagree."""
+    x = np.array([-1.0, -1.2, -9.0, -1.1, -3.0])
+    y = np.array([-1.1, -1.0, -8.5, -1.0, 0.5])
+    first = np.array([True, True, True, False, False])
+    label, contrib, disagree = decompose(x, y, first, "cosine")
+    assert int(np.argmax(contrib)) == 2 and int(np.argmax(disagree)) == 4
+    assert label == pytest.approx(float(x @ y / np.linalg.norm(x) / np.linalg.norm(y)))
+    assert contrib.sum() == pytest.approx(label)
+    lp, cp, _ = decompose(x, y, first, "pearson")
+    assert cp.sum() == pytest.approx(lp)
+    lx, cx, _ = decompose(x, y, first, "cross_fit")
+    assert cx.sum() == pytest.approx(lx)
+    ln, cn, _ = decompose(x, y, first, "neg_rmse")
+    assert -np.sqrt(-cn.sum()) == pytest.approx(ln)
+
+
+# ---- a tiny real run: export and explain --------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.pipeline import execute
+    from ctxsim.store.artefacts import ArtefactStore
+    from tests.conftest import REPO, SAMPLE
+
+    root = tmp_path_factory.mktemp("product-run")
+    sts = _sts_dir(root)
+    sets = [
+        f"shard.paths=['{SAMPLE}']",
+        "queries.n_corpus=30",
+        "retrieve.top_k=40",
+        "screen.keep=12",
+        "select.max_size=4",
+        "generator.train_steps=3",
+        "generator.n_eval=10",
+        "pairs.pairs_per_query=2",
+        "pairs.idf_sample=500",
+        "label.split_ratios=[60, 20, 20]",
+        f"label.contamination.sts_dir='{sts}'",
+        "run.license=cc-by-4.0",
+        "run.quiet=true",
+    ]
+    cfg = load_config(REPO / "configs" / "quickstart.yaml", sets, str(root / "artefacts"))
+    record = execute(cfg, until="label", run_id="tiny", use_prefect=False)
+    return ArtefactStore(root / "artefacts"), record, sts
+
+
+@pytest.mark.parametrize("fmt", ["hf", "parquet", "jsonl"])
+def test_export_round_trips_with_a_card(tiny_run, tmp_path, fmt):
+    from ctxsim.product.export import export_run, parse_card
+
+    store, record, _ = tiny_run
+    label = store.require("label", record["stages"]["label"]["fingerprint"]).read_table()
+    out = tmp_path / "ds"
+    summary = export_run(store, "tiny", out, fmt)
+    assert summary["splits"] == {
+        s: label.column("split").to_pylist().count(s) for s in ("train", "dev", "test")
+    }
+    for split in summary["splits"]:
+        want = label.filter(pa.compute.equal(label.column("split"), split)).to_pylist()
+        if fmt == "hf":
+            from datasets import load_from_disk
+
+            got = load_from_disk(str(out))[split].to_list()
+        elif fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            got = pq.read_table(out / "data" / f"{split}.parquet").to_pylist()
+        else:
+            lines = (out / "data" / f"{split}.jsonl").read_text().splitlines()
+            got = [json.loads(x) for x in lines]
+        assert _same_rows(got, want)
+    meta, body = parse_card((out / "README.md").read_text())
+    assert meta["license"] == "cc-by-4.0" and meta["task_categories"] == ["sentence-similarity"]
+    c = meta["ctxsim"]
+    assert c["fingerprints"] == {k: v["fingerprint"] for k, v in record["stages"].items()}
+    assert c["counts"]["pairs"] == label.num_rows and c["contamination"]["contaminated"] == 0
+    assert len(c["corpus"]["checksum_sha256"]) == 64 and c["config"]["label"]["split_ratios"]
+    assert body.lstrip().startswith("# ctxsim") and "## Contamination check" in body
+    assert (out / "figures" / "label_label_hist.png").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["ds"]  # nothing beside DIR
+
+
+def _same_rows(got: list[dict], want: list[dict]) -> bool:
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want, strict=True):
+        for k, v in b.items():
+            w = a[k]
+            if isinstance(v, float) and np.isnan(v):
+                if not (w is None or np.isnan(w)):
+                    return False
+            elif w != v:
+                return False
+    return True
+
+
+def test_export_refuses_non_empty_or_unwritable_targets_and_writes_nothing(
+    tiny_run, tmp_path, monkeypatch
+):
+    from ctxsim.product import export as ex
+
+    store, _, _ = tiny_run
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("mine")
+    with pytest.raises(ex.ExportError, match="not empty; pass --overwrite"):
+        ex.export_run(store, "tiny", full, "parquet")
+    assert [p.name for p in full.iterdir()] == ["keep.txt"]
+    ex.export_run(store, "tiny", full, "parquet", overwrite=True)
+    assert not (full / "keep.txt").exists() and (full / "README.md").is_file()
+    # a failure half-way leaves neither DIR nor the staging directory beside it
+    monkeypatch.setattr(ex, "write_rows", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError, match="disk full"):
+        ex.export_run(store, "tiny", tmp_path / "new", "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]
+    monkeypatch.undo()
+    if Path("/proc").is_dir():  # not writable even for root
+        with pytest.raises(ex.ExportError, match="cannot create|not writable"):
+            ex.export_run(store, "tiny", Path("/proc/ctxsim-export"), "hf")
+        assert not Path("/proc/ctxsim-export").exists()
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        with pytest.raises(ex.ExportError, match="not writable"):
+            ex.export_run(store, "tiny", locked / "ds", "hf")
+        assert list(locked.iterdir()) == []
+
+
+def test_export_fails_on_contamination_when_the_config_says_so(tiny_run, tmp_path):
+    from ctxsim.product.export import export_run
+
+    store, _, sts = tiny_run
+    label = store.require("label", store.read_run("tiny")["stages"]["label"]["fingerprint"])
+    planted = label.read_table(["s1"]).column("s1")[0].as_py()
+    dirty = tmp_path / "sts"
+    dirty.mkdir()
+    write_tsv(dirty / "BAZ.test.tsv", [planted], ["other"], [1.0])
+    summary = export_run(store, "tiny", tmp_path / "a", "jsonl", sts_dir=str(dirty))
+    assert summary["contaminated"] == 1
+    record = store.read_run("tiny")
+    record["config"]["label"]["contamination"]["error"] = True
+    store.write_run("tiny-strict", {**record, "run_id": "tiny-strict"})
+    with pytest.raises(ContaminationError):
+        export_run(store, "tiny-strict", tmp_path / "b", "jsonl", sts_dir=str(dirty))
+    assert not (tmp_path / "b").exists()
+
+
+def test_explain_a_labelled_pair_reads_the_runs_scores(tiny_run):
+    """For a pair the run labelled, explain's S are the score artefact's (from the cache, no
+    scoring call), its label is the run's, and its shares are the exact decomposition."""
+    from ctxsim.product.explain import explain_pair
+
+    store, record, _ = tiny_run
+    label = store.require("label", record["stages"]["label"]["fingerprint"]).read_table()
+    row = label.to_pylist()[0]
+    res = explain_pair(store, "tiny", row["s1"], row["s2"], top=3)
+    assert res["label"] == pytest.approx(row["label"], abs=1e-5)
+    assert res["label_in_run"] == pytest.approx(row["label"])
+    assert all(s["forward_calls"] == 0 for s in res["sentences"])
+    score = store.require("score", record["stages"]["score"]["fingerprint"]).read_table()
+    key = {
+        (q, c): s
+        for q, c, s in zip(
+            score.column("query_id").to_pylist(),
+            score.column("context_id").to_pylist(),
+            score.column("S").to_pylist(),
+            strict=True,
+        )
+    }
+    for r in res["contexts"]:
+        assert r["S1"] == pytest.approx(key[(row["s1_id"], r["context_id"])], rel=1e-5)
+        assert r["S2"] == pytest.approx(key[(row["s2_id"], r["context_id"])], rel=1e-5)
+        assert r["source"]["document"] and r["source"]["section_id"] is not None
+    contrib = [r["contribution"] for r in res["contexts"]]
+    assert res["top_contributing"][0]["contribution"] == max(contrib)
+    assert sum(contrib) == pytest.approx(res["label"], abs=1e-4)
+    assert len(res["contexts"]) == row["n_ctx1"] + row["n_ctx2"]
+
+
+def test_explain_an_unseen_pair_builds_its_context_sets(tiny_run):
+    from ctxsim.product.explain import explain_pair
+
+    store, _, _ = tiny_run
+    a, b = "The soup needed more salt and pepper.", "We baked bread on a cold Sunday."
+    res = explain_pair(store, "tiny", a, b, top=2)
+    assert [s["cs_from"] for s in res["sentences"]] == ["run stages for new queries"] * 2
+    assert np.isfinite(res["label"]) and res["label_in_run"] is None
+    assert len(res["top_disagreeing"]) == 2
+    again = explain_pair(store, "tiny", a, b, top=2)  # the same pair again: all cached
+    assert again["label"] == res["label"]
+    assert all(s["forward_calls"] == 0 for s in again["sentences"])
+
+
+def test_a_stage_report_becomes_a_prefect_markdown_artifact(tmp_path, monkeypatch):
+    from ctxsim.flows import pipeline
+    from ctxsim.store.artefacts import ArtefactStore
+
+    store = ArtefactStore(tmp_path)
+    calls: list[dict] = []
+    monkeypatch.setattr(pipeline, "create_table_artifact", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(pipeline, "create_markdown_artifact", lambda **kw: calls.append(kw))
+    with_report = _publish(store, "label", pa.table({"x": [1]}))
+    (with_report.files_dir).mkdir(exist_ok=True)
+    (with_report.files_dir / "report.md").write_text("# Label diagnostics\n")
+    pipeline._stats_artifact("label", with_report, reused=False)
+    assert calls[-1]["key"] == "ctxsim-label-report"
+    assert calls[-1]["markdown"] == "# Label diagnostics\n"
+    calls.clear()
+    pipeline._stats_artifact("pairs", _publish(store, "pairs", pa.table({"x": [1]})), False)
+    assert len(calls) == 1 and "markdown" not in calls[0]
+
+
+def test_export_of_given_pairs_has_one_eval_split_and_the_origin_table(tmp_path):
+    from datasets import Dataset, load_from_disk
+
+    from ctxsim.product.export import export_run, parse_card
+
+    store, arts, _ = _fake_world(tmp_path / "w", given=True)
+    arts["label"] = _run_label(store, arts)
+    stages = {k: {"fingerprint": a.fingerprint} for k, a in arts.items()}
+    store.write_run("g", {"run_id": "g", "config": {"run": {}}, "stages": stages})
+    summary = export_run(store, "g", tmp_path / "out", "hf")
+    assert summary["splits"] == {"eval": 28}
+    ds = load_from_disk(str(tmp_path / "out"))
+    assert isinstance(ds, Dataset) and ds.num_rows == 28
+    meta, body = parse_card((tmp_path / "out" / "README.md").read_text())
+    assert meta["license"] == "unknown"
+    want = f"| STSb.dev | 14 | {arts['label'].stats['spearman_all.STSb.dev']} |"
+    assert "## Origin similarity against gold" in body and want in body
+    assert "Not checked: given pairs are evaluation pairs" in body
