@@ -1,0 +1,53 @@
+"""How the CLI reports errors the user caused: one line naming the file or field, non-zero exit.
+
+The traceback is printed only with ``--verbose`` (``ctxsim --verbose run`` or ``ctxsim run
+--verbose``): for a wrong path, name or file it only buries the one line that matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Iterator
+
+import typer
+
+_state = {"verbose": False}
+
+
+def set_verbose(on: bool, reset: bool = False) -> None:
+    """``reset``: the top-level option, seen first on every invocation; a command's own
+    ``--verbose`` can only switch it on."""
+    if reset or on:
+        _state["verbose"] = on
+
+
+def verbose() -> bool:
+    return _state["verbose"]
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """Errors whose message already says what to fix. ValueError covers ConfigError, InputError
+    (corrupt inputs, unwritable roots), StsFormatError and CorpusInputError."""
+    from ctxsim.models.registry import ModelNotAvailableError
+    from ctxsim.store.artefacts import StoreError
+
+    return (ValueError, FileNotFoundError, NotADirectoryError, StoreError, ModelNotAvailableError)
+
+
+def fail(exc: BaseException | str, code: int = 1) -> None:
+    """Print ``error: <message>`` (after the traceback with --verbose) and exit with ``code``."""
+    if isinstance(exc, BaseException) and verbose():
+        traceback.print_exception(exc)
+    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def user_errors(code: int = 1) -> Iterator[None]:
+    """Turn the user's errors raised in the block into :func:`fail`; anything else (a bug)
+    keeps its traceback."""
+    try:
+        yield
+    except user_error_types() as e:
+        fail(e, code)
