@@ -405,11 +405,18 @@ def data_download(
     url: Annotated[str | None, typer.Option("--url", help="a mirror of the archive")] = None,
 ) -> None:
     """Fetch, verify (sha256), unpack and lay out STS or iSTS as uniform TSV files."""
+    import urllib.error
+
+    from ctxsim.flows.cli_errors import user_errors
     from ctxsim.readers.sts import download
 
     if kind not in ("sts", "ists"):
         _fail("kind must be 'sts' or 'ists'")
-    manifest = download(kind, dest, url=url)
+    try:
+        with user_errors(1):  # a pin mismatch, a bad archive or URL: one line
+            manifest = download(kind, dest, url=url)
+    except urllib.error.URLError as e:
+        _fail(f"cannot fetch {url or kind + ' sources'}: {e.reason}", 1)
     typer.echo(json.dumps(manifest, indent=2, default=str))
 
 
