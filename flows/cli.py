@@ -176,9 +176,15 @@ def inspect(
     json_out: JsonOpt = False,
 ) -> None:
     """Schema, rows, bytes, per-column statistics and sample rows of a stage's artefact."""
-    from ctxsim.store.artefacts import StoreError
+    from ctxsim.store.artefacts import StoreError, safe_name
     from ctxsim.store.inspection import describe
 
+    try:  # names first: an unsafe one is refused whether or not the root exists
+        safe_name(stage, "stage name")
+        if run_id:
+            safe_name(run_id, "run id")
+    except StoreError as e:
+        _fail(str(e))
     store = _existing_store(config, root)
     if store is None:
         _fail(f"no artefact root {Path(_root_of(config, root)).expanduser()}")
