@@ -106,8 +106,10 @@ def run(
 
         os.environ["TQDM_DISABLE"] = "1"
     configure_prefect(cfg.run.root)
+    from ctxsim.flows.cli_errors import hide_input_error_tracebacks
     from ctxsim.flows.pipeline import run_pipeline
 
+    hide_input_error_tracebacks()
     try:
         record = run_pipeline(str(config), overrides, root, until, run_id)
     except (ValueError, FileNotFoundError, StoreError, ModelNotAvailableError) as e:

@@ -7,6 +7,7 @@ The traceback is printed only with ``--verbose`` (``ctxsim --verbose run`` or ``
 from __future__ import annotations
 
 import contextlib
+import logging
 import traceback
 from collections.abc import Iterator
 
@@ -51,3 +52,39 @@ def user_errors(code: int = 1) -> Iterator[None]:
         yield
     except user_error_types() as e:
         fail(e, code)
+
+
+def named_input_error_types() -> tuple[type[BaseException], ...]:
+    """The project's own "your input is wrong" errors (not every ValueError: a bug raising one
+    inside a stage keeps its traceback on the console)."""
+    from ctxsim.flows.config import ConfigError
+    from ctxsim.models.registry import ModelNotAvailableError
+    from ctxsim.readers.sts import StsFormatError
+    from ctxsim.store.errors import InputError
+    from ctxsim.tasks.shard import CorpusInputError
+
+    return (InputError, ConfigError, StsFormatError, CorpusInputError, ModelNotAvailableError)
+
+
+class _NoInputErrorTraceback(logging.Filter):
+    """Console only: Prefect logs a failed flow's traceback (~90 lines) before the CLI's one
+    line; for the user's input errors the traceback stays in Prefect's own log store (its
+    API handler has already formatted the record) and on the console with --verbose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and not verbose() and isinstance(exc, named_input_error_types()):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def hide_input_error_tracebacks() -> None:
+    """Add the filter to Prefect's console handlers (call after Prefect set up its logging)."""
+    import prefect  # noqa: F401 - importing prefect configures its logging
+
+    for handler in logging.getLogger().handlers:
+        if type(handler).__name__ == "PrefectConsoleHandler" and not any(
+            isinstance(f, _NoInputErrorTraceback) for f in handler.filters
+        ):
+            handler.addFilter(_NoInputErrorTraceback())

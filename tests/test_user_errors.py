@@ -197,3 +197,23 @@ def test_read_only_root_with_data_fails_in_one_line(tmp_path: Path) -> None:
     assert res.returncode != 0
     assert "Traceback" not in err and "\n" not in err, err
     assert err.startswith(f"error: artefact root {root} is not writable"), err
+
+
+def test_truncated_gz_found_inside_the_flow_is_not_retried_and_has_no_traceback(
+    tmp_path: Path,
+) -> None:
+    """A truncated stream is only found by reading it, inside the flow: the shard fails once
+    (a retry cannot help), and the console shows the error line, not Prefect's traceback."""
+    whole = gzip.compress(SAMPLE.read_bytes())
+    bad = tmp_path / "truncated.jsonl.gz"
+    bad.write_bytes(whole[: len(whole) // 2])
+    ctxsim = str(Path(sys.executable).with_name("ctxsim"))
+    cmd = [ctxsim, "run", "-c", str(QUICKSTART), "--root", str(tmp_path / "art"), "-q"]
+    cmd += ["--until", "shard", "--set", f"shard.paths=['{bad}']", "--set", "shard.n_shards=1"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert "Traceback" not in out
+    assert "Retrying" not in out and out.count("Task run 'shard-shard-0' - Finished") == 1
+    last = res.stderr.strip().splitlines()
+    assert f"error: {bad}: corrupt gzip file: truncated" in "\n".join(last[-2:]), out
