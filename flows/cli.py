@@ -310,9 +310,11 @@ def origin(
         cfg = load_config(config, overrides, root)
         preflight(cfg)
     configure_prefect(cfg.run.root)
+    from ctxsim.flows.cli_errors import hide_input_error_tracebacks
     from ctxsim.flows.pipeline import run_pipeline
     from ctxsim.store.artefacts import ArtefactStore
 
+    hide_input_error_tracebacks()
     with user_errors(1):
         record = run_pipeline(str(config), overrides, root, "label", run_id)
     label = record["stages"]["label"]
