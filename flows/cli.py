@@ -20,23 +20,6 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def _global_options(
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "--verbose",
-            "-v",
-            help="show the libraries' own output (load reports, weight bars, trainer logs) and "
-            "Prefect's per-task lines; default: one line per stage",
-        ),
-    ] = False,
-) -> None:
-    from ctxsim.flows.console import configure_output
-
-    configure_output(verbose)
-
-
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="YAML config (default configs/quickstart.yaml)"),
@@ -46,22 +29,53 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 SetOpt = Annotated[
     list[str] | None, typer.Option("--set", help="override a config value: SECTION.KEY=VALUE")
 ]
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="show the libraries' own output (load reports, weight bars, trainer logs), "
+        "Prefect's per-task lines and the traceback of an error; default: one line per stage",
+    ),
+]
 
 
-def _fail(msg: str, code: int = 2) -> None:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
+@app.callback()
+def _global_options(verbose: VerboseOpt = False) -> None:
+    """ctxsim: sentence-pair similarity labels from the contexts sentences fit into."""
+    from ctxsim.flows.cli_errors import set_verbose
+
+    set_verbose(verbose, reset=True)
+
+
+def _fail(msg: str | BaseException, code: int = 2) -> None:
+    from ctxsim.flows.cli_errors import fail
+
+    fail(msg, code)
 
 
 def _root_of(config: Path | None, root: str | None) -> str:
-    from ctxsim.flows.config import load_config
+    from ctxsim.flows.config import ConfigError, load_config
 
     if root:
         return root
     path = config or (
         Path("configs/quickstart.yaml") if Path("configs/quickstart.yaml").exists() else None
     )
-    return load_config(path, stages=[]).run.root
+    try:
+        return load_config(path, stages=[]).run.root
+    except ConfigError as e:
+        _fail(e)
+        raise
+
+
+def _existing_store(config: Path | None, root: str | None):  # noqa: ANN202 - lazy import
+    """The store at the configured root, for read-only commands: creates nothing (a command
+    run from another folder must not leave a ./data/artefacts behind), None if absent."""
+    from ctxsim.store.artefacts import ArtefactStore
+
+    path = Path(_root_of(config, root)).expanduser()
+    return ArtefactStore(path, create=False) if path.is_dir() else None
 
 
 @app.command(epilog="Example: ctxsim run --config configs/quickstart.yaml --set retrieve.top_k=500")
@@ -73,34 +87,40 @@ def run(
     run_id: Annotated[str | None, typer.Option("--run-id", help="name of the run record")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
     json_out: JsonOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Run the pipeline (every stage of the config, or up to --until), reusing finished work."""
+    from ctxsim.flows.cli_errors import set_verbose, user_errors
     from ctxsim.flows.config import ConfigError, load_config
     from ctxsim.flows.prefect_env import configure_prefect
+    from ctxsim.flows.preflight import preflight
+    from ctxsim.models.registry import ModelNotAvailableError
     from ctxsim.store.artefacts import StoreError, safe_name
 
+    set_verbose(verbose)
     if config is None:
         config = Path("configs/quickstart.yaml")
     overrides = list(set_ or []) + (["run.quiet=true"] if quiet else [])
-    try:
+    with user_errors(2):  # before Prefect starts: bad config, paths, files, root, packages
         cfg = load_config(config, overrides, root)
         if run_id is not None:
             safe_name(run_id, "run id")
         if until is not None and until not in cfg.stage_names:
             raise ConfigError(f"--until {until!r} is not a stage of {config}")
-    except (ConfigError, StoreError) as e:
-        _fail(str(e))
+        preflight(cfg)
     if cfg.run.quiet:
         import os
 
         os.environ["TQDM_DISABLE"] = "1"
     configure_prefect(cfg.run.root)
+    from ctxsim.flows.cli_errors import hide_input_error_tracebacks
     from ctxsim.flows.pipeline import run_pipeline
 
+    hide_input_error_tracebacks()
     try:
         record = run_pipeline(str(config), overrides, root, until, run_id)
-    except (ValueError, FileNotFoundError, StoreError) as e:
-        _fail(str(e), 1)
+    except (ValueError, FileNotFoundError, StoreError, ModelNotAvailableError) as e:
+        _fail(e, 1)
     except ConnectionError as e:
         if not cfg.run.runner_address:
             raise
@@ -124,8 +144,10 @@ def _runner_connection_hint(exc: BaseException, runner: str, address: str) -> st
 
 
 def _print_run(record: dict[str, Any]) -> None:
+    from ctxsim.flows.run_records import stages_in_order
+
     typer.echo(f"run {record['run_id']}: {record['status']}")
-    for name, st in record.get("stages", {}).items():
+    for name, st in stages_in_order(record):
         typer.echo(
             f"  {name:<14} {st['status']:<9} {st['fingerprint']}  rows={st['rows']:<8} "
             f"shards={st['shards_computed']}/{st['shards']}  {st['seconds']}s"
@@ -134,16 +156,19 @@ def _print_run(record: dict[str, Any]) -> None:
 
 @app.command(epilog="Example: ctxsim runs --json")
 def runs(config: ConfigOpt = None, root: RootOpt = None, json_out: JsonOpt = False) -> None:
-    """List runs: their stages, fingerprints, status and row counts."""
-    from ctxsim.store.artefacts import ArtefactStore
+    """List runs: their stages (in pipeline order), fingerprints, status and row counts.
 
-    store = ArtefactStore(_root_of(config, root))
-    records = store.list_runs()
+    A run still marked "running" whose process is gone (killed) is shown as "crashed"."""
+    from ctxsim.flows.run_records import for_display
+
+    store = _existing_store(config, root)
+    where = store.root if store is not None else Path(_root_of(config, root)).expanduser()
+    records = for_display(store.list_runs()) if store is not None else []
     if json_out:
-        typer.echo(json.dumps({"root": str(store.root), "runs": records}, indent=2, default=str))
+        typer.echo(json.dumps({"root": str(where), "runs": records}, indent=2, default=str))
         return
     if not records:
-        typer.echo(f"no runs under {store.root}")
+        typer.echo(f"no runs under {where}")
     for r in records:
         _print_run(r)
 
@@ -160,10 +185,18 @@ def inspect(
     json_out: JsonOpt = False,
 ) -> None:
     """Schema, rows, bytes, per-column statistics and sample rows of a stage's artefact."""
-    from ctxsim.store.artefacts import ArtefactStore, StoreError
+    from ctxsim.store.artefacts import StoreError, safe_name
     from ctxsim.store.inspection import describe
 
-    store = ArtefactStore(_root_of(config, root))
+    try:  # names first: an unsafe one is refused whether or not the root exists
+        safe_name(stage, "stage name")
+        if run_id:
+            safe_name(run_id, "run id")
+    except StoreError as e:
+        _fail(str(e))
+    store = _existing_store(config, root)
+    if store is None:
+        _fail(f"no artefact root {Path(_root_of(config, root)).expanduser()}")
     try:
         if run_id:
             rec = store.read_run(run_id)
@@ -228,6 +261,7 @@ def train_generator(
         run_id=run_id,
         quiet=False,
         json_out=json_out,
+        verbose=False,
     )
 
 
@@ -261,8 +295,10 @@ def origin(
     Retrieves contexts for these outside sentences from the corpus, scores them (Eq. 3) and
     reports Spearman x100 per set ("all" and "mean" conventions), per Eq. 3 term and without
     each term (Table 9), next to a TF-IDF cosine baseline."""
-    from ctxsim.flows.config import ConfigError, load_config
+    from ctxsim.flows.cli_errors import user_errors
+    from ctxsim.flows.config import load_config
     from ctxsim.flows.prefect_env import configure_prefect
+    from ctxsim.flows.preflight import preflight
 
     if not sts_dir.is_dir():
         _fail(f"--sts-dir {sts_dir} is not a directory")
@@ -281,18 +317,17 @@ def origin(
         overrides.append("select.strategy=random")
     if no_diversity:
         overrides += ["select.one_per_chunk=false", "select.jaccard_threshold=null"]
-    try:
+    with user_errors(2):
         cfg = load_config(config, overrides, root)
-    except ConfigError as e:
-        _fail(str(e))
+        preflight(cfg)
     configure_prefect(cfg.run.root)
+    from ctxsim.flows.cli_errors import hide_input_error_tracebacks
     from ctxsim.flows.pipeline import run_pipeline
     from ctxsim.store.artefacts import ArtefactStore
 
-    try:
+    hide_input_error_tracebacks()
+    with user_errors(1):
         record = run_pipeline(str(config), overrides, root, "label", run_id)
-    except (ValueError, FileNotFoundError) as e:
-        _fail(str(e), 1)
     label = record["stages"]["label"]
     art = ArtefactStore(cfg.run.root).require("label", label["fingerprint"])
     report = json.loads((art.files_dir / "origin.json").read_text())
@@ -325,43 +360,58 @@ def evaluate(
             "intervals against the model (dynamax=wordllama for the word-vector baseline)",
         ),
     ] = None,
+    verbose: VerboseOpt = False,
 ) -> None:
     """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits and iSTS F1 for one model."""
+    from ctxsim.flows.cli_errors import set_verbose, user_errors
+    from ctxsim.flows.preflight import check_eval_dirs
     from ctxsim.store.stage import resolve_device
     from ctxsim.tasks.evaluate import evaluate_model
 
+    set_verbose(verbose)
     if sts_dir is None and ists_dir is None:
         _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches them)")
     baselines: dict[str, str | None] = {}
+    given: dict[str, tuple[str, str]] = {}
     for spec in baseline or []:
         name, sep, ref = spec.partition("=")
         if not sep or not name or not ref:
             _fail(f"--baseline {spec!r}: use NAME=MODEL, e.g. backbone=gemma-270m")
-        if name == "surrogate" or name in baselines:
+        if name == "surrogate" or name in given:
             _fail(f"--baseline {spec!r}: the name {name!r} is taken")
-        keep_as_is = name == "dynamax" and ref == "wordllama"
-        baselines[name] = ref if keep_as_is else _model_path(ref)
-    result = evaluate_model(
-        _model_path(model),
-        sts_dir,
-        ists_dir,
-        baselines=baselines,
-        device=resolve_device(device),
-        out_dir=out_dir,
-        max_pairs_per_subset=max_pairs,
-    )
+        given[name] = (spec, ref)
+    with user_errors(2):  # before loading any model: the data, the model names, packages
+        check_eval_dirs(sts_dir, ists_dir)
+        for name, (spec, ref) in given.items():
+            keep_as_is = name == "dynamax" and ref == "wordllama"
+            baselines[name] = ref if keep_as_is else _model_path(ref, f"--baseline {spec}")
+        model_dir = _model_path(model, "MODEL")
+    with user_errors(1):
+        result = evaluate_model(
+            model_dir,
+            sts_dir,
+            ists_dir,
+            baselines=baselines,
+            device=resolve_device(device),
+            out_dir=out_dir,
+            max_pairs_per_subset=max_pairs,
+        )
     text = json.dumps(result, indent=2, default=str)
     if json_out:
         json_out.write_text(text)
     typer.echo(text)
 
 
-def _model_path(model: str) -> str:
-    """A model directory as given, or a registry short name resolved to its local directory."""
+def _model_path(model: str, what: str = "model") -> str:
+    """A model directory as given, or a registry short name resolved to its local directory;
+    any other name is an error naming the argument (``what``) and the registered names."""
     if Path(model).exists():
         return model
-    from ctxsim.models.registry import resolve_model
+    from ctxsim.models.registry import model_name_problem, resolve_model
 
+    problem = model_name_problem(model)
+    if problem:
+        raise ValueError(f"{what}: {problem}")
     return str(resolve_model(model))
 
 
@@ -376,11 +426,18 @@ def data_download(
     url: Annotated[str | None, typer.Option("--url", help="a mirror of the archive")] = None,
 ) -> None:
     """Fetch, verify (sha256), unpack and lay out STS or iSTS as uniform TSV files."""
+    import urllib.error
+
+    from ctxsim.flows.cli_errors import user_errors
     from ctxsim.readers.sts import download
 
     if kind not in ("sts", "ists"):
         _fail("kind must be 'sts' or 'ists'")
-    manifest = download(kind, dest, url=url)
+    try:
+        with user_errors(1):  # a pin mismatch, a bad archive or URL: one line
+            manifest = download(kind, dest, url=url)
+    except urllib.error.URLError as e:
+        _fail(f"cannot fetch {url or kind + ' sources'}: {e.reason}", 1)
     typer.echo(json.dumps(manifest, indent=2, default=str))
 
 

@@ -61,13 +61,29 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(value) if value.strip() else None
 
 
-def _format_error(source: str, section: str, err: ValidationError) -> str:
+def _format_error(
+    source: str, section: str, err: ValidationError, overridden: dict[str, str] | None = None
+) -> str:
+    """One line per problem, naming where the value came from: the file, or the ``--set``."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(x) for x in (section, *e["loc"]))
         msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"{source}: {loc}: {msg}")
+        msg = msg.removeprefix("Value error, ")
+        lines.append(f"{_origin_of(loc, source, overridden or {})}: {loc}: {msg}")
     return "\n".join(lines)
+
+
+def _origin_of(loc: str, source: str, overridden: dict[str, str]) -> str:
+    """``--set KEY=VALUE`` when an override set ``loc`` (or a key above or below it), else the
+    file."""
+    parts = loc.split(".")
+    for i in range(len(parts), 0, -1):
+        text = overridden.get(".".join(parts[:i]))
+        if text is not None:
+            return f"--set {text}"
+    below = [text for key, text in overridden.items() if key.startswith(loc + ".")]
+    return f"--set {below[0]}" if below else source
 
 
 def load_config(
@@ -90,20 +106,23 @@ def load_config(
             raise ConfigError(f"{p}: invalid YAML: {e}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: top level must be a mapping of sections")
+    overridden: dict[str, str] = {}
     for ov in overrides or []:
         key, value = parse_override(ov)
-        _set_dotted(raw, key, value, "--set")
+        _set_dotted(raw, key, value, f"--set {ov}")
+        overridden[key] = ov
     if root is not None:
         raw.setdefault("run", {})["root"] = root
     for section in raw:
         if section != "run" and section not in STAGES:
             raise ConfigError(
-                f"{source}: unknown section {section!r} (known: run, {', '.join(STAGES)})"
+                f"{_origin_of(section, source, overridden)}: unknown section {section!r} "
+                f"(known: run, {', '.join(STAGES)})"
             )
     try:
         run = RunParams(**(raw.get("run") or {}))
     except ValidationError as e:
-        raise ConfigError(_format_error(source, "run", e)) from None
+        raise ConfigError(_format_error(source, "run", e, overridden)) from None
     present = [s for s in STAGES if s in raw] or list(STAGES)
     names = [s for s in present if stages is None or s in stages]
     parsed: dict[str, BaseModel] = {}
@@ -114,7 +133,7 @@ def load_config(
         try:
             parsed[name] = load_stage(name).Params(**section)
         except ValidationError as e:
-            raise ConfigError(_format_error(source, name, e)) from None
+            raise ConfigError(_format_error(source, name, e, overridden)) from None
     for params in parsed.values():
         params.link(parsed)  # type: ignore[attr-defined]
     return PipelineConfig(run=run, stages=parsed, source=source, raw=raw)

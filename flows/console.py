@@ -24,6 +24,7 @@ QUIET_ENV = {
     "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
 }
 CONSOLE_LOGGER = "ctxsim.console"
+_SET_BY_US: set[str] = set()
 
 
 def configure_output(verbose: bool = False) -> None:
@@ -33,9 +34,14 @@ def configure_output(verbose: bool = False) -> None:
     console.handlers.clear()
     if verbose:
         os.environ["CTXSIM_VERBOSE"] = "1"
+        for key in _SET_BY_US:  # a command's --verbose after the global default
+            os.environ.pop(key, None)
+        _SET_BY_US.clear()
         return
     for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
+        if key not in os.environ:
+            os.environ[key] = value
+            _SET_BY_US.add(key)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     handler = logging.StreamHandler(sys.stderr)

@@ -19,6 +19,7 @@ from prefect.futures import wait
 
 from ctxsim.flows.config import PipelineConfig, load_config
 from ctxsim.flows.console import console_line
+from ctxsim.flows.run_records import process_identity
 from ctxsim.flows.runners import make_task_runner, shard_options, submit_options
 from ctxsim.store.artefacts import Artefact, ArtefactStore, safe_name
 from ctxsim.store.stage import (
@@ -187,6 +188,7 @@ def execute(
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "status": "running",
         "stages": {},
+        **process_identity(),  # lets `ctxsim runs` tell a killed run ("crashed") from a live one
     }
     store.write_run(run_id, record)
     artefacts: dict[str, Artefact] = {}
@@ -204,7 +206,7 @@ def execute(
             t0 = time.perf_counter()
             art = plan.published()
             reused = art is not None
-            computed = 0
+            computed, by_other = 0, False
             if art is None:
                 n = stage.num_shards(plan.context())
                 spec = plan_spec(plan)
@@ -218,10 +220,18 @@ def execute(
                 else:
                     infos = [compute_shard(plan, s) for s in range(n)]
                 computed = sum(not i.get("reused") for i in infos)
-                art = publish_stage(plan, n, infos)
+                # a concurrent run of the same stage may have published it while we waited on
+                # its shard leases: then this run computed nothing and must not claim it
+                art = plan.published() if computed == 0 else None
+                by_other = reused = art is not None
+                if art is None:
+                    art = publish_stage(plan, n, infos)
+                store.remove_empty_partial(name, art.fingerprint)
             line = (
                 "%s %s: %s (%d rows, %d shards computed, %.1fs)",
-                "reused" if reused else "published",
+                "reused (computed by another run)"
+                if by_other
+                else ("reused" if reused else "published"),
                 name,
                 art.fingerprint,
                 art.num_rows,
@@ -234,6 +244,7 @@ def execute(
             record["stages"][name] = {
                 "fingerprint": art.fingerprint,
                 "status": "reused" if reused else "completed",
+                **({"computed_by": "another run"} if by_other else {}),
                 "rows": art.num_rows,
                 "shards": len(art.parts),
                 "shards_computed": computed,
@@ -279,7 +290,13 @@ def run_pipeline(
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """Entry point for the CLI: picks the task runner from the config, then runs the flow."""
+    import os
+
     cfg = load_config(config, overrides, root)
+    if not os.environ.get("PREFECT_API_URL"):
+        from ctxsim.flows.server_guard import tie_ephemeral_server_to_this_process
+
+        tie_ephemeral_server_to_this_process()
     runner = make_task_runner(cfg.run)
     flow_ = pipeline_flow.with_options(task_runner=runner) if runner is not None else pipeline_flow
     return flow_(

@@ -221,6 +221,50 @@ def resolve_model(name: str, cache_dir: str | Path | None = None) -> Path | str:
     return final / "model"
 
 
+def model_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a model here, or None when it can: a registered short name, an
+    existing local path, or a hub id already in the local Hugging Face cache. Checked when a
+    config is validated, so a typo fails at once instead of after retries and a network
+    timeout that never names it."""
+    if name in REGISTRY or Path(name).expanduser().exists() or _in_hub_cache(name):
+        return None
+    return (
+        f"{name!r} is neither a registered model ({', '.join(REGISTRY)}) nor an existing local "
+        "directory (a hub id works only once it is in the local Hugging Face cache)"
+    )
+
+
+def check_model_name(name: str, *also: str) -> str:
+    """``name`` when :func:`model_name_problem` accepts it (or it is one of ``also``, e.g.
+    ``tiny-random``); else ValueError (a pydantic validator turns it into ``section.key``)."""
+    if name in also:
+        return name
+    problem = model_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return False
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # noqa: BLE001 - an invalid repo id is simply not cached
+        return False
+
+
+def check_installed(name: str) -> None:
+    """Raise ModelNotAvailableError (naming the pip command) when a registered model's packages
+    are missing; reads package metadata only, assembles nothing. Other names pass."""
+    spec = REGISTRY.get(name)
+    if spec is not None:
+        for package, suffix in zip(spec.packages, spec.files, strict=True):
+            _installed_file(package, suffix, spec)
+
+
 def describe_models() -> list[dict[str, str]]:
     """Short names, what they are and how to install them (for ``--help`` and errors)."""
     return [

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import re
 import shutil
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxsim.readers.pins import PINNED
 from ctxsim.store.artefacts import sha256_file
 
 TSV_HEADER = ["sentence1", "sentence2", "score"]
@@ -241,60 +243,61 @@ def dataset_key(s: StsSet) -> str:
 
 # ---- download -------------------------------------------------------------------------------
 
-#: Official release archives (the URLs SentEval and CLRCMD fetch). ``sha256`` None = not pinned:
-#: the digest is recorded in MANIFEST.json on first download.
+#: Official release archives (the URLs SentEval and CLRCMD fetch, over https: both hosts serve
+#: it). ``sha256`` pins a whole archive (None: archives are not pinned, their digest is recorded
+#: in MANIFEST.json); the files inside are pinned by readers/pins.py (or a source's ``files``).
 SOURCES: dict[str, list[dict[str, str | None]]] = {
     "sts": [
         {
             "dataset": "STS12",
-            "url": "http://ixa2.si.ehu.es/stswiki/images/4/40/STS2012-en-test.zip",
+            "url": "https://ixa2.si.ehu.es/stswiki/images/4/40/STS2012-en-test.zip",
             "sha256": None,
         },
         {
             "dataset": "STS13",
-            "url": "http://ixa2.si.ehu.es/stswiki/images/2/2f/STS2013-en-test.zip",
+            "url": "https://ixa2.si.ehu.es/stswiki/images/2/2f/STS2013-en-test.zip",
             "sha256": None,
         },
         {
             "dataset": "STS14",
-            "url": "http://ixa2.si.ehu.es/stswiki/images/8/8c/STS2014-en-test.zip",
+            "url": "https://ixa2.si.ehu.es/stswiki/images/8/8c/STS2014-en-test.zip",
             "sha256": None,
         },
         {
             "dataset": "STS15",
-            "url": "http://ixa2.si.ehu.es/stswiki/images/d/da/STS2015-en-test.zip",
+            "url": "https://ixa2.si.ehu.es/stswiki/images/d/da/STS2015-en-test.zip",
             "sha256": None,
         },
         {
             "dataset": "STS16",
-            "url": "http://ixa2.si.ehu.es/stswiki/images/9/98/STS2016-en-test.zip",
+            "url": "https://ixa2.si.ehu.es/stswiki/images/9/98/STS2016-en-test.zip",
             "sha256": None,
         },
         {
             "dataset": "STSb",
-            "url": "http://ixa2.si.ehu.es/stswiki/images/4/48/Stsbenchmark.tar.gz",
+            "url": "https://ixa2.si.ehu.es/stswiki/images/4/48/Stsbenchmark.tar.gz",
             "sha256": None,
         },
         {
             "dataset": "SICK",
-            "url": "http://alt.qcri.org/semeval2014/task1/data/uploads/sick_train.zip",
+            "url": "https://alt.qcri.org/semeval2014/task1/data/uploads/sick_train.zip",
             "sha256": None,
         },
         {
             "dataset": "SICK",
-            "url": "http://alt.qcri.org/semeval2014/task1/data/uploads/sick_trial.zip",
+            "url": "https://alt.qcri.org/semeval2014/task1/data/uploads/sick_trial.zip",
             "sha256": None,
         },
         {
             "dataset": "SICK",
-            "url": "http://alt.qcri.org/semeval2014/task1/data/uploads/sick_test_annotated.zip",
+            "url": "https://alt.qcri.org/semeval2014/task1/data/uploads/sick_test_annotated.zip",
             "sha256": None,
         },
     ],
     "ists": [
         {
             "dataset": "ists2016",
-            "url": "http://alt.qcri.org/semeval2016/task2/data/uploads/test_goldstandard.tar.gz",
+            "url": "https://alt.qcri.org/semeval2016/task2/data/uploads/test_goldstandard.tar.gz",
             "sha256": None,
         },
     ],
@@ -346,6 +349,35 @@ def _flatten_into(files: list[Path], target: Path) -> None:
         shutil.move(str(f), target / f.name)
 
 
+def verify_pinned(files: list[Path], pins: dict[str, str], url: str) -> list[str]:
+    """Check the unpacked data files named in ``pins`` (file name -> sha256); every pinned file
+    must be there with its digest. Returns the names of the data files nothing pins (warned)."""
+    by_name = {f.name: f for f in files if f.is_file()}
+    for name, want in sorted(pins.items()):
+        if name not in by_name:
+            raise StsFormatError(f"{url}: the archive lacks {name}, whose sha256 is pinned")
+        got = sha256_file(by_name[name])
+        if got != want:
+            raise StsFormatError(
+                f"{url}: {name} has sha256 {got}, not the pinned {want} (a changed or "
+                "tampered archive; readers/pins.py)"
+            )
+    junk = ("readme", "license", "00-")
+    unpinned = sorted(
+        n
+        for n in by_name
+        if n not in pins and not n.startswith(".") and not n.lower().startswith(junk)
+    )
+    if unpinned:
+        logging.getLogger("ctxsim.data").warning(
+            "%s: %d file(s) not pinned by sha256 (recorded in MANIFEST.json): %s",
+            url,
+            len(unpinned),
+            ", ".join(unpinned),
+        )
+    return unpinned
+
+
 def download(
     kind: str,
     dest: str | Path,
@@ -363,6 +395,7 @@ def download(
         raise ValueError(f"unknown data kind {kind!r}; use one of {', '.join(SOURCES)}")
     dest = Path(dest)
     srcs = [dict(s) for s in (sources or SOURCES[kind])]
+    originals = [s["url"] for s in srcs]  # pins are looked up by the official archive's name
     if url is not None:
         if len(srcs) != 1:
             raise ValueError(
@@ -386,12 +419,23 @@ def download(
                     f"{u}: sha256 {digest} does not match the pinned {src['sha256']}"
                 )
             files = unpack(arch, tmp / f"unpacked-{i}")
+            pins = src.get("files", PINNED.get(Path(str(originals[i])).name, {}))
+            unpinned = verify_pinned(files, pins, u)  # type: ignore[arg-type]
             ds = str(src["dataset"])
-            target = dest / ds / "original" if kind == "sts" else dest / ds / "test_goldStandard"
-            _flatten_into(files, target)
+            # staged until every archive is fetched and verified: a failure leaves dest as it was
+            sub = "original" if kind == "sts" else "test_goldStandard"
+            _flatten_into(files, tmp / "staged" / ds / sub)
             manifest["archives"].append(
-                {"dataset": ds, "url": u, "sha256": digest, "bytes": arch.stat().st_size}
+                {
+                    "dataset": ds,
+                    "url": u,
+                    "sha256": digest,
+                    "bytes": arch.stat().st_size,
+                    "pinned_files": len(pins),  # type: ignore[arg-type]
+                    "unpinned_files": unpinned,
+                }
             )
+        shutil.copytree(tmp / "staged", dest, dirs_exist_ok=True)
     if kind == "sts":
         for s in discover(dest):
             if Path(s.path).suffix == ".tsv":

@@ -140,9 +140,11 @@ class Artefact:
 class ArtefactStore:
     """Publishes and finds artefacts under one root directory."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, create: bool = True):
+        """``create=False`` for read-only use (``ctxsim runs``, ``inspect``): makes no folder."""
         self.root = Path(root).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
 
     # ---- addressing -------------------------------------------------------------------------
     def cache_dir(self, *parts: str) -> Path:
@@ -222,6 +224,16 @@ class ArtefactStore:
         pdir = self.partial_dir(stage, fp)
         (pdir / "files").mkdir(parents=True, exist_ok=True)
         return pdir
+
+    def remove_empty_partial(self, stage: str, fp: str) -> None:
+        """Drop ``.partial-<fp>`` once the artefact is published, if it holds nothing (a run
+        that reused another run's work opened it and wrote no shard)."""
+        pdir = self.partial_dir(stage, fp)
+        for d in (pdir / "files", pdir):
+            try:
+                d.rmdir()  # only ever removes an empty directory
+            except OSError:
+                return
 
     def shard_done(self, stage: str, fp: str, shard: int) -> dict[str, Any] | None:
         """Done-marker of a finished shard whose part still matches its checksum, else None."""

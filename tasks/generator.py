@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import torch
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ctxsim.models.generator import (
     DEFAULT_TEMPLATES,
@@ -52,7 +52,7 @@ from ctxsim.models.generator_training import (
     train_generator,
     validation_perplexity,
 )
-from ctxsim.models.registry import resolve_model
+from ctxsim.models.registry import check_model_name, resolve_model
 from ctxsim.models.scoring import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import (  # noqa: F401 - load_scorer, META_FILE re-exported
     META_FILE,
@@ -103,6 +103,11 @@ class GeneratorParams(StageParams):
     lambda_right: float = 1.0
     token_budget: int = Field(8192, ge=1)  # scoring engine budget for the evaluation
     bf16_on_cpu: bool = False  # bf16 matmuls on CPU in training and the evaluation's engine
+
+    @field_validator("backbone")
+    @classmethod
+    def _known_backbone(cls, value: str) -> str:
+        return check_model_name(value, TINY)
 
     @model_validator(mode="after")
     def _check(self) -> GeneratorParams:

@@ -13,15 +13,14 @@ increasing in reading order, consecutive within a section.
 from __future__ import annotations
 
 import glob
-import gzip
-import io
 import json
 import os
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,6 +28,7 @@ from pydantic import Field
 
 from ctxsim.models.sentences import count_tokens, split_paragraph
 from ctxsim.store.artefacts import content_digest
+from ctxsim.store.inputs import open_input
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SENTS_PER_DOC_BITS = 24
@@ -109,8 +109,9 @@ def _decode(raw: bytes, path: Path, base_offset: int, errors: str) -> str:
         ) from None
 
 
-def _open_bytes(path: Path) -> io.BufferedIOBase:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+def _open_bytes(path: Path) -> AbstractContextManager[BinaryIO]:
+    """A truncated or non-gzip ``.gz`` raises CorruptInputError naming the file (no retry)."""
+    return open_input(path)
 
 
 def _blocks(text: str) -> list[str]:

@@ -21,9 +21,10 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ctxsim.models.origin import rescale_labels
+from ctxsim.models.registry import check_model_name
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 TINY = "tiny-random"
@@ -77,6 +78,11 @@ class TrainParams(StageParams):
     tiny_hidden_size: int = 32
     tiny_layers: int = 2
     tiny_heads: int = 2
+
+    @field_validator("backbone")
+    @classmethod
+    def _known_backbone(cls, value: str) -> str:
+        return check_model_name(value, TINY)
 
 
 def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:

