@@ -277,6 +277,8 @@ class TrainStage(Stage):
         else:
             backbone_path = resolve_backbone(p.backbone)
         model = build_model(backbone_path, p.max_seq_length, device)
+        # the card's Hub widget examples cost a pass over the data and print their own bar
+        model.model_card_data.generate_widget_examples = False
         if p.freeze_embeddings:
             emb = model[0].auto_model.get_input_embeddings()
             emb.weight.requires_grad_(False)
