@@ -90,6 +90,20 @@ def build_loss(objective: Objective, loss: LossName, model: Any, clrcmd: dict[st
     raise ValueError(f"unknown loss {loss!r}")
 
 
+def has_dropout(model: Any) -> bool:
+    """Whether training-mode forward passes are noisy: SimCSE's two views of a sentence differ
+    only by dropout, so without it (Gemma-3 ships with dropout 0) its positives are identical."""
+    import torch
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) and m.p > 0:
+            return True
+        cfg = getattr(m, "config", None)
+        if cfg is not None and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
+            return True
+    return False
+
+
 def steps_for(n_examples: int, batch_size: int, epochs: float) -> int:
     """Optimizer steps of ``epochs`` passes over ``n_examples`` (the trainer's count, drop_last
     off): the budget every objective gets when ``max_steps`` is not set."""

@@ -30,6 +30,7 @@ from ctxsim.models.objectives import (
     LossName,
     Objective,
     build_loss,
+    has_dropout,
     steps_for,
     tfidf_cosine,
     training_columns,
@@ -308,6 +309,8 @@ class TrainStage(Stage):
             "chunk_size": p.clrcmd_chunk_size,
         }
         loss = None if p.objective == "none" else build_loss(p.objective, p.loss, model, clrcmd)
+        if p.objective == "simcse" and not has_dropout(model):
+            log.warning("train: %s has no dropout: SimCSE's positives are identical", p.backbone)
 
         evaluator, metric = None, None
         if dev is not None:

@@ -186,3 +186,12 @@ def test_tfidf_cosine_and_pool():
     cos = tfidf_cosine(["a red cat", "a red cat", "dogs bark"], ["a red cat", "a cat", "red cat"])
     assert cos[0] == pytest.approx(1.0) and 0 < cos[1] < 1 and cos[2] == 0
     assert sentence_pool(["b", "a", "b"], ["a", "c", "b"]) == ["b", "a", "c"]
+
+
+def test_has_dropout_sees_modules_and_config():
+    import torch
+
+    from ctxsim.models.objectives import has_dropout
+
+    assert has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1)))
+    assert not has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
