@@ -202,22 +202,49 @@ def main(argv: list[str] | None = None) -> None:
         if arm.split("+", 1)[-1] not in ARMS or ("+" in arm and not arm.startswith("simcse+")):
             ap.error(f"unknown arm {arm!r}: use {list(ARMS)} or simcse+ARM")
     t0 = time.perf_counter()
-    trained = {
-        a: train_arm(args.config, args.sets, args.backbone, a, args.run_prefix) for a in args.arms
-    }
     sets = [sample_pairs(s, args.max_pairs, args.seed) for s in discover(args.sts_dir)]
     cache = Path(args.cache)
-    preds = {
-        a: grouped(sets, score_model(t["model"], sets, cache, args.max_seq_length))
-        for a, t in trained.items()
-    }
-    keys = list(next(iter(preds.values())))
-    avg_keys = [k for k in SEVEN if k in keys]
+    name = args.name or f"surrogate_compare_{args.backbone}"
+    plot = Path(args.out_dir) / f"{name}_labels.png"
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    trained: dict[str, dict[str, Any]] = {}
+    preds: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    cis: dict[tuple[str, str, str], dict[str, Any]] = {}
+    label_stats: dict[str, Any] = {}
+    for arm in args.arms:  # the report is rewritten after every arm: a cut run keeps its rows
+        trained[arm] = train_arm(args.config, args.sets, args.backbone, arm, args.run_prefix)
+        scores = score_model(trained[arm]["model"], sets, cache, args.max_seq_length)
+        preds[arm] = grouped(sets, scores)
+        if not label_stats:
+            label_stats = label_plot(trained[arm]["label_path"], plot)
+        rows, ci_rows, meta = _tables(args, trained, preds, cis, M.bootstrap_diff_ci, SEVEN)
+        meta.update(
+            {
+                "command": "python -m bench.bench_surrogate_compare "
+                + " ".join(sys.argv[1:] if argv is None else argv),
+                "max_pairs_per_subset": args.max_pairs,
+                "sets": {s.name: len(s) for s in sets},
+                "label_stats": label_stats,
+                "label_plot": plot.name,
+                "wall_s": round(time.perf_counter() - t0, 1),
+            }
+        )
+        write_results(
+            name, rows, meta, args.out_dir, tables={"paired BCa 95% CI (Spearman x100)": ci_rows}
+        )
 
-    rec = next(iter(trained.values()))["record"]["stages"]
+
+def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, dict[str, Any]]:
+    """Main rows (one per arm), CI rows (each arm against each reference arm present, computed
+    once and kept in ``cis``) and the run-level meta."""
+    from ctxsim.models import metrics as M
+
+    keys = list(next(iter(preds.values())))
+    avg_keys = [k for k in seven if k in keys]
+    first = next(iter(trained.values()))
+    rec = first["record"]["stages"]
     pair_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in PAIR_STAGES if s in rec)
     eq4_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in LABEL_STAGES if s in rec)
-
     rows, ci_rows = [], []
     for arm, t in trained.items():
         m = t["metrics"]
@@ -239,8 +266,12 @@ def main(argv: list[str] | None = None) -> None:
             if ref not in preds or ref == arm:
                 continue
             for k in keys:
-                (pa_, g), (pb, _) = preds[arm][k], preds[ref][k]
-                ci = M.bootstrap_diff_ci(g, pa_, pb, n_resamples=args.resamples, seed=args.seed)
+                if (arm, ref, k) not in cis:
+                    (pa_, g), (pb, _) = preds[arm][k], preds[ref][k]
+                    cis[(arm, ref, k)] = bootstrap(
+                        g, pa_, pb, n_resamples=args.resamples, seed=args.seed
+                    )
+                ci = cis[(arm, ref, k)]
                 ci_rows.append(
                     {
                         "arm": arm,
@@ -252,31 +283,18 @@ def main(argv: list[str] | None = None) -> None:
                         "significant": ci["significant"],
                     }
                 )
-    name = args.name or f"surrogate_compare_{args.backbone}"
-    plot = Path(args.out_dir) / f"{name}_labels.png"
-    plot.parent.mkdir(parents=True, exist_ok=True)
-    label_stats = label_plot(next(iter(trained.values()))["label_path"], plot)
-    first = next(iter(trained.values()))["metrics"]
     meta = {
-        "command": "python -m bench.bench_surrogate_compare "
-        + " ".join(sys.argv[1:] if argv is None else argv),
         "config": args.config,
         "overrides": args.sets,
-        "label_run": first["label_run"],
-        "n_train_pairs": first["n_train_pairs"],
-        "batch_size_note": "same train.* settings for every arm; SimCSE takes the pair arms' steps",
+        "label_run": first["metrics"]["label_run"],
+        "n_train_pairs": first["metrics"]["n_train_pairs"],
+        "fairness": "same train.* settings (steps, batch, lr, seed) for every arm; SimCSE takes "
+        "the pair arms' steps",
         "avg_of": avg_keys,
-        "max_pairs_per_subset": args.max_pairs,
-        "sets": {s.name: len(s) for s in sets},
-        "label_stats": label_stats,
-        "label_plot": plot.name,
         "eq4_label_cpu_s": round(eq4_cpu, 1),
         "pair_mining_cpu_s": round(pair_cpu, 1),
-        "wall_s": round(time.perf_counter() - t0, 1),
     }
-    write_results(
-        name, rows, meta, args.out_dir, tables={"paired BCa 95% CI (Spearman x100)": ci_rows}
-    )
+    return rows, ci_rows, meta
 
 
 if __name__ == "__main__":
