@@ -4,7 +4,10 @@ A transformers backbone with mean pooling over its last layer; predicted similar
 the two sentence vectors; the objective is the L2 distance to the generated labels
 (sentence-transformers' ``CosineSimilarityLoss``), optimised with Adam (lr 1e-4, betas 0.9/0.999,
 Sec. 4.1 "Implementation Details"; AdamW with weight decay 0 is Adam). Optionally the CLRCMD
-contrastive loss over RCMD similarities (Lee et al. 2022, Sec. 3.3) instead.
+contrastive loss over RCMD similarities (Lee et al. 2022, Sec. 3.3) instead, or the rank-aware
+``CoSENTLoss`` / ``AnglELoss``. ``objective`` swaps the labels for a peer on the same sentences,
+steps, batch size and seed (models/objectives.py): TF-IDF cosine labels, unsupervised SimCSE,
+or no training at all; ``train_cpu_seconds`` in the metrics is what each cost.
 
 sentence-transformers' trainer brings evaluation on STSb dev every ``eval_steps`` (or the label
 dev split when no STSb dev is found), keeping the best checkpoint, and mid-epoch resume from the
@@ -23,6 +26,15 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
+from ctxsim.models.objectives import (
+    LossName,
+    Objective,
+    build_loss,
+    has_dropout,
+    steps_for,
+    tfidf_cosine,
+    training_columns,
+)
 from ctxsim.models.origin import rescale_labels
 from ctxsim.models.registry import check_model_name
 from ctxsim.store.stage import Stage, StageContext, StageParams
@@ -44,7 +56,9 @@ class TrainParams(StageParams):
     """The `train` config section."""
 
     backbone: str = TINY  # registry name (minilm, gemma-270m, ...), a local path, or tiny-random
-    loss: Literal["cosine", "clrcmd"] = "cosine"
+    # ctxsim = Eq. 4 labels; tfidf / simcse / none = the peers on the same pairs (issue 18)
+    objective: Objective = "ctxsim"
+    loss: LossName = "cosine"  # cosine = the paper's L2; cosent / angle use only label order
     label_column: str = "label"  # or label_disc / label_fwd / ... for the Eq. 3 ablations
     # Eq. 4 cosines crowd into ~[0.93, 1]: rank maps them to [0, 1] (models.origin.rescale_labels)
     label_scale: Literal["none", "rank", "minmax"] = "rank"
@@ -83,6 +97,19 @@ class TrainParams(StageParams):
     @classmethod
     def _known_backbone(cls, value: str) -> str:
         return check_model_name(value, TINY)
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """Keys added after version 2 enter the dump, and so the fingerprint, only when set away
+        from their default: existing configs keep their train artefacts."""
+        out = super().model_dump(**kwargs)
+        for key, default in _ADDED_KEYS.items():
+            if key in out and out[key] == default:
+                del out[key]
+        return out
+
+
+#: keys added after the stage's version 2, with the default that reproduces version 2's output
+_ADDED_KEYS: dict[str, Any] = {"objective": "ctxsim"}
 
 
 def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:
@@ -230,9 +257,6 @@ class TrainStage(Stage):
             SentenceTransformerTrainingArguments,
         )
         from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
-        from sentence_transformers.losses import CosineSimilarityLoss
-
-        from ctxsim.models.losses.clrcmd_loss import CLRCMDLoss
 
         p: TrainParams = ctx.params
         log = ctx.logger
@@ -257,20 +281,23 @@ class TrainStage(Stage):
             raise ValueError(
                 f"no labelled pairs with split in {p.train_splits} in {label_art.path}"
             )
-        train_ds = Dataset.from_dict(
-            {
-                "sentence1": [s1[i] for i in idx],
-                "sentence2": [s2[i] for i in idx],
-                "score": rescale_labels(lab[idx], p.label_scale).astype(np.float32).tolist(),
-            }
-        )
+        t1, t2 = [s1[i] for i in idx], [s2[i] for i in idx]
+        cpu0 = time.process_time()
+        raw = tfidf_cosine(t1, t2) if p.objective == "tfidf" else lab[idx]
+        targets = rescale_labels(raw, p.label_scale)
+        label_cpu = time.process_time() - cpu0 if p.objective == "tfidf" else 0.0
+        columns = {} if p.objective == "none" else training_columns(p.objective, t1, t2, targets)
+        train_ds = Dataset.from_dict(columns)
+        max_steps = p.max_steps
+        if p.objective == "simcse" and max_steps <= 0:  # the pair objectives' optimizer steps
+            max_steps = steps_for(len(idx), p.batch_size, p.epochs)
 
         dev = self._dev_set(ctx, p, s1, s2, split, lab)
         device = ctx.device
         seed = ctx.run.seed
         torch.manual_seed(seed)
         if p.backbone == TINY:
-            texts = list(train_ds["sentence1"]) + list(train_ds["sentence2"])
+            texts = t1 + t2  # the same vocabulary and weights for every objective
             if dev is not None:
                 texts += dev[0] + dev[1]
             backbone_path = str(build_tiny_backbone(texts, ctx.files_dir / "backbone", p, seed))
@@ -283,16 +310,15 @@ class TrainStage(Stage):
             emb = model[0].auto_model.get_input_embeddings()
             emb.weight.requires_grad_(False)
 
-        if p.loss == "cosine":
-            loss = CosineSimilarityLoss(model)
-        else:
-            loss = CLRCMDLoss(
-                model,
-                p.clrcmd_temperature,
-                p.clrcmd_positive_threshold,
-                p.clrcmd_sparse,
-                p.clrcmd_chunk_size,
-            )
+        clrcmd = {
+            "temperature": p.clrcmd_temperature,
+            "positive_threshold": p.clrcmd_positive_threshold,
+            "sparse": p.clrcmd_sparse,
+            "chunk_size": p.clrcmd_chunk_size,
+        }
+        loss = None if p.objective == "none" else build_loss(p.objective, p.loss, model, clrcmd)
+        if p.objective == "simcse" and not has_dropout(model):
+            log.warning("train: %s has no dropout: SimCSE's positives are identical", p.backbone)
 
         evaluator, metric = None, None
         if dev is not None:
@@ -311,7 +337,7 @@ class TrainStage(Stage):
         args = SentenceTransformerTrainingArguments(
             output_dir=str(ckpt_dir),
             num_train_epochs=p.epochs,
-            max_steps=p.max_steps if p.max_steps > 0 else -1,
+            max_steps=max_steps if max_steps > 0 else -1,
             per_device_train_batch_size=p.batch_size,
             per_device_eval_batch_size=max(p.batch_size, 32),
             learning_rate=p.lr,
@@ -338,36 +364,46 @@ class TrainStage(Stage):
             dataloader_num_workers=0,
             use_cpu=not device.startswith("cuda"),
         )
-        trainer = SentenceTransformerTrainer(
-            model=model,
-            args=args,
-            train_dataset=train_ds,
-            loss=loss,
-            evaluator=evaluator,
-            callbacks=_callbacks(),
-        )
-        _log_through(trainer, log)
+        trainer = None
+        if p.objective != "none":
+            trainer = SentenceTransformerTrainer(
+                model=model,
+                args=args,
+                train_dataset=train_ds,
+                loss=loss,
+                evaluator=evaluator,
+                callbacks=_callbacks(),
+            )
+            _log_through(trainer, log)
         resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
         # the backbone's own dev score: the bar the labels must clear (model card, stats)
         before = evaluator(model) if evaluator is not None and not resume else {}
         if resume:
             log.info("train: resuming from the latest checkpoint in %s", ckpt_dir)
-        trainer.train(resume_from_checkpoint=True if resume else None)
+        cpu0 = time.process_time()  # every thread of this process; dev evaluations included
+        if trainer is not None:
+            trainer.train(resume_from_checkpoint=True if resume else None)
+        train_cpu = time.process_time() - cpu0
 
-        final = evaluator(model) if evaluator is not None else {}
+        final = before if trainer is None else evaluator(model) if evaluator is not None else {}
         out_dir = ctx.files_dir / "model"
         model.save(str(out_dir))
-        best = trainer.state.best_metric
+        best = trainer.state.best_metric if trainer is not None else None
+        if trainer is None and before:
+            best = before["dev_spearman_cosine"]
         info = {
             "backbone": p.backbone,
             "backbone_path": "files/backbone" if p.backbone == TINY else backbone_path,
-            "loss": p.loss,
+            "loss": "none" if p.objective == "none" else p.loss,
+            "objective": p.objective,
+            "label_scale": p.label_scale,
             "label_run": label_art.fingerprint,
             "label_column": p.label_column,
             "n_train_pairs": int(len(idx)),
+            "n_train_examples": len(train_ds),
             "n_dev_pairs": int(len(dev[2])) if dev is not None else 0,
             "dev_set": dev[3] if dev is not None else None,
-            "steps": int(trainer.state.global_step),
+            "steps": int(trainer.state.global_step) if trainer is not None else 0,
             "best_dev_spearman": float(best) * 100 if best is not None else None,
             "final_dev_spearman": float(final["dev_spearman_cosine"]) * 100 if final else None,
             "backbone_dev_spearman": (
@@ -377,10 +413,14 @@ class TrainStage(Stage):
             "bf16": use_bf16,
             "device": device,
             "seconds": round(time.perf_counter() - t0, 2),
+            "label_cpu_seconds": round(label_cpu, 3),
+            "train_cpu_seconds": round(train_cpu, 3),
         }
         before_dev, best_dev = info["backbone_dev_spearman"], info["best_dev_spearman"]
         info["beats_backbone"] = (
-            None if before_dev is None or best_dev is None else bool(best_dev > before_dev)
+            None
+            if before_dev is None or best_dev is None or p.objective == "none"
+            else bool(best_dev > before_dev)
         )
         if info["beats_backbone"] is False:
             ctx.logger.warning(
@@ -392,7 +432,7 @@ class TrainStage(Stage):
             )
         (out_dir / "README.md").write_text(_model_card(info))
         (ctx.files_dir / "metrics.json").write_text(json.dumps(info, indent=2))
-        history = _history_rows(trainer.state.log_history, metric)
+        history = _history_rows(trainer.state.log_history if trainer else [], metric)
         stats = {k: v for k, v in info.items() if v is not None}
         return history, stats
 

@@ -1,0 +1,301 @@
+"""Do ctxsim's labels teach? The surrogate trained on them against the cheap peers (issue 18).
+
+Every arm is the `train` stage of one run (``ctxsim run --until train``), so the pipeline's own
+code trains it and the artefact store reuses what is done: the same label artefact (same pairs and
+sentences), backbone, optimizer steps, batch size and seed; only ``train.objective`` /
+``train.loss`` / ``train.label_scale`` differ (``simcse+ctxsim`` first trains SimCSE, then ctxsim's
+labels from that model). Each trained model is then scored on every STS set found under
+``--sts-dir`` (Spearman x100, "all" convention; ``--max-pairs`` caps each subset with a seeded
+sample), and compared pairwise with paired BCa 95% intervals (models.metrics.bootstrap_diff_ci)
+against the reference arms. CPU-seconds: labels from the run's manifests (Eq. 4 = generator +
+score + label stages; pair mining, shared by ctxsim and TF-IDF labels, apart), training from the
+trainer (``train_cpu_seconds``: every thread, the STSb-dev evaluations included).
+
+Usage::
+
+    .venv/bin/python -m bench.bench_surrogate_compare --config configs/books.yaml \\
+        --set queries.n_corpus=100 --set generator.n_eval=5 --backbone minilm --max-pairs 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.harness import RESULTS_DIR, write_results
+
+#: arm name -> train overrides. ctxsim-L2 is the paper's literal target (L2 on the raw labels).
+ARMS: dict[str, dict[str, str]] = {
+    "none": {"objective": "none"},
+    "simcse": {"objective": "simcse"},
+    "tfidf-L2-rank": {"objective": "tfidf", "loss": "cosine", "label_scale": "rank"},
+    "tfidf-CoSENT": {"objective": "tfidf", "loss": "cosent", "label_scale": "none"},
+    "ctxsim-L2": {"objective": "ctxsim", "loss": "cosine", "label_scale": "none"},
+    "ctxsim-L2-rank": {"objective": "ctxsim", "loss": "cosine", "label_scale": "rank"},
+    "ctxsim-CoSENT": {"objective": "ctxsim", "loss": "cosent", "label_scale": "none"},
+    "ctxsim-AnglE": {"objective": "ctxsim", "loss": "angle", "label_scale": "none"},
+}
+REFERENCES = ("ctxsim-L2", "simcse")
+#: Eq. 4 labels cost these stages on top of the pairs (the rest is pair mining, shared)
+LABEL_STAGES = ("generator", "score", "label")
+PAIR_STAGES = (
+    "shard",
+    "contexts",
+    "queries",
+    "index",
+    "retrieve",
+    "discriminator",
+    "screen",
+    "select",
+    "pairs",
+)
+
+
+def _cpu_s(stage_path: str) -> float | None:
+    m = Path(stage_path) / "_MANIFEST.json"
+    if not m.exists():
+        return None
+    stats = json.loads(m.read_text()).get("stats", {})
+    return float(stats["cpu_seconds"]) if "cpu_seconds" in stats else None
+
+
+def train_arm(
+    config: str, base: list[str], backbone: str, arm: str, run_prefix: str
+) -> dict[str, Any]:
+    """Run the pipeline through `train` for one arm; its record and metrics.json."""
+    from ctxsim.flows.pipeline import run_pipeline
+
+    sets = [*base, f"train.backbone={backbone}"]
+    first = arm
+    if arm.startswith("simcse+"):  # SimCSE, then the labelled arm from SimCSE's model
+        first = arm.split("+", 1)[1]
+        pre = train_arm(config, base, backbone, "simcse", run_prefix)
+        sets[-1] = f"train.backbone={pre['model']}"
+    sets += [f"train.{k}={v}" for k, v in ARMS[first].items()]
+    run_id = f"{run_prefix}-{backbone}-{arm}".replace("+", "-then-")
+    rec = run_pipeline(config, sets, None, "train", run_id)
+    train = rec["stages"]["train"]["path"]
+    metrics = json.loads((Path(train) / "files" / "metrics.json").read_text())
+    if arm.startswith("simcse+"):
+        metrics["train_cpu_seconds"] += pre["metrics"]["train_cpu_seconds"]
+        metrics["steps"] += pre["metrics"]["steps"]
+    return {
+        "record": rec,
+        "model": str(Path(train) / "files" / "model"),
+        "metrics": metrics,
+        "label_path": rec["stages"]["label"]["path"],
+    }
+
+
+def score_model(
+    model_dir: str, sets: list, cache: Path, max_seq_length: int
+) -> dict[str, np.ndarray]:
+    """Cosine of every pair of every set (cached per model directory and set sizes)."""
+    from ctxsim.tasks.evaluate import load_st, score_pairs
+
+    key = f"{Path(model_dir).parent.parent.name}-{sum(len(s) for s in sets)}.npz"
+    path = cache / key
+    if path.exists():
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    model = load_st(model_dir, "cpu", max_seq_length)
+    out = {s.name: score_pairs(model, s.s1, s.s2, 64, ("cosine",))["cosine"] for s in sets}
+    cache.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **out)
+    return out
+
+
+def grouped(sets: list, preds: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Predictions and gold pooled per dataset ("all" convention: a year of STS12-16 is one
+    correlation over its subsets; other sets stand alone)."""
+    from ctxsim.readers.sts import dataset_key
+
+    out: dict[str, tuple[list, list]] = {}
+    for s in sets:
+        p, g = out.setdefault(dataset_key(s), ([], []))
+        p.append(preds[s.name])
+        g.append(np.asarray(s.gold, float))
+    return {k: (np.concatenate(p), np.concatenate(g)) for k, (p, g) in out.items()}
+
+
+def label_plot(label_path: str, out: Path) -> dict[str, Any]:
+    """Histogram of the train labels: Eq. 4 raw, after rank normalisation, and TF-IDF cosine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ctxsim.models.objectives import tfidf_cosine
+    from ctxsim.models.origin import rescale_labels
+
+    t = pa.concat_tables(
+        [pq.read_table(f) for f in sorted(Path(label_path).glob("part-*.parquet"))]
+    )
+    split = np.asarray(t.column("split").to_pylist(), dtype=object)
+    lab = np.asarray(t.column("label").to_pylist(), dtype=float)
+    m = (split == "train") & np.isfinite(lab)
+    raw = lab[m]
+    s1 = [x for x, k in zip(t.column("s1").to_pylist(), m, strict=True) if k]
+    s2 = [x for x, k in zip(t.column("s2").to_pylist(), m, strict=True) if k]
+    tf = tfidf_cosine(s1, s2)
+    fig, ax = plt.subplots(1, 3, figsize=(12, 3.2))
+    ax[0].hist(raw, bins=40)
+    ax[0].set_title(f"Eq. 4 labels (n={len(raw)})")
+    ax[1].hist(rescale_labels(raw, "rank"), bins=20)
+    ax[1].set_title("after rank normalisation")
+    ax[2].hist(tf, bins=40)
+    ax[2].set_title("TF-IDF cosine, same pairs")
+    for a in ax:
+        a.set_xlabel("label")
+    ax[0].set_ylabel("pairs")
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    from scipy.stats import spearmanr
+
+    return {
+        "n_train_pairs": int(len(raw)),
+        "eq4_min": float(raw.min()),
+        "eq4_max": float(raw.max()),
+        "eq4_mean": float(raw.mean()),
+        "eq4_std": float(raw.std()),
+        "tfidf_mean": float(tf.mean()),
+        "tfidf_std": float(tf.std()),
+        "spearman_eq4_vs_tfidf": float(spearmanr(raw, tf)[0]),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="configs/books.yaml")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="config override")
+    ap.add_argument("--backbone", default="minilm")
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), help=f"of {list(ARMS)}, simcse+ARM")
+    ap.add_argument("--run-prefix", default="cmp")
+    ap.add_argument("--sts-dir", default="../shared/data/sts")
+    ap.add_argument("--max-pairs", type=int, default=None, help="seeded sample per subset")
+    ap.add_argument("--max-seq-length", type=int, default=128)
+    ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", default="data/cache/surrogate_compare")
+    ap.add_argument("--out-dir", default=str(RESULTS_DIR))
+    ap.add_argument("--name", default=None, help="result name (default surrogate_compare_BACKBONE)")
+    args = ap.parse_args(argv)
+
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.prefect_env import configure_prefect
+
+    configure_prefect(load_config(args.config, args.sets).run.root)  # before prefect is imported
+    from ctxsim.models import metrics as M
+    from ctxsim.readers.sts import discover, sample_pairs
+    from ctxsim.tasks.evaluate import SEVEN
+
+    for arm in args.arms:
+        if arm.split("+", 1)[-1] not in ARMS or ("+" in arm and not arm.startswith("simcse+")):
+            ap.error(f"unknown arm {arm!r}: use {list(ARMS)} or simcse+ARM")
+    t0 = time.perf_counter()
+    sets = [sample_pairs(s, args.max_pairs, args.seed) for s in discover(args.sts_dir)]
+    cache = Path(args.cache)
+    name = args.name or f"surrogate_compare_{args.backbone}"
+    plot = Path(args.out_dir) / f"{name}_labels.png"
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    trained: dict[str, dict[str, Any]] = {}
+    preds: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    cis: dict[tuple[str, str, str], dict[str, Any]] = {}
+    label_stats: dict[str, Any] = {}
+    for arm in args.arms:  # the report is rewritten after every arm: a cut run keeps its rows
+        trained[arm] = train_arm(args.config, args.sets, args.backbone, arm, args.run_prefix)
+        scores = score_model(trained[arm]["model"], sets, cache, args.max_seq_length)
+        preds[arm] = grouped(sets, scores)
+        if not label_stats:
+            label_stats = label_plot(trained[arm]["label_path"], plot)
+        rows, ci_rows, meta = _tables(args, trained, preds, cis, M.bootstrap_diff_ci, SEVEN)
+        meta.update(
+            {
+                "command": "python -m bench.bench_surrogate_compare "
+                + " ".join(sys.argv[1:] if argv is None else argv),
+                "max_pairs_per_subset": args.max_pairs,
+                "sets": {s.name: len(s) for s in sets},
+                "label_stats": label_stats,
+                "label_plot": plot.name,
+                "wall_s": round(time.perf_counter() - t0, 1),
+            }
+        )
+        write_results(
+            name, rows, meta, args.out_dir, tables={"paired BCa 95% CI (Spearman x100)": ci_rows}
+        )
+
+
+def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, dict[str, Any]]:
+    """Main rows (one per arm), CI rows (each arm against each reference arm present, computed
+    once and kept in ``cis``) and the run-level meta."""
+    from ctxsim.models import metrics as M
+
+    keys = list(next(iter(preds.values())))
+    avg_keys = [k for k in seven if k in keys]
+    first = next(iter(trained.values()))
+    rec = first["record"]["stages"]
+    pair_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in PAIR_STAGES if s in rec)
+    eq4_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in LABEL_STAGES if s in rec)
+    rows, ci_rows = [], []
+    for arm, t in trained.items():
+        m = t["metrics"]
+        sp = {k: M.spearman(*preds[arm][k]) for k in keys}  # x100 already
+        objective = ARMS[arm.split("+", 1)[-1]]["objective"]
+        label_cpu = {"ctxsim": eq4_cpu, "tfidf": m.get("label_cpu_seconds", 0.0)}.get(objective, 0)
+        row: dict[str, Any] = {"backbone": args.backbone, "arm": arm}
+        row.update({k: round(v, 2) for k, v in sp.items()})
+        row["avg"] = round(float(np.mean([sp[k] for k in avg_keys])), 2)
+        row["steps"] = m["steps"]
+        row["best_dev_during_training"] = (
+            round(m["best_dev_spearman"], 2) if m.get("best_dev_spearman") is not None else None
+        )
+        row["label_cpu_s"] = round(float(label_cpu), 1)
+        row["pair_mining_cpu_s"] = round(pair_cpu, 1) if objective in ("ctxsim", "tfidf") else 0.0
+        row["train_cpu_s"] = round(float(m["train_cpu_seconds"]), 1)
+        rows.append(row)
+        for ref in REFERENCES:
+            if ref not in preds or ref == arm:
+                continue
+            for k in keys:
+                if (arm, ref, k) not in cis:
+                    (pa_, g), (pb, _) = preds[arm][k], preds[ref][k]
+                    cis[(arm, ref, k)] = bootstrap(
+                        g, pa_, pb, n_resamples=args.resamples, seed=args.seed
+                    )
+                ci = cis[(arm, ref, k)]
+                ci_rows.append(
+                    {
+                        "arm": arm,
+                        "vs": ref,
+                        "set": k,
+                        "delta": round(ci["delta"], 2),
+                        "ci_low": round(ci["ci_low"], 2),
+                        "ci_high": round(ci["ci_high"], 2),
+                        "significant": ci["significant"],
+                    }
+                )
+    meta = {
+        "config": args.config,
+        "overrides": args.sets,
+        "label_run": first["metrics"]["label_run"],
+        "n_train_pairs": first["metrics"]["n_train_pairs"],
+        "fairness": "same train.* settings (steps, batch, lr, seed) for every arm; SimCSE takes "
+        "the pair arms' steps",
+        "avg_of": avg_keys,
+        "eq4_label_cpu_s": round(eq4_cpu, 1),
+        "pair_mining_cpu_s": round(pair_cpu, 1),
+    }
+    return rows, ci_rows, meta
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""What the surrogate learns from: the training examples and the loss of each objective.
+
+The `train` stage compares ctxsim's Eq. 4 labels with what a user could get from the same
+sentences and the same CPU another way (issue 18):
+
+- ``ctxsim``: the label artefact's pairs and labels (the paper);
+- ``tfidf``: the same pairs, labelled by the TF-IDF cosine of the two sentences instead;
+- ``simcse``: unsupervised SimCSE (Gao et al. 2021): each sentence of those pairs is its own
+  positive, dropout is the noise, the other sentences of the batch are the negatives
+  (sentence-transformers' ``MultipleNegativesRankingLoss``, scale 20 = temperature 0.05);
+- ``none``: the untrained backbone.
+
+Labelled objectives take one of sentence-transformers' regression/ranking losses: ``cosine`` is the
+paper's L2 on the cosine (``CosineSimilarityLoss``); ``cosent`` and ``angle`` (``CoSENTLoss``,
+``AnglELoss``) use only the order of the labels inside a batch, so a band of 1e-6 teaches as
+much as a band of 1; ``clrcmd`` is the contrastive RCMD loss (models/losses/clrcmd_loss.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+Objective = Literal["ctxsim", "simcse", "tfidf", "none"]
+LossName = Literal["cosine", "cosent", "angle", "clrcmd"]
+
+#: SimCSE's temperature 0.05 as sentence-transformers' similarity scale (Gao et al. 2021, Sec. 3)
+SIMCSE_SCALE = 20.0
+
+
+def tfidf_cosine(s1: Sequence[str], s2: Sequence[str]) -> np.ndarray:
+    """Cosine of the two sentences' TF-IDF vectors (word unigrams, sublinear tf, IDF from the
+    distinct sentences of all pairs): the baseline the label stage reports as ``tfidf_cosine``."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    if len(s1) != len(s2):
+        raise ValueError(f"{len(s1)} first sentences but {len(s2)} second sentences")
+    vec = TfidfVectorizer(sublinear_tf=True).fit(sorted(set(s1) | set(s2)))
+    xa, xb = vec.transform(list(s1)), vec.transform(list(s2))
+    return np.asarray(xa.multiply(xb).sum(axis=1), dtype=np.float64).ravel()
+
+
+def sentence_pool(s1: Sequence[str], s2: Sequence[str]) -> list[str]:
+    """The distinct sentences of the pairs, in first-seen order (deterministic): SimCSE's data.
+    Distinct, because a duplicate in a batch would be a false negative for MNRL."""
+    seen: dict[str, None] = {}
+    for a, b in zip(s1, s2, strict=True):
+        seen.setdefault(a, None)
+        seen.setdefault(b, None)
+    return list(seen)
+
+
+def training_columns(
+    objective: Objective, s1: Sequence[str], s2: Sequence[str], targets: np.ndarray | None
+) -> dict[str, list[Any]]:
+    """The columns of the training dataset: (sentence1, sentence2, score) for the labelled
+    objectives, (anchor, positive) with positive = anchor for SimCSE."""
+    if objective == "simcse":
+        pool = sentence_pool(s1, s2)
+        return {"anchor": pool, "positive": list(pool)}
+    if objective in ("ctxsim", "tfidf"):
+        if targets is None or len(targets) != len(s1):
+            raise ValueError("labelled objectives need one target per pair")
+        return {
+            "sentence1": list(s1),
+            "sentence2": list(s2),
+            "score": np.asarray(targets, dtype=np.float32).tolist(),
+        }
+    raise ValueError(f"objective {objective!r} has no training data")
+
+
+def build_loss(objective: Objective, loss: LossName, model: Any, clrcmd: dict[str, Any]) -> Any:
+    """The sentence-transformers loss module for an objective (``clrcmd``: CLRCMDLoss's kwargs)."""
+    from sentence_transformers import losses
+
+    if objective == "simcse":
+        return losses.MultipleNegativesRankingLoss(model, scale=SIMCSE_SCALE)
+    if loss == "cosine":
+        return losses.CosineSimilarityLoss(model)
+    if loss == "cosent":
+        return losses.CoSENTLoss(model)
+    if loss == "angle":
+        return losses.AnglELoss(model)
+    if loss == "clrcmd":
+        from ctxsim.models.losses.clrcmd_loss import CLRCMDLoss
+
+        return CLRCMDLoss(model, **clrcmd)
+    raise ValueError(f"unknown loss {loss!r}")
+
+
+def has_dropout(model: Any) -> bool:
+    """Whether training-mode forward passes are noisy: SimCSE's two views of a sentence differ
+    only by dropout, so without it (Gemma-3 ships with dropout 0) its positives are identical."""
+    import torch
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) and m.p > 0:
+            return True
+        cfg = getattr(m, "config", None)
+        if cfg is not None and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
+            return True
+    return False
+
+
+def steps_for(n_examples: int, batch_size: int, epochs: float) -> int:
+    """Optimizer steps of ``epochs`` passes over ``n_examples`` (the trainer's count, drop_last
+    off): the budget every objective gets when ``max_steps`` is not set."""
+    return max(1, int(np.ceil(np.ceil(n_examples / batch_size) * epochs)))
