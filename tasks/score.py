@@ -55,7 +55,7 @@ class ScoreStage(Stage):
     version = "2"  # 2: null_* columns (pmi)
     Params = ScoreParams
     inputs = ("queries", "contexts", "shard", "generator", "select", "pairs")
-    optional_inputs = ("screen", "discriminator")
+    optional_inputs = ("screen", "discriminator", "gencontexts")
     run_fields = ()
 
     def num_shards(self, ctx: StageContext) -> int:
