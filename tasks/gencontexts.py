@@ -207,20 +207,23 @@ class GenContextsStage(Stage):
                 mininterval=30.0,
                 disable=ctx.run.quiet,
             )
+            step = p.batch_size * 8  # cached as they come: a killed shard keeps its samples
             with bar:
-                new = sample_texts(
-                    lm,
-                    tok,
-                    [render(template, texts[qi[r]]) for r in todo],
-                    [seeds[r] for r in todo],
-                    settings,
-                    batch_size=p.batch_size,
-                    quote=stops_at_quote(template),
-                    progress=bar.update,
-                )
-            if cache is not None:
-                cache.put([keys[r] for r in todo], new)
-            got.update({keys[r]: t for r, t in zip(todo, new, strict=True)})
+                for lo in range(0, len(todo), step):
+                    rows = todo[lo : lo + step]
+                    new = sample_texts(
+                        lm,
+                        tok,
+                        [render(template, texts[qi[r]]) for r in rows],
+                        [seeds[r] for r in rows],
+                        settings,
+                        batch_size=p.batch_size,
+                        quote=stops_at_quote(template),
+                        progress=bar.update,
+                    )
+                    if cache is not None:
+                        cache.put([keys[r] for r in rows], new)
+                    got.update({keys[r]: t for r, t in zip(rows, new, strict=True)})
             n_new, n_cached = n_new + len(todo), n_cached + len(keys) - len(todo)
             cid = context_id(qids[qi], np.full(len(qi), side), js)
             sid = cid - GEN_CONTEXT_BASE + GEN_SENT_BASE
