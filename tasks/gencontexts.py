@@ -81,6 +81,18 @@ class GenContextsParams(StageParams):
     batch_size: int = Field(32, ge=1)
     cache: bool = True  # reuse samples drawn by earlier runs on this root
 
+    def link(self, sections: dict[str, StageParams]) -> None:
+        """A continuation is scored by the right term only, a preceding sentence by the left
+        term only: with that term's lambda at 0 every such slot would score S = 0."""
+        score = sections.get("score")
+        for k, lam in ((self.k_right, "lambda_right"), (self.k_left, "lambda_left")):
+            if k > 0 and score is not None and getattr(score, lam, 1.0) == 0.0:
+                side = "k_right" if lam == "lambda_right" else "k_left"
+                raise ValueError(
+                    f"gencontexts.{side} > 0 needs score.{lam} != 0 (a one-sided generated "
+                    "slot has only that term)"
+                )
+
 
 def context_id(query_id: np.ndarray, side: np.ndarray, sample: np.ndarray) -> np.ndarray:
     """Generated context ids: (query, side, j) -> an id above every corpus context id."""

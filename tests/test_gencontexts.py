@@ -160,3 +160,13 @@ def test_generated_slots_through_select_score_label(backbone, tmp_path) -> None:
 def test_generate_source_needs_the_stage(spine, tmp_path) -> None:
     with pytest.raises(ValueError, match="gencontexts"):
         run_spine(tmp_path, {"select.source": "generate"}, until="select")
+
+
+def test_generated_side_needs_its_lambda() -> None:
+    from ctxsim.flows.config import ConfigError, load_config
+    from tests.conftest import REPO
+
+    sets = ["gencontexts.k_right=2", "score.lambda_right=0"]
+    with pytest.raises(ConfigError, match="gencontexts.k_right > 0 needs score.lambda_right"):
+        load_config(REPO / "configs" / "quickstart.yaml", sets)
+    load_config(REPO / "configs" / "generated.yaml")  # the shipped config is consistent
