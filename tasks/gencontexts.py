@@ -142,23 +142,26 @@ class SampleCache:
         os.replace(tmp, self.dir / f"{name}.parquet")
 
 
-def _load_lm(model: str, device: str) -> tuple[Any, Any, str]:
-    """(causal LM, tokenizer, identity string for the cache: the resolved path or hub id)."""
+def _model_identity(model: str) -> tuple[str, str]:
+    """(resolved path or hub id, identity string for the sample cache: the path plus its
+    weights' sizes and mtimes, so a retrained model in the same folder is another model)."""
+    from ctxsim.models.registry import resolve_model
+
+    path = str(resolve_model(model))
+    ident = path
+    if Path(path).is_dir():
+        files = sorted(Path(path).glob("*.safetensors")) + sorted(Path(path).glob("*.bin"))
+        ident += json.dumps([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+    return path, ident
+
+
+def _load_lm(path: str, device: str) -> tuple[Any, Any]:
+    """(causal LM, tokenizer), loaded only when a sample is not in the cache."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ctxsim.models.registry import resolve_model
-
-    path = resolve_model(model)
-    tok = AutoTokenizer.from_pretrained(str(path))
-    lm = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device)
-    ident = str(path)
-    if Path(str(path)).is_dir():  # the weights' sizes and mtimes: a retrained model is another
-        files = sorted(Path(str(path)).glob("*.safetensors")) + sorted(
-            Path(str(path)).glob("*.bin")
-        )
-        ident += json.dumps([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
-    return lm, tok, ident
+    tok = AutoTokenizer.from_pretrained(path)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device), tok
 
 
 class GenContextsStage(Stage):
@@ -191,8 +194,9 @@ class GenContextsStage(Stage):
         settings = SamplingSettings(p.max_new_tokens, p.temperature, p.top_p, p.top_k)
         sampling = json.dumps(settings.__dict__, sort_keys=True)
         cols: dict[str, list] = {f.name: [] for f in GEN_SCHEMA}
+        path, ident = _model_identity(p.model)
+        cache = SampleCache(ctx.store.root, ident) if p.cache else None
         lm = tok = None
-        cache = ident = None
         n_new = n_cached = 0
         for side, k, template in ((1, p.k_right, "right"), (0, p.k_left, p.left_template)):
             if k == 0 or len(qids) == 0:
@@ -203,15 +207,14 @@ class GenContextsStage(Stage):
                 sample_seed(ctx.run.seed, template, texts[i], int(j))
                 for i, j in zip(qi, js, strict=True)
             ]
-            if lm is None:
-                lm, tok, ident = _load_lm(p.model, ctx.device)
-                cache = SampleCache(ctx.store.root, ident) if p.cache else None
             keys = [
                 SampleCache.key(template, sampling, texts[i], s)
                 for i, s in zip(qi, seeds, strict=True)
             ]
             got = cache.get(keys) if cache is not None else {}
             todo = [r for r, key in enumerate(keys) if key not in got]
+            if todo and lm is None:
+                lm, tok = _load_lm(path, ctx.device)
             bar = tqdm(
                 total=len(todo),
                 desc=f"gencontexts {template}",
