@@ -134,6 +134,9 @@ def load_config(
             parsed[name] = load_stage(name).Params(**section)
         except ValidationError as e:
             raise ConfigError(_format_error(source, name, e, overridden)) from None
-    for params in parsed.values():
-        params.link(parsed)  # type: ignore[attr-defined]
+    for name, params in parsed.items():
+        try:
+            params.link(parsed)  # type: ignore[attr-defined]
+        except ValueError as e:  # settings of two sections that do not fit together
+            raise ConfigError(f"{source}: section {name!r}: {e}") from None
     return PipelineConfig(run=run, stages=parsed, source=source, raw=raw)

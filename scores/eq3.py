@@ -10,6 +10,9 @@ from `screen` where it ranked that (query, context) and otherwise computed with 
 S = lambda_disc * disc + lambda_fwd * fwd + lambda_left * left + lambda_right * right.
 With ``pmi: [d, ...]`` those terms are taken as pointwise mutual information (the term minus the
 same target scored without the other side, recorded in ``null_<d>``; see ScoreParams.pmi).
+Generated contexts (tasks/gencontexts.py) are one-sided slots: a term whose target side is
+absent (c< of a continuation, c> of a preceding sentence) is 0.0 and never computed, and so is its
+disc term (the discriminator reads both sides).
 Generative terms already scored on the artefact root are read from ``ROOT/_cache/scores``
 (store/score_cache.py) instead of recomputed.
 """
@@ -31,6 +34,7 @@ from ctxsim.scores.loading import load_scorer
 from ctxsim.store.score_cache import ScoreCache, window_keys
 from ctxsim.store.stage import StageContext, StageParams
 from ctxsim.store.tables import rows_of
+from ctxsim.tasks.gencontexts import contexts_with_generated, sentences_with_generated
 
 SCORE_SCHEMA = pa.schema(
     [
@@ -113,14 +117,14 @@ def score_rows(
     t0 = time.perf_counter()
     n = len(qid)
     u_ctx = np.unique(cid)
-    co = ctx.input("contexts").read_table(["context_id", "left_sent_ids", "right_sent_ids"])
+    co = contexts_with_generated(ctx).select(["context_id", "left_sent_ids", "right_sent_ids"])
     co = co.filter(pc.is_in(co.column("context_id"), pa.array(u_ctx))).sort_by("context_id")
     c_keys = co.column("context_id").to_numpy()
     _lookup(c_keys, u_ctx, "context")
     left_ids = co.column("left_sent_ids").to_pylist()
     right_ids = co.column("right_sent_ids").to_pylist()
     need = np.unique(np.asarray([s for x in left_ids + right_ids for s in x], np.int64))
-    sh = ctx.input("shard").read_table(["sent_id", "text"])
+    sh = sentences_with_generated(ctx)
     sh = sh.filter(pc.is_in(sh.column("sent_id"), pa.array(need))).sort_by("sent_id")
     s_keys = sh.column("sent_id").to_numpy()
     s_text = np.asarray(sh.column("text").to_pylist(), dtype=object)
@@ -218,6 +222,33 @@ def _generate(
     rights: np.ndarray,
     directions: list[str],
 ) -> tuple[dict[str, np.ndarray], int]:
+    """The generative terms of the rows whose target is not empty (0.0 for the others: a
+    one-sided generated slot has no c< or no c>); see ``_generate_rows``."""
+    out = {d: np.zeros(len(sents), np.float32) for d in directions}
+    groups: dict[bytes, list[str]] = {}  # rows -> directions whose targets are those rows
+    for d in directions:
+        target = {"left": lefts, "right": rights}.get(d, sents)
+        groups.setdefault(np.flatnonzero(target != "").tobytes(), []).append(d)
+    hits = 0
+    for rows_b, dirs in groups.items():
+        rows = np.frombuffer(rows_b, dtype=np.intp)
+        if not len(rows):
+            continue
+        got, h = _generate_rows(engine, cache, lefts[rows], sents[rows], rights[rows], dirs)
+        for d in dirs:
+            out[d][rows] = got[d]
+        hits += h
+    return out, hits
+
+
+def _generate_rows(
+    engine: ScoringEngine,
+    cache: ScoreCache | None,
+    lefts: np.ndarray,
+    sents: np.ndarray,
+    rights: np.ndarray,
+    directions: list[str],
+) -> tuple[dict[str, np.ndarray], int]:
     """The generative terms, each window and direction computed once per artefact root: read
     from the score cache (store/score_cache.py) where an earlier run scored it, the rest through
     the engine (and added to the cache). Returns the terms and the number of cache hits."""
@@ -292,6 +323,8 @@ def _disc(
         disc[hit] = log_sigmoid(logit[pos[hit]])
         source[hit] = "screen"
     todo = np.flatnonzero(source == "missing")
+    both_sides = [bool(w.left_ids[w.crow[r]]) and bool(w.right_ids[w.crow[r]]) for r in todo]
+    todo = todo[np.asarray(both_sides, bool)] if len(todo) else todo
     if len(todo) and "discriminator" in ctx.upstream:
         logits = _disc_model(ctx, p, todo, w)
         disc[todo] = log_sigmoid(logits)

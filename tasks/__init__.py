@@ -20,6 +20,7 @@ STAGES: dict[str, str] = {
     "discriminator": "ctxsim.tasks.discriminator:DiscriminatorStage",  # BiLSTM, Eq. 1
     "screen": "ctxsim.tasks.screen:ScreenStage",  # rank contexts with cached reps (Sec. 3.3)
     "generator": "ctxsim.tasks.generator:GeneratorStage",  # generative scorers, Eq. 2
+    "gencontexts": "ctxsim.tasks.gencontexts:GenContextsStage",  # LM-sampled contexts
     "select": "ctxsim.tasks.select_contexts:SelectStage",  # diverse context sets Cs (Sec. 3.3)
     "pairs": "ctxsim.tasks.pairs:PairsStage",  # which sentence pairs get labels
     "score": "ctxsim.tasks.score:ScoreStage",  # S(s, c), Eq. 3

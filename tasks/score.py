@@ -55,7 +55,7 @@ class ScoreStage(Stage):
     Params = ScoreParams
     inputs = ("queries", "contexts", "shard", "generator", "select", "pairs")
     shard_by = "queries"
-    optional_inputs = ("screen", "discriminator")
+    optional_inputs = ("screen", "discriminator", "gencontexts")
     run_fields = ()
 
     def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:

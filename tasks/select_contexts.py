@@ -11,6 +11,11 @@ rest in screen order; the diversity rules apply unchanged. It costs ``rerank_top
 scores per query, so the default ``screen`` order (free: the screen already ranked them) is what
 a CPU run uses.
 
+``source``: where candidates come from: ``retrieve`` (the screened corpus contexts), ``generate``
+(the query's own LM-sampled contexts from `gencontexts`, in sample order; no retrieval stages
+needed) or ``both`` (merged by rank: screen rank r beside sample r). Generated slots pass the same
+diversity rule, on their one sentence; the own-window exclusion does not apply to them.
+
 Ablations of Sec. 5.4: ``strategy: random`` draws |Cs| contexts uniformly from the whole corpus;
 ``one_per_chunk: false`` + ``jaccard_threshold: null`` is "two-step without diversity".
 
@@ -32,6 +37,7 @@ from ctxsim.models.selection import token_ranks, word_set
 from ctxsim.scores import ScoreParams, query_texts, score_rows
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
+from ctxsim.tasks.gencontexts import contexts_with_generated, sentences_with_generated
 
 SELECT_SCHEMA = pa.schema(
     [
@@ -59,6 +65,8 @@ class SelectParams(StageParams):
     order_by: Literal["screen", "score"] = "screen"
     rerank_top: int = Field(32, ge=1)
     scoring: ScoreParams | None = None  # default: the config's `score` section
+    # candidates: screened corpus contexts, the `gencontexts` samples, or both (module doc)
+    source: Literal["retrieve", "generate", "both"] = "retrieve"
 
     def link(self, sections: dict[str, StageParams]) -> None:
         if self.order_by == "score" and self.scoring is None:
@@ -72,10 +80,15 @@ class SelectStage(Stage):
     Params = SelectParams
     inputs = ("queries", "contexts", "shard")
     shard_by = "queries"
-    optional_inputs = ("screen", "generator", "discriminator")
+    optional_inputs = ("screen", "generator", "discriminator", "gencontexts")
 
     def optional_inputs_for(self, params: SelectParams) -> tuple[str, ...]:
-        return self.optional_inputs if params.order_by == "score" else ("screen",)
+        used = self.optional_inputs if params.order_by == "score" else ("screen",)
+        if params.source != "retrieve":
+            used = (*used, "gencontexts") if "gencontexts" not in used else used
+        else:
+            used = tuple(u for u in used if u != "gencontexts")
+        return used
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: SelectParams = ctx.params
@@ -83,7 +96,7 @@ class SelectStage(Stage):
         queries = queries.filter(pc.equal(queries["shard"], shard))
         qids = queries.column("query_id").to_numpy()
         qsent = queries.column("sent_id").to_pylist()
-        contexts = ContextIndex(ctx.input("contexts").read_table())
+        contexts = ContextIndex(contexts_with_generated(ctx))
         if p.strategy == "random":
             rows = self._random(ctx, p, qids, qsent, contexts)
             n_cand, rerank = 0, {}
@@ -120,27 +133,16 @@ class SelectStage(Stage):
         qsent: list[int | None],
         contexts: ContextIndex,
     ) -> tuple[dict[str, list], int, dict[str, Any]]:
-        if "screen" not in ctx.upstream:
-            raise ValueError(
-                "select.strategy 'ranked' needs the `screen` stage's ranking; run it or use "
-                "select.strategy: random"
-            )
-        screen_art = ctx.input("screen")
-        cols = ["query_id", "context_id", "chunk_id", "rank", "is_own"]
-        if len(screen_art.parts) == self.num_shards(ctx):
-            screen = screen_art.read_part(shard, cols)
-        else:
-            screen = screen_art.read_table(cols)
-        screen = screen.filter(pc.is_in(screen["query_id"], pa.array(qids)))
-        sq = screen.column("query_id").to_numpy()
-        order = np.lexsort((screen.column("rank").to_numpy(), sq))
-        sq = sq[order]
-        sc = screen.column("context_id").to_numpy()[order]
-        sch = screen.column("chunk_id").to_numpy()[order]
-        srank = screen.column("rank").to_numpy()[order]
-        sown = screen.column("is_own").to_numpy(zero_copy_only=False)[order]
+        cand = self._candidates(ctx, p, shard, qids)
+        order = np.lexsort((cand["generated"], cand["rank"], cand["query_id"]))
+        sq = cand["query_id"][order]
+        sc = cand["context_id"][order]
+        sch = cand["chunk_id"][order]
+        srank = cand["rank"][order]
+        sown = cand["is_own"][order]
+        sgen = cand["generated"][order]
         prev_ids = contexts.prev_sent_ids(sc)
-        texts = SentenceTexts(ctx.input("shard"))
+        texts = SentenceTexts(sentences_with_generated(ctx))
         sets = texts.word_sets(prev_ids)
         # one token order for the whole shard (rare first) keeps prefix-filter lists short
         ranks = (
@@ -155,7 +157,7 @@ class SelectStage(Stage):
                 keep = ~sown[lo:hi]
                 if qsent[qi] is not None:
                     keep &= ~contexts.window_contains(sc[lo:hi], int(qsent[qi]))
-                idx = idx[keep]
+                idx = idx[keep | sgen[lo:hi]]
             candidates.append(idx)
         order_score = np.full(len(sq), np.nan, np.float32)
         rerank: dict[str, Any] = {}
@@ -182,6 +184,56 @@ class SelectStage(Stage):
             out["rank"].extend(srank[pick].tolist())
             out["order_score"].extend(order_score[pick].tolist())
         return out, len(sq), rerank
+
+    def _candidates(
+        self, ctx: StageContext, p: SelectParams, shard: int, qids: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """Candidate columns (query_id, context_id, chunk_id, rank, is_own, generated) from the
+        screen and/or the query's own generated contexts (rank = sample order, right and left
+        samples alternating; empty samples left out)."""
+        parts = []
+        if p.source != "generate":
+            if "screen" not in ctx.upstream:
+                raise ValueError(
+                    "select.strategy 'ranked' needs the `screen` stage's ranking; run it or use "
+                    "select.strategy: random (or select.source: generate)"
+                )
+            screen_art = ctx.input("screen")
+            cols = ["query_id", "context_id", "chunk_id", "rank", "is_own"]
+            if len(screen_art.parts) == self.num_shards(ctx):
+                screen = screen_art.read_part(shard, cols)
+            else:
+                screen = screen_art.read_table(cols)
+            screen = screen.filter(pc.is_in(screen["query_id"], pa.array(qids)))
+            part = {c: screen.column(c).to_numpy(zero_copy_only=False) for c in cols}
+            part["generated"] = np.zeros(screen.num_rows, bool)
+            parts.append(part)
+        if p.source != "retrieve":
+            if "gencontexts" not in ctx.upstream:
+                raise ValueError(
+                    f"select.source {p.source!r} needs the `gencontexts` stage; add a "
+                    "`gencontexts:` section to the config"
+                )
+            cols = ["query_id", "context_id", "chunk_id", "side", "sample", "text"]
+            gen = ctx.input("gencontexts").read_table(cols)
+            gen = gen.filter(pc.is_in(gen["query_id"], pa.array(qids)))
+            gen = gen.filter(pc.not_equal(gen["text"], ""))
+            left = pc.equal(gen["side"], "left").to_numpy(zero_copy_only=False)
+            n = gen.num_rows
+            parts.append(
+                {
+                    "query_id": gen.column("query_id").to_numpy(),
+                    "context_id": gen.column("context_id").to_numpy(),
+                    "chunk_id": gen.column("chunk_id").to_numpy(),
+                    "rank": gen.column("sample").to_numpy().astype(np.int64) * 2 + left,
+                    "is_own": np.zeros(n, bool),
+                    "generated": np.ones(n, bool),
+                }
+            )
+        return {
+            c: np.concatenate([part[c] for part in parts])
+            for c in ("query_id", "context_id", "chunk_id", "rank", "is_own", "generated")
+        }
 
     def _order_by_score(
         self,
@@ -265,6 +317,10 @@ class ContextIndex:
         nr = np.diff(ro)
         first = np.where(nl > 0, lv[np.minimum(lo[:-1], max(len(lv) - 1, 0))] if len(lv) else 0, 0)
         lastr = np.where(nr > 0, rv[np.maximum(ro[1:] - 1, 0)] if len(rv) else 0, 0)
+        # a generated right-only slot (tasks/gencontexts.py) has no c<: its one sentence, c>,
+        # stands in for the diversity rule
+        firstr = rv[np.minimum(ro[:-1], max(len(rv) - 1, 0))] if len(rv) else np.zeros_like(nr)
+        self._prev = np.where((nl == 0) & (nr > 0), firstr, last)[order]
         centre = table.column("centre_sent_id").to_numpy()
         self._lo = np.where(nl > 0, first, centre)[order]
         self._hi = np.where(nr > 0, lastr, centre)[order]
@@ -289,7 +345,11 @@ class SentenceTexts:
     """Texts of corpus sentences by sent_id, read once per shard."""
 
     def __init__(self, shard_artefact: Any):
-        t = shard_artefact.read_table(["sent_id", "text"])
+        t = (
+            shard_artefact
+            if isinstance(shard_artefact, pa.Table)
+            else shard_artefact.read_table(["sent_id", "text"])
+        )
         ids = t.column("sent_id").to_numpy()
         order = np.argsort(ids, kind="stable")
         self.ids = ids[order]

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import Field
 
 from ctxsim.models.sentences import count_tokens, split_paragraph
+from ctxsim.readers.corpus import CorpusInputError, hf_dataset_root, hf_sections, parquet_sections
 from ctxsim.store.artefacts import content_digest
 from ctxsim.store.inputs import open_input
 from ctxsim.store.stage import Stage, StageContext, StageParams
@@ -34,13 +34,10 @@ from ctxsim.store.stage import Stage, StageContext, StageParams
 SENTS_PER_DOC_BITS = 24
 
 
-class CorpusInputError(ValueError):
-    """Bad corpus input; the message names the file and the position."""
-
-
 class ShardParams(StageParams):
     paths: list[str] = Field(default_factory=lambda: ["data/sample/*.jsonl"])
-    format: Literal["auto", "text", "jsonl", "parquet"] = "auto"
+    # auto: by file name; a folder written by Hugging Face `save_to_disk` is read as a dataset
+    format: Literal["auto", "text", "jsonl", "parquet", "hf"] = "auto"
     # JSON Lines: a record holds either one text or a list of paragraphs (the books corpus).
     text_field: str = "text"
     paragraphs_field: str = "paragraphs"
@@ -48,9 +45,13 @@ class ShardParams(StageParams):
     section_field: str | None = "section"
     # Plain text: one document per file, or documents separated by blank lines.
     text_mode: Literal["file", "blank_lines"] = "file"
-    # Parquet: one row per document (paragraphs separated by blank lines inside the text).
+    # Parquet and Hugging Face datasets (readers/corpus.py): a text column (paragraphs separated
+    # by blank lines); consecutive rows with the same doc / section id form one document /
+    # section; without a section column every row is a section of its own.
     parquet_text_column: str = "text"
     parquet_doc_column: str | None = None
+    parquet_section_column: str | None = None
+    empty_files: Literal["skip", "error"] = "skip"  # skip: counted in the stats as empty_files
     encoding_errors: Literal["strict", "replace"] = "strict"
     splitter: str = "blingfire"
     min_tokens: int = Field(3, ge=1)
@@ -78,11 +79,10 @@ def _expand(paths: list[str]) -> list[Path]:
     for pattern in paths:
         pattern = os.path.expanduser(pattern)
         matched = sorted(glob.glob(pattern, recursive=True))
-        if not matched and Path(pattern).is_dir():
-            matched = sorted(str(p) for p in Path(pattern).rglob("*") if p.is_file())
         if not matched:
             raise CorpusInputError(f"corpus path {pattern!r} matches no file")
-        files.extend(Path(m) for m in matched if Path(m).is_file())
+        for m in map(Path, matched):  # a folder stands for every file below it
+            files.extend(sorted(f for f in m.rglob("*") if f.is_file()) if m.is_dir() else [m])
     if not files:
         raise CorpusInputError(f"corpus paths {paths} contain no files")
     return files
@@ -99,12 +99,13 @@ def _detect(path: Path, fmt: str) -> str:
     return "text"
 
 
-def _decode(raw: bytes, path: Path, base_offset: int, errors: str) -> str:
+def _decode(raw: bytes, path: Path, base_offset: int, errors: str, line: int | None = None) -> str:
     try:
         return raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as e:
+        line = line if line is not None else raw.count(b"\n", 0, e.start) + 1
         raise CorpusInputError(
-            f"{path}: invalid UTF-8 at byte offset {base_offset + e.start}"
+            f"{path}: invalid UTF-8 at byte offset {base_offset + e.start} (line {line})"
             " (set shard.encoding_errors: replace to substitute U+FFFD)"
         ) from None
 
@@ -131,15 +132,26 @@ def _blocks(text: str) -> list[str]:
 
 def iter_sections(p: ShardParams, counts: Counter) -> Iterator[Section]:
     """All sections of the corpus in a deterministic order."""
+    hf_seen: set[Path] = set()
     for path in _expand(p.paths):
         fmt = _detect(path, p.format)
+        hf = hf_dataset_root(path) if fmt in ("auto", "hf", "text") else None
+        if fmt == "hf" and hf is None:
+            raise CorpusInputError(f"{path}: not in a folder written by save_to_disk (format hf)")
+        if hf is not None:  # a save_to_disk folder: read once, as a dataset, in its order
+            if hf not in hf_seen:
+                hf_seen.add(hf)
+                yield from (Section(*x) for x in hf_sections(hf, p, counts, _blocks))
+            continue
         if path.stat().st_size == 0:
+            if p.empty_files == "error":
+                raise CorpusInputError(f"{path}: empty file")
             counts["empty_files"] += 1
             continue
         if fmt == "jsonl":
             yield from _jsonl_sections(path, p, counts)
         elif fmt == "parquet":
-            yield from _parquet_sections(path, p, counts)
+            yield from (Section(*x) for x in parquet_sections(path, p, counts, _blocks))
         else:
             with _open_bytes(path) as f:
                 text = _decode(f.read(), path, 0, p.encoding_errors)
@@ -159,7 +171,7 @@ def _jsonl_sections(path: Path, p: ShardParams, counts: Counter) -> Iterator[Sec
     with _open_bytes(path) as f:
         for lineno, raw in enumerate(f, start=1):
             start, offset = offset, offset + len(raw)
-            line = _decode(raw, path, start, p.encoding_errors).strip()
+            line = _decode(raw, path, start, p.encoding_errors, lineno).strip()
             if not line:
                 continue
             try:
@@ -194,23 +206,6 @@ def _jsonl_sections(path: Path, p: ShardParams, counts: Counter) -> Iterator[Sec
             doc_key = f"{path}:{doc}" if doc is not None else f"{path}:{lineno}"
             sec_key = f"{doc_key}#{sec}" if sec is not None else f"{doc_key}#{lineno}"
             yield Section(doc_key, sec_key, paras)
-
-
-def _parquet_sections(path: Path, p: ShardParams, counts: Counter) -> Iterator[Section]:
-    cols = [p.parquet_text_column] + ([p.parquet_doc_column] if p.parquet_doc_column else [])
-    try:
-        table = pq.read_table(path, columns=cols)
-    except (KeyError, pa.ArrowInvalid) as e:
-        raise CorpusInputError(f"{path}: cannot read columns {cols}: {e}") from None
-    texts = table.column(p.parquet_text_column).to_pylist()
-    docs = table.column(p.parquet_doc_column).to_pylist() if p.parquet_doc_column else None
-    for i, text in enumerate(texts):
-        paras = _blocks(text or "")
-        if not paras:
-            counts["empty_documents"] += 1
-            continue
-        doc_key = f"{path}:{docs[i] if docs else i}"
-        yield Section(doc_key, f"{doc_key}#{i}", paras)
 
 
 SHARD_SCHEMA = pa.schema(

@@ -1,0 +1,285 @@
+"""Stage `gencontexts`: contexts sampled for each query sentence by a causal LM.
+
+Why: retrieved contexts are only as good as the corpus is close to the sentences (books contexts
+for news headlines and image captions are near random, Sec. 5.4); a language model's own
+continuations and preceding sentences fit any sentence. Per query, ``k_right`` one-sided slots
+[_, s, c>] (c> a sampled continuation) and ``k_left`` slots [c<, s, _] (c< sampled with a left
+prompt, models/context_sampling.py TEMPLATES) are drawn; `select` takes them beside or instead of
+the screened corpus contexts (``select.source``), under the same diversity rule (one per chunk,
+word-set Jaccard < 0.5 of the context sentence), and `score` / `label` treat them like any slot:
+an Eq. 3 term whose target side is absent is 0 (models/scoring.py is never asked to score an
+empty target).
+
+Ids: generated contexts and their sentences live in their own ranges (``GEN_CONTEXT_BASE``,
+``GEN_SENT_BASE``) above corpus ids, derived from (query_id, side, sample index), so they are
+stable across shards and K. Each row keeps its provenance: model, prompt template, seed and
+sampling settings. Samples are cached in ``ROOT/_cache/gencontexts/<model>/`` by (model, template,
+settings, sentence, seed): growing K or relabelling other pairs pays only for new samples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from ctxsim.store.stage import Stage, StageContext, StageParams
+
+GEN_CONTEXT_BASE = 1 << 50
+GEN_SENT_BASE = 1 << 51
+MAX_K = 1 << 11  # samples per side and query (the id layout's room)
+
+GEN_SCHEMA = pa.schema(
+    [
+        # the `contexts` columns (tasks/contexts.py CONTEXT_SCHEMA): one slot per sample
+        ("context_id", pa.int64()),
+        ("chunk_id", pa.int64()),  # = context_id: every sample is a chunk of its own
+        ("section_id", pa.int64()),  # -1
+        ("centre_sent_id", pa.int64()),  # -1: no corpus sentence sits in the slot
+        ("left_sent_ids", pa.list_(pa.int64())),  # [sent_id] for a left sample, else []
+        ("right_sent_ids", pa.list_(pa.int64())),  # [sent_id] for a right sample, else []
+        # the sample and its provenance
+        ("query_id", pa.int64()),
+        ("side", pa.string()),  # left | right
+        ("sample", pa.int32()),  # index j < k_<side>
+        ("sent_id", pa.int64()),
+        ("text", pa.string()),  # "" when the model ended at once (select skips those)
+        ("model", pa.string()),
+        ("template", pa.string()),
+        ("seed", pa.int64()),
+        ("sampling", pa.string()),  # JSON of models.context_sampling.SamplingSettings
+    ]
+)
+CONTEXT_COLUMNS = [
+    "context_id",
+    "chunk_id",
+    "section_id",
+    "centre_sent_id",
+    "left_sent_ids",
+    "right_sent_ids",
+]
+
+
+class GenContextsParams(StageParams):
+    model: str = "smollm2-135m"  # registry name (models/registry.py), local path or hub id
+    k_right: int = Field(8, ge=0, lt=MAX_K)  # continuations per sentence
+    k_left: int = Field(0, ge=0, lt=MAX_K)  # preceding sentences per sentence
+    left_template: Literal["left_instruct", "left_dialogue"] = "left_instruct"
+    max_new_tokens: int = Field(32, ge=1)
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    top_k: int = Field(100, ge=1)
+    batch_size: int = Field(32, ge=1)
+    cache: bool = True  # reuse samples drawn by earlier runs on this root
+
+    def link(self, sections: dict[str, StageParams]) -> None:
+        """A continuation is scored by the right term only, a preceding sentence by the left
+        term only: with that term's lambda at 0 every such slot would score S = 0."""
+        score = sections.get("score")
+        for k, lam in ((self.k_right, "lambda_right"), (self.k_left, "lambda_left")):
+            if k > 0 and score is not None and getattr(score, lam, 1.0) == 0.0:
+                side = "k_right" if lam == "lambda_right" else "k_left"
+                raise ValueError(
+                    f"gencontexts.{side} > 0 needs score.{lam} != 0 (a one-sided generated "
+                    "slot has only that term)"
+                )
+
+
+def context_id(query_id: np.ndarray, side: np.ndarray, sample: np.ndarray) -> np.ndarray:
+    """Generated context ids: (query, side, j) -> an id above every corpus context id."""
+    return GEN_CONTEXT_BASE + (query_id << 12) + (side.astype(np.int64) << 11) + sample
+
+
+def sample_seed(run_seed: int, template: str, sentence: str, j: int) -> int:
+    """The seed of sample j of a sentence under a template: independent of batch, K and shard."""
+    h = hashlib.blake2b(f"{run_seed}\x1f{template}\x1f{sentence}\x1f{j}".encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "little") >> 1
+
+
+class SampleCache:
+    """Sampled texts of one model, keyed by (template, settings, prompt sentence, seed); one
+    parquet file per writer, renamed into place (as store/score_cache.py)."""
+
+    SCHEMA = pa.schema([("key", pa.binary(16)), ("text", pa.string())])
+
+    def __init__(self, root: Path, model: str):
+        name = hashlib.blake2b(model.encode(), digest_size=8).hexdigest()
+        self.dir = Path(root) / "_cache" / "gencontexts" / name
+
+    @staticmethod
+    def key(template: str, settings: str, sentence: str, seed: int) -> bytes:
+        blob = f"{template}\x1f{settings}\x1f{sentence}\x1f{seed}".encode()
+        return hashlib.blake2b(blob, digest_size=16).digest()
+
+    def get(self, keys: list[bytes]) -> dict[bytes, str]:
+        if not keys or not self.dir.is_dir():
+            return {}
+        wanted = pa.array(keys, pa.binary(16))
+        hits: dict[bytes, str] = {}
+        for f in sorted(self.dir.glob("*.parquet")):
+            t = pq.read_table(f, schema=self.SCHEMA)
+            t = t.filter(pc.is_in(t.column("key"), value_set=wanted))
+            hits.update(zip(t.column("key").to_pylist(), t.column("text").to_pylist(), strict=True))
+        return hits
+
+    def put(self, keys: list[bytes], texts: list[str]) -> None:
+        if not keys:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        table = pa.table({"key": pa.array(keys, pa.binary(16)), "text": texts}, schema=self.SCHEMA)
+        name = uuid.uuid4().hex
+        tmp = self.dir / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, self.dir / f"{name}.parquet")
+
+
+def _model_identity(model: str) -> tuple[str, str]:
+    """(resolved path or hub id, identity string for the sample cache: the path plus its
+    weights' sizes and mtimes, so a retrained model in the same folder is another model)."""
+    from ctxsim.models.registry import resolve_model
+
+    path = str(resolve_model(model))
+    ident = path
+    if Path(path).is_dir():
+        files = sorted(Path(path).glob("*.safetensors")) + sorted(Path(path).glob("*.bin"))
+        ident += json.dumps([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+    return path, ident
+
+
+def _load_lm(path: str, device: str) -> tuple[Any, Any]:
+    """(causal LM, tokenizer), loaded only when a sample is not in the cache."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device), tok
+
+
+class GenContextsStage(Stage):
+    name = "gencontexts"
+    version = "1"
+    Params = GenContextsParams
+    inputs = ("queries",)
+
+    def num_shards(self, ctx: StageContext) -> int:
+        return int(ctx.input("queries").stats.get("n_shards", 1))
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        import torch
+        from tqdm.auto import tqdm
+
+        from ctxsim.models.context_sampling import (
+            SamplingSettings,
+            render,
+            sample_texts,
+            stops_at_quote,
+        )
+
+        p: GenContextsParams = ctx.params
+        if ctx.run.torch_threads > 0:
+            torch.set_num_threads(ctx.run.torch_threads)
+        q = ctx.input("queries").read_table(["query_id", "text", "shard"])
+        q = q.filter(pc.equal(q.column("shard"), shard)).sort_by("query_id")
+        qids = q.column("query_id").to_numpy()
+        texts = q.column("text").to_pylist()
+        settings = SamplingSettings(p.max_new_tokens, p.temperature, p.top_p, p.top_k)
+        sampling = json.dumps(settings.__dict__, sort_keys=True)
+        cols: dict[str, list] = {f.name: [] for f in GEN_SCHEMA}
+        path, ident = _model_identity(p.model)
+        cache = SampleCache(ctx.store.root, ident) if p.cache else None
+        lm = tok = None
+        n_new = n_cached = 0
+        for side, k, template in ((1, p.k_right, "right"), (0, p.k_left, p.left_template)):
+            if k == 0 or len(qids) == 0:
+                continue
+            qi = np.repeat(np.arange(len(qids)), k)
+            js = np.tile(np.arange(k), len(qids))
+            seeds = [
+                sample_seed(ctx.run.seed, template, texts[i], int(j))
+                for i, j in zip(qi, js, strict=True)
+            ]
+            keys = [
+                SampleCache.key(template, sampling, texts[i], s)
+                for i, s in zip(qi, seeds, strict=True)
+            ]
+            got = cache.get(keys) if cache is not None else {}
+            todo = [r for r, key in enumerate(keys) if key not in got]
+            if todo and lm is None:
+                lm, tok = _load_lm(path, ctx.device)
+            bar = tqdm(
+                total=len(todo),
+                desc=f"gencontexts {template}",
+                unit="sample",
+                mininterval=30.0,
+                disable=ctx.run.quiet,
+            )
+            step = p.batch_size * 8  # cached as they come: a killed shard keeps its samples
+            with bar:
+                for lo in range(0, len(todo), step):
+                    rows = todo[lo : lo + step]
+                    new = sample_texts(
+                        lm,
+                        tok,
+                        [render(template, texts[qi[r]]) for r in rows],
+                        [seeds[r] for r in rows],
+                        settings,
+                        batch_size=p.batch_size,
+                        quote=stops_at_quote(template),
+                        progress=bar.update,
+                    )
+                    if cache is not None:
+                        cache.put([keys[r] for r in rows], new)
+                    got.update({keys[r]: t for r, t in zip(rows, new, strict=True)})
+            n_new, n_cached = n_new + len(todo), n_cached + len(keys) - len(todo)
+            cid = context_id(qids[qi], np.full(len(qi), side), js)
+            sid = cid - GEN_CONTEXT_BASE + GEN_SENT_BASE
+            cols["context_id"] += cid.tolist()
+            cols["chunk_id"] += cid.tolist()
+            cols["section_id"] += [-1] * len(qi)
+            cols["centre_sent_id"] += [-1] * len(qi)
+            cols["left_sent_ids"] += [[int(s)] if side == 0 else [] for s in sid]
+            cols["right_sent_ids"] += [[int(s)] if side == 1 else [] for s in sid]
+            cols["query_id"] += qids[qi].tolist()
+            cols["side"] += ["right" if side else "left"] * len(qi)
+            cols["sample"] += js.tolist()
+            cols["sent_id"] += sid.tolist()
+            cols["text"] += [got[key] for key in keys]
+            cols["model"] += [p.model] * len(qi)
+            cols["template"] += [template] * len(qi)
+            cols["seed"] += seeds
+            cols["sampling"] += [sampling] * len(qi)
+        table = pa.table(cols, schema=GEN_SCHEMA)
+        empty = int(sum(1 for t in cols["text"] if not t))
+        stats = {"queries": len(qids), "samples": table.num_rows, "sampled": n_new}
+        stats |= {"from_cache": n_cached, "empty": empty}
+        return table, stats
+
+
+# ---- reading generated contexts beside the corpus (select, score) ----------------------------
+
+
+def contexts_with_generated(ctx: StageContext) -> pa.Table:
+    """The `contexts` table, plus the generated slots when the stage has `gencontexts` upstream."""
+    table = ctx.input("contexts").read_table(CONTEXT_COLUMNS)
+    if "gencontexts" not in ctx.upstream:
+        return table
+    gen = ctx.input("gencontexts").read_table(CONTEXT_COLUMNS).cast(table.schema)
+    return pa.concat_tables([table, gen])
+
+
+def sentences_with_generated(ctx: StageContext) -> pa.Table:
+    """(sent_id, text) of the corpus, plus the generated sentences."""
+    table = ctx.input("shard").read_table(["sent_id", "text"])
+    if "gencontexts" not in ctx.upstream:
+        return table
+    gen = ctx.input("gencontexts").read_table(["sent_id", "text"]).cast(table.schema)
+    return pa.concat_tables([table, gen])

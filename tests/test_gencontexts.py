@@ -1,0 +1,172 @@
+"""Generated contexts: seeded sampling, the sample cache, and generated slots through select,
+score and label."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+import torch
+
+from ctxsim.models.context_sampling import (
+    SamplingSettings,
+    first_sentence,
+    render,
+    sample_texts,
+)
+from ctxsim.models.generator import TinyConfig, tiny_causal, train_wordpiece_tokenizer
+from tests.conftest import run_spine
+
+TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+WORDS = "the cat sat on a mat while dog ran far away from home it was dark and stormy night".split()
+
+
+@pytest.fixture(scope="module")
+def lm():
+    tok = train_wordpiece_tokenizer([], vocab=WORDS)
+    torch.manual_seed(0)
+    return tiny_causal(tok, TINY), tok
+
+
+def test_samples_depend_on_their_seed_only(lm) -> None:
+    model, tok = lm
+    prompts = ["the cat sat on a mat", "a dog ran far away from home", "it was dark"] * 2
+    seeds = [1, 2, 3, 4, 5, 6]
+    s = SamplingSettings(max_new_tokens=6, top_k=50)
+    a = sample_texts(model, tok, prompts, seeds, s, batch_size=6)
+    b = sample_texts(model, tok, prompts, seeds, s, batch_size=6)
+    assert a == b and all(a)
+    # one at a time, in reverse order: each sample is the same text (the cache relies on it)
+    c = [
+        sample_texts(model, tok, [p], [x], s, batch_size=1)[0]
+        for p, x in zip(prompts, seeds, strict=True)
+    ]
+    assert c == a
+    d = sample_texts(model, tok, prompts, [x + 100 for x in seeds], s, batch_size=6)
+    assert d != a
+    with pytest.raises(ValueError, match="one seed per prompt"):
+        sample_texts(model, tok, prompts, seeds[:2], s)
+
+
+def test_first_sentence_and_templates() -> None:
+    assert first_sentence(" The dog ran home. Then it slept.\nMore") == "The dog ran home."
+    assert first_sentence('A cat sat there" he said', quote=True) == "A cat sat there"
+    assert render("right", " A man sings. ") == "A man sings."
+    assert "A man sings." in render("left_instruct", "A man sings.")
+    with pytest.raises(ValueError, match="unknown prompt template"):
+        render("nope", "x")
+
+
+@pytest.fixture(scope="module")
+def backbone(lm, tmp_path_factory):
+    model, tok = lm
+    path = tmp_path_factory.mktemp("lm") / "tiny-causal"
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def _gen_stage(spine, root, backbone, **changes):
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.tasks.gencontexts import GenContextsParams, GenContextsStage
+
+    params = GenContextsParams(
+        model=str(backbone), k_right=2, k_left=1, max_new_tokens=5, batch_size=8
+    ).model_copy(update=changes)
+    run = RunParams(root=str(root), torch_threads=1, quiet=True)
+    plan = plan_stage(
+        GenContextsStage(), params, run, ArtefactStore(root), {"queries": spine["queries"]}
+    )
+    return run_stage_locally(plan)[0]
+
+
+def test_gencontexts_provenance_ids_and_cache(spine, backbone, tmp_path) -> None:
+    from ctxsim.tasks.gencontexts import GEN_CONTEXT_BASE, GEN_SENT_BASE
+
+    art = _gen_stage(spine, tmp_path, backbone)
+    t = art.read_table()
+    nq = spine["queries"].num_rows
+    assert t.num_rows == 3 * nq and art.stats["sampled"] == 3 * nq
+    assert (t.column("context_id").to_numpy() >= GEN_CONTEXT_BASE).all()
+    assert (t.column("sent_id").to_numpy() >= GEN_SENT_BASE).all()
+    assert len(set(t.column("context_id").to_pylist())) == t.num_rows
+    right = t.filter(pc.equal(t["side"], "right"))
+    assert all(len(x) == 1 for x in right.column("right_sent_ids").to_pylist())
+    assert all(len(x) == 0 for x in right.column("left_sent_ids").to_pylist())
+    assert set(t.column("template").to_pylist()) == {"right", "left_instruct"}
+    assert set(t.column("model").to_pylist()) == {str(backbone)}
+    # more samples: only the new ones are drawn, the old ones are the same texts
+    more = _gen_stage(spine, tmp_path, backbone, k_right=3)
+    assert more.stats["sampled"] == nq and more.stats["from_cache"] == 3 * nq
+    m = more.read_table()
+    key = ["context_id", "text", "seed"]
+    old = {tuple(r.values()) for r in t.select(key).to_pylist()}
+    assert old <= {tuple(r.values()) for r in m.select(key).to_pylist()}
+
+
+def test_generated_slots_through_select_score_label(backbone, tmp_path) -> None:
+    from ctxsim.tasks.gencontexts import GEN_CONTEXT_BASE
+
+    arts = run_spine(
+        tmp_path,
+        {
+            "gencontexts.model": f"'{backbone}'",
+            "gencontexts.k_right": 3,
+            "gencontexts.k_left": 2,
+            "gencontexts.max_new_tokens": 5,
+            "select.source": "both",
+            "select.max_size": 6,
+            "generator.train_steps": 5,
+            "discriminator.max_windows_per_epoch": 500,
+            "pairs.pairs_per_query": 2,
+        },
+        until="label",
+    )
+    sel = arts["select"].read_table()
+    cid = sel.column("context_id").to_numpy()
+    gen = cid >= GEN_CONTEXT_BASE
+    assert gen.any() and (~gen).any()  # both sources made it into the sets
+    # a query's generated slots are its own
+    g = arts["gencontexts"].read_table(["context_id", "query_id"]).to_pandas()
+    owner = dict(zip(g["context_id"], g["query_id"], strict=True))
+    assert all(
+        owner[c] == q for c, q in zip(cid[gen], sel.column("query_id").to_numpy()[gen], strict=True)
+    )
+    sc = arts["score"].read_table().to_pandas()
+    side = dict(
+        zip(
+            *[
+                arts["gencontexts"].read_table([c]).column(0).to_pylist()
+                for c in ("context_id", "side")
+            ],
+            strict=True,
+        )
+    )
+    rows = sc[sc["context_id"] >= GEN_CONTEXT_BASE]
+    assert len(rows)
+    is_right = rows["context_id"].map(side) == "right"
+    # the absent side's term is 0 and never computed; the present side's is a log-probability
+    assert (rows.loc[is_right, "gen_left"] == 0).all()
+    assert (rows.loc[is_right, "gen_right"] < 0).all()
+    assert (rows.loc[~is_right, "gen_right"] == 0).all()
+    assert (rows.loc[~is_right, "gen_left"] < 0).all()
+    assert np.isfinite(rows["S"]).all()
+    lab = arts["label"].read_table()
+    assert lab.num_rows > 0
+    assert np.isfinite(lab.column("label").to_numpy()).all()
+
+
+def test_generate_source_needs_the_stage(spine, tmp_path) -> None:
+    with pytest.raises(ValueError, match="gencontexts"):
+        run_spine(tmp_path, {"select.source": "generate"}, until="select")
+
+
+def test_generated_side_needs_its_lambda() -> None:
+    from ctxsim.flows.config import ConfigError, load_config
+    from tests.conftest import REPO
+
+    sets = ["gencontexts.k_right=2", "score.lambda_right=0"]
+    with pytest.raises(ConfigError, match="gencontexts.k_right > 0 needs score.lambda_right"):
+        load_config(REPO / "configs" / "quickstart.yaml", sets)
+    load_config(REPO / "configs" / "generated.yaml")  # the shipped config is consistent
