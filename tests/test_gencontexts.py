@@ -120,6 +120,8 @@ def test_generated_slots_through_select_score_label(backbone, tmp_path) -> None:
             "generator.train_steps": 5,
             "discriminator.max_windows_per_epoch": 500,
             "pairs.pairs_per_query": 2,
+            "score.lambda_right": 1.0,  # a sampled right slot is scored by its right term
+            "score.pmi": "[]",  # plain log-probs (the asserts below expect them negative)
         },
         until="label",
     )
