@@ -26,6 +26,7 @@ import torch
 from pydantic import Field
 
 from ctxsim.models.generator import DIRECTIONS
+from ctxsim.models.quantize import quantize_int8
 from ctxsim.models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
 from ctxsim.scores.loading import load_scorer
 from ctxsim.store.score_cache import ScoreCache, window_keys
@@ -60,6 +61,9 @@ class ScoreParams(StageParams):
     max_logit_elems: int = Field(1 << 27, ge=1)  # batch x target positions x vocab
     bf16_on_cuda: bool = True
     bf16_on_cpu: bool = False  # ~2x on CPUs with AVX512-BF16/AMX; ranks unchanged (measured)
+    # causal scorer's linear layers in int8 (torch dynamic quantisation) on CPU: cheaper,
+    # scores move a little (bench/results/int8_smollm2.md); its own score-cache namespace
+    int8_on_cpu: bool = False
     disc_batch: int = Field(256, ge=1)  # windows per discriminator forward (pairs screen lacks)
     # A generative term whose lambda is 0 costs a third of the scoring time; skip it (its column
     # is NaN, so its ablation label is absent) unless the ablation table needs it.
@@ -136,6 +140,8 @@ def score_rows(
 
     directions = p.directions()
     scorer, meta = load_scorer(ctx.input("generator").files_dir, ctx.device)
+    if p.int8_on_cpu and scorer.device.type == "cpu":
+        scorer = quantize_int8(scorer)
     engine = ScoringEngine(
         scorer,
         EngineConfig(
@@ -207,7 +213,8 @@ def _score_cache(
     recorded keep their fingerprint, and with it their cache."""
     bf16 = (device == "cuda" and p.bf16_on_cuda) or (device == "cpu" and p.bf16_on_cpu)
     scorer_id = meta.get("scorer_id") or ctx.input("generator").fingerprint
-    return ScoreCache(ctx.store.root, f"{scorer_id}-{'bf16' if bf16 else 'fp32'}")
+    mode = "int8" if device == "cpu" and p.int8_on_cpu else ("bf16" if bf16 else "fp32")
+    return ScoreCache(ctx.store.root, f"{scorer_id}-{mode}")
 
 
 def _generate(
