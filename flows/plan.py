@@ -339,8 +339,9 @@ def _units(
         chunks_full = run["contexts"].rows * pilot.corpus_ratio
         cap = {"retrieve": "top_k", "screen": "keep", "select": "max_size"}[name]
         limit = float(getattr(p, cap, per_q))
-        if name == "retrieve":
-            per_q = min(limit, chunks_full)
+        if name == "retrieve":  # hits grow with the chunks sharing an n-gram, up to top_k
+            grow = pilot.corpus_ratio if per_q < limit else 1.0
+            per_q = min(limit, chunks_full, per_q * grow)
         elif per_q < limit and run["contexts"].rows * pilot.corpus_ratio > run["contexts"].rows:
             # the pilot's small corpus starved this stage; the full corpus fills it further,
             # in proportion to what retrieve gets per query, up to the stage's own limit
@@ -366,10 +367,12 @@ def _generator_units(m: StageMeasure, p: Any, pilot: Pilot) -> tuple[float, floa
 
 
 def _split_fixed(name: str, m: StageMeasure) -> float:
-    """CPU seconds of a stage that the pilot did in full (the generator's training steps)."""
+    """CPU seconds of a stage that the pilot did in full (the generator's model and tokenizer
+    build and its training steps: the same work in the pilot as in the full run)."""
     if name != "generator" or not m.wall_s:
         return 0.0
-    return m.cpu_s * min(float(m.stats.get("train_seconds", 0.0)) / m.wall_s, 1.0)
+    same = float(m.stats.get("train_seconds", 0.0)) + float(m.stats.get("build_seconds", 0.0))
+    return m.cpu_s * min(same / m.wall_s, 1.0)
 
 
 def predict(
@@ -379,6 +382,8 @@ def predict(
     tokens_per_second: float | None = None,
 ) -> dict[str, Any]:
     """Per-stage predicted CPU seconds, disk and peak memory of the full config, and totals."""
+    from ctxsim.tasks import load_stage
+
     r1, r2 = pilot.runs
     q_shards = int(cfg.stages["queries"].n_shards)
     rows: list[StagePlanRow] = []
@@ -390,7 +395,7 @@ def predict(
         if name in QUERY_STAGES and name in r2 and name != "queries":
             _, u1, _ = _units(name, r1, cfg, pilot)
             fixed, slope = _fit(u1, r1[name].cpu_s, u2, r2[name].cpu_s)
-            shards = q_shards if name != "train" else 1
+            shards = q_shards if load_stage(name).shard_by == "queries" else 1
             cpu = fixed * shards + slope * full
             m = r2[name]
         else:
@@ -410,7 +415,7 @@ def predict(
             basis=basis,
             pilot_units=u2,
             units=full,
-            rows=m.rows * (1.0 if name in MODEL_STAGES else scale),
+            rows=m.rows * (1.0 if name in MODEL_STAGES and name != "generator" else scale),
             cpu_s=cpu,
             disk_mb=m.disk_bytes * (1.0 if name in MODEL_STAGES else scale) / 2**20,
             peak_rss_mb=pilot.base_rss_mb + extra_rss * max(mem_scale, 1.0),
