@@ -9,7 +9,9 @@ by the quantity that drives it:
 
 - corpus stages (shard, contexts, index): corpus bytes (full / sample);
 - discriminator: training windows (corpus-scaled, capped by ``max_windows_per_epoch``);
-- generator, evaluate: constant (train steps and evaluation sets do not grow with the corpus);
+- generator: windows scored in validation and evaluation (the pilot scores fewer), training
+  steps (the pilot runs a few), the model build as is;
+- evaluate: constant (its evaluation sets do not grow with the corpus);
 - query stages (retrieve ... train): their own output rows per query (retrieve capped at
   ``min(top_k, chunks)``), times the config's queries; cost = fixed x shards + slope x rows.
 
@@ -222,6 +224,7 @@ def run_pilot(
     sample_fraction: float = 0.05,
     pilot_queries: int = 8,
     pilot_eval: int = 8,
+    pilot_train_steps: int = 20,
     root: str | Path | None = None,
     until: str | None = None,
 ) -> tuple[PipelineConfig, Pilot]:
@@ -248,6 +251,7 @@ def run_pilot(
             pilot_sets += [
                 f"generator.n_eval={min(g.n_eval, pilot_eval)}",
                 f"generator.max_val_windows={min(g.max_val_windows, 3 * pilot_eval)}",
+                f"generator.train_steps={min(g.train_steps, pilot_train_steps)}",
             ]
         _warm_imports()
         base_rss = _RssSampler.rss_mb()
@@ -366,13 +370,18 @@ def _generator_units(m: StageMeasure, p: Any, pilot: Pilot) -> tuple[float, floa
     )
 
 
-def _split_fixed(name: str, m: StageMeasure) -> float:
-    """CPU seconds of a stage that the pilot did in full (the generator's model and tokenizer
-    build and its training steps: the same work in the pilot as in the full run)."""
-    if name != "generator" or not m.wall_s:
-        return 0.0
-    same = float(m.stats.get("train_seconds", 0.0)) + float(m.stats.get("build_seconds", 0.0))
-    return m.cpu_s * min(same / m.wall_s, 1.0)
+def _generator_parts(m: StageMeasure, p: Any) -> tuple[float, float]:
+    """CPU seconds of the generator's (model and tokenizer build, training steps) in the pilot
+    and in full: the build is the same work; training scales with the steps (the pilot runs at
+    most ``pilot_train_steps``), from the stage's wall-clock split of its stats."""
+    if not m.wall_s:
+        return 0.0, 0.0
+    to_cpu = m.cpu_s / m.wall_s
+    build = float(m.stats.get("build_seconds", 0.0)) * to_cpu
+    train = float(m.stats.get("train_seconds", 0.0)) * to_cpu
+    steps = float(m.stats.get("train_steps", 0) or 0)
+    full_train = train * (p.train_steps / steps) if steps else 0.0
+    return build + train, build + full_train
 
 
 def predict(
@@ -402,8 +411,10 @@ def predict(
             m = r2.get(name) or r1[name]
             if m.cpu_s == 0.0 and name in r1:  # reused in pilot 2: take pilot 1's figure
                 m = r1[name]
-            same = _split_fixed(name, m)
-            cpu = same + (m.cpu_s - same) * full / max(u2, 1e-9)
+            same, same_full = (
+                _generator_parts(m, cfg.stages[name]) if name == "generator" else (0.0, 0.0)
+            )
+            cpu = same_full + (m.cpu_s - same) * full / max(u2, 1e-9)
         scale = full / max(u2, 1e-9)
         # what a stage adds to memory grows with the corpus where it holds corpus-sized data
         # (the sentences, chunks, index, windows); query stages stream per shard and hold models
