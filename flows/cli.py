@@ -399,6 +399,9 @@ def plan(
         float | None,
         typer.Option("--tokens-per-second", help="scored tokens per second per GPU (measured)"),
     ] = None,
+    save_pilot: Annotated[
+        Path | None, typer.Option("--save-pilot", help="write the raw pilot measurements here")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict per-stage CPU (or GPU) seconds, disk and memory of a config from a seeded pilot
@@ -419,6 +422,10 @@ def plan(
         )
     except (ConfigError, ValueError, FileNotFoundError) as e:
         _fail(str(e))
+    if save_pilot is not None:
+        from ctxsim.flows.plan import pilot_to_json
+
+        save_pilot.write_text(json.dumps(pilot_to_json(pilot), indent=1, default=str))
     result = predict(cfg, pilot, gpus=gpus, tokens_per_second=tokens_per_second)
     typer.echo(json.dumps(result, indent=2) if json_out else format_plan(result))
 

@@ -276,6 +276,18 @@ def run_pilot(
     return full, pilot
 
 
+def pilot_to_json(pilot: Pilot) -> dict[str, Any]:
+    """The raw pilot measurements (to re-predict later without re-running the pilot)."""
+    d = asdict(pilot)
+    d["runs"] = [{k: asdict(m) for k, m in run.items()} for run in pilot.runs]
+    return d
+
+
+def pilot_from_json(d: dict[str, Any]) -> Pilot:
+    runs = tuple({k: StageMeasure(**m) for k, m in run.items()} for run in d["runs"])
+    return Pilot(**{**d, "queries": tuple(d["queries"]), "runs": runs})
+
+
 def _warm_imports() -> None:
     """Import the heavy libraries before measuring: their one-off import time would otherwise be
     charged to the first pilot's stages and then scaled up with them."""

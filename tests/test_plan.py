@@ -13,6 +13,8 @@ from ctxsim.flows.plan import (
     Pilot,
     StageMeasure,
     _fit,
+    pilot_from_json,
+    pilot_to_json,
     predict,
     run_measured,
     run_pilot,
@@ -93,6 +95,9 @@ def test_predict_scales_each_stage_by_its_own_quantity():
     assert st["score"]["cpu_s"] == pytest.approx(2.0 * 4 + 0.5 * 600)
     assert st["score"]["gpu_s"] == pytest.approx(60 * 100 / 100.0)
     assert plan["total"]["gpu_wall_hours"] == pytest.approx(60.0 / 2 / 3600, abs=1e-3)
+    # the raw pilot round-trips through JSON (`ctxsim plan --save-pilot`) to the same plan
+    again = pilot_from_json(json.loads(json.dumps(pilot_to_json(pilot))))
+    assert predict(cfg, again, gpus=2, tokens_per_second=100.0) == plan
 
 
 @pytest.mark.integration
