@@ -66,8 +66,10 @@ def adaptive_origin(
     similarity: str = "cosine",
 ) -> AdaptiveResult:
     """Eq. 4 with contexts added in ``rounds`` (increasing |Cs| prefixes); a pair stops at the
-    first round whose ``view`` label moved by at most ``tol`` from the previous round's (or at
-    the last round). ``lookup`` must hold every (query, context) of the last round."""
+    first round whose ``view`` label moved by at most ``tol`` standard deviations (of the first
+    round's labels across pairs) from the previous round's, or at the last round. In units of
+    the spread because only ranks count (Origin is a Spearman) and cosine labels of a scorer can
+    all sit within 0.01 of 1. ``lookup`` must hold every (query, context) of the last round."""
     rounds = sorted({int(k) for k in rounds})
     if not rounds or rounds[0] < 1:
         raise ValueError(f"rounds must be positive |Cs| sizes, got {list(rounds)}")
@@ -79,6 +81,7 @@ def adaptive_origin(
     k_used = np.full(n, rounds[-1], np.int64)
     active = np.ones(n, bool)
     prev = np.full(n, np.nan)
+    spread = 1.0
     for j, k in enumerate(rounds):
         idx = np.flatnonzero(active)
         if not len(idx):
@@ -88,7 +91,10 @@ def adaptive_origin(
         if j == len(rounds) - 1:
             k_used[idx] = k
             break
-        settled = np.abs(cur[:, view] - prev[idx]) <= tol  # NaN (first round) never settles
+        if j == 0:
+            spread = float(np.nanstd(cur[:, view])) or 1.0
+        # NaN (the first round's previous value) never settles
+        settled = np.abs(cur[:, view] - prev[idx]) <= tol * spread
         k_used[idx[settled]] = k
         active[idx[settled]] = False
         prev[idx] = cur[:, view]
