@@ -135,3 +135,23 @@ def test_plan_matches_a_measured_quickstart_run(tmp_path: Path):
     cpu_pred = plan["total"]["cpu_s"]
     cpu_meas = sum(m.cpu_s for m in measured.values())
     assert 1 / 4 <= cpu_pred / cpu_meas <= 4, (cpu_pred, cpu_meas)
+
+
+def test_cli_plan_rejects_gpus_without_throughput():
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    res = CliRunner().invoke(app, ["plan", "--gpus", "2"])
+    assert res.exit_code == 2 and "--tokens-per-second" in res.output
+
+
+def test_cli_plan_needs_corpus_queries(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("shard:\n  paths: ['x']\nqueries:\n  source: sts\n")
+    res = CliRunner().invoke(app, ["plan", "--config", str(cfg)])
+    assert res.exit_code == 2 and "queries.source=corpus" in res.output
