@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--books", type=int, default=2)
     ap.add_argument("--budget", type=int, default=4096)
     ap.add_argument("--name", default="int8_smollm2")
+    ap.add_argument(
+        "--variants",
+        default="int8_tensor_head,int8_channel",
+        help="int8_tensor / int8_channel (scales per tensor / per output channel), with _head: "
+        "the vocabulary head quantised too",
+    )
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
@@ -46,10 +52,13 @@ def main(argv: list[str] | None = None) -> None:
     rights = [w["right"][i] for i in pick]
     fp32 = make_scorer("causal", "smollm2-135m", None)
     assert isinstance(fp32, CausalPrefixScorer)
-    int8 = quantize_int8(copy.deepcopy(fp32))
+    variants = {"fp32": fp32}
+    for v in a.variants.split(","):
+        per_channel, head = v in ("int8_channel", "int8_channel_head"), v.endswith("_head")
+        variants[v] = quantize_int8(copy.deepcopy(fp32), per_channel=per_channel, head=head)
     engines = {
         name: ScoringEngine(sc, EngineConfig(token_budget=a.budget))
-        for name, sc in (("fp32", fp32), ("int8", int8))
+        for name, sc in variants.items()
     }
     out: dict[str, dict[str, list[np.ndarray]]] = {k: {"left": [], "null": []} for k in engines}
     cpu = dict.fromkeys(engines, 0.0)

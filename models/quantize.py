@@ -17,10 +17,13 @@ import torch
 from ctxsim.models.generator import CausalPrefixScorer, GenerativeScorer
 
 
-def quantize_int8(scorer: GenerativeScorer) -> GenerativeScorer:
-    """The scorer with its model's linear layers (the vocabulary head included) quantised to
-    int8 in place. CPU only; the causal backend only (the seq2seq models are small and trained
-    here: quantise them after training if needed)."""
+def quantize_int8(
+    scorer: GenerativeScorer, per_channel: bool = True, head: bool = False
+) -> GenerativeScorer:
+    """The scorer with its model's linear layers quantised to int8 in place: one scale per
+    output channel (``per_channel``; per tensor otherwise), the vocabulary head kept in float32
+    unless ``head`` (it runs on target positions only, a few % of the FLOPs, and its per-tensor
+    int8 scores collapse: bench/results/int8_smollm2.md). CPU only; the causal backend only."""
     if not isinstance(scorer, CausalPrefixScorer):
         raise ValueError(
             f"int8 quantisation supports the causal backend, not {type(scorer).__name__}"
@@ -29,10 +32,22 @@ def quantize_int8(scorer: GenerativeScorer) -> GenerativeScorer:
         raise ValueError(
             f"int8 quantisation is for CPU inference, the scorer is on {scorer.device}"
         )
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import (
+        default_dynamic_qconfig,
+        per_channel_dynamic_qconfig,
+        quantize_dynamic,
+    )
 
+    qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+    model = scorer.model.eval()
+    out_head = model.get_output_embeddings()
+    spec = {
+        name: qconfig
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and (head or m is not out_head)
+    }
     with warnings.catch_warnings():  # torch flags its quantised tensor API for a future move
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
-        scorer.model = quantize_dynamic(scorer.model.eval(), {torch.nn.Linear}, dtype=torch.qint8)
+        scorer.model = quantize_dynamic(model, spec, dtype=torch.qint8)
     return scorer

@@ -43,8 +43,10 @@ def test_int8_replaces_every_linear_and_keeps_scores_in_rank(tok):
     fp32 = CausalPrefixScorer(tiny_causal(tok, TINY, seed=0), tok)
     int8 = quantize_int8(copy.deepcopy(fp32))
     linear = [m for m in int8.model.modules() if type(m) is torch.nn.Linear]
-    assert linear == []  # all swapped for their dynamic-int8 counterparts
-    assert int8.vocab_size == fp32.vocab_size == len(tok)
+    assert linear == [int8.model.get_output_embeddings()]  # the head alone stays float32
+    every = quantize_int8(copy.deepcopy(fp32), per_channel=False, head=True)
+    assert not [m for m in every.model.modules() if type(m) is torch.nn.Linear]
+    assert every.vocab_size == int8.vocab_size == fp32.vocab_size == len(tok)
     left, sent, right = _windows(60)
     a = ScoringEngine(fp32, EngineConfig()).score(left, sent, right)
     b = ScoringEngine(int8, EngineConfig()).score(left, sent, right)
