@@ -80,13 +80,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sample-fraction", type=float, default=0.05)
     ap.add_argument("--pilot-queries", type=int, default=8)
     ap.add_argument("--reference", type=Path, help="a bench_pipeline JSON to compare with")
-    ap.add_argument("--plan-json", type=Path, help="a saved `ctxsim plan --json` (no pilot)")
+    ap.add_argument(
+        "--pilot-json", type=Path, help="a saved `ctxsim plan --save-pilot` (re-predict, no pilot)"
+    )
     ap.add_argument("--name", default="plan_quickstart")
     a = ap.parse_args(argv)
     os.environ.setdefault("TQDM_DISABLE", "1")
     c0 = time.process_time()
-    if a.plan_json:
-        plan = json.loads(a.plan_json.read_text())
+    if a.pilot_json:
+        from ctxsim.flows.plan import pilot_from_json
+
+        cfg = load_config(a.config, a.sets)
+        plan = predict(cfg, pilot_from_json(json.loads(a.pilot_json.read_text())))
     else:
         cfg, pilot = run_pilot(a.config, a.sets, a.sample_fraction, a.pilot_queries, until=a.until)
         plan = predict(cfg, pilot)
@@ -111,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
             "measured": source,
             "pilot_cpu_s": round(pilot_cpu, 1),
             "pilot": plan["pilot"],
+            "plan_total": plan["total"],
             "note": "CPU seconds are time.process_time of this process; the machine is shared "
             "(load ~10 on 2 cores), which inflates CPU seconds too (cache contention), for the "
             "pilot and the measured run alike",

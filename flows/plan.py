@@ -8,7 +8,10 @@ the query stages get a fixed cost per shard plus a cost per work unit. Each stag
 by the quantity that drives it:
 
 - corpus stages (shard, contexts, index): corpus bytes (full / sample);
-- discriminator: training windows (corpus-scaled, capped by ``max_windows_per_epoch``);
+- discriminator: training windows (corpus-scaled, capped by ``max_windows_per_epoch``) and
+  validation windows (corpus-scaled, a third of the work each);
+- pairs with the tfidf encoder: the IDF sample (``min(idf_sample, sentences)``);
+- screen: its corpus-side encoding (pilot 1's cost beyond the rows; corpus-scaled) + per row;
 - generator: windows scored in validation and evaluation (the pilot scores fewer), training
   steps (the pilot runs a few), the model build as is;
 - evaluate: constant (its evaluation sets do not grow with the corpus);
@@ -29,7 +32,7 @@ import resource
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -315,8 +318,8 @@ def _fit(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float]:
         return 0.0, y2 / max(x2, 1e-9)
     slope = max((y2 - y1) / (x2 - x1), 0.0)
     fixed = max(y2 - slope * x2, 0.0)
-    if slope == 0.0:  # noise ate the slope: charge the mean per unit, no fixed cost
-        return 0.0, y2 / max(x2, 1e-9)
+    if slope == 0.0:  # no measurable cost per unit (noise ate it): a fixed cost, the mean
+        return (y1 + y2) / 2, 0.0
     return fixed, slope
 
 
@@ -335,12 +338,23 @@ def _units(
     if name == "generator":
         return ("windows scored", *_generator_units(m, p, pilot))
     if name == "discriminator":
-        windows = float(m.stats.get("train_windows", m.rows) or 1)
-        full = windows * pilot.corpus_ratio
+        # training (capped per epoch) plus validation (every held-out window, forward only:
+        # about a third of a training step's work per window)
+        train = float(m.stats.get("train_windows", m.rows) or 1)
+        val = float(m.stats.get("val_windows", 0) or 0)
+        full = train * pilot.corpus_ratio
         cap = getattr(p, "max_windows_per_epoch", 0) or 0
         if cap:
-            windows, full = min(windows, cap), min(full, cap)
-        return "training windows", windows, full
+            train, full = min(train, cap), min(full, cap)
+        return "windows", train + val / 3, full + val * pilot.corpus_ratio / 3
+    if name == "pairs" and getattr(p, "encoder", "") == "tfidf":
+        # its cost is fitting the IDF/LSA on a sample of corpus sentences
+        sents = float(run["shard"].rows) if "shard" in run else 1.0
+        return (
+            "idf sentences",
+            min(p.idf_sample, sents),
+            min(p.idf_sample, sents * pilot.corpus_ratio),
+        )
     if name == "queries":
         sents = float(run["shard"].rows) * pilot.corpus_ratio if "shard" in run else q_full
         return "queries", q_pilot, min(q_full, sents)
@@ -413,7 +427,18 @@ def predict(
         tok_per_row = float(r2["score"].stats.get("padded_tokens", 0)) / r2["score"].rows
     for name in r1:
         basis, u2, full = _units(name, r2 if name in r2 else r1, cfg, pilot)
-        if name in QUERY_STAGES and name in r2 and name != "queries":
+        if name == "screen" and name in r2:
+            # pilot 1 also encoded the corpus side once (cached: pilot 2 reused it), which
+            # grows with the corpus; the rest is per screened row
+            _, u1, _ = _units(name, r1, cfg, pilot)
+            slope = r2[name].cpu_s / max(u2, 1e-9)
+            corpus_side = max(r1[name].cpu_s - slope * u1, 0.0) * pilot.corpus_ratio
+            cpu = corpus_side + slope * full
+            m = replace(r2[name], peak_rss_mb=max(r1[name].peak_rss_mb, r2[name].peak_rss_mb))
+        elif name == "pairs" and basis == "idf sentences":
+            m = r2[name]
+            cpu = (r1[name].cpu_s + r2[name].cpu_s) / 2 * full / max(u2, 1e-9)
+        elif name in QUERY_STAGES and name in r2 and name != "queries":
             _, u1, _ = _units(name, r1, cfg, pilot)
             fixed, slope = _fit(u1, r1[name].cpu_s, u2, r2[name].cpu_s)
             shards = q_shards if load_stage(name).shard_by == "queries" else 1
@@ -438,7 +463,9 @@ def predict(
             basis=basis,
             pilot_units=u2,
             units=full,
-            rows=m.rows * (1.0 if name in MODEL_STAGES and name != "generator" else scale),
+            rows=m.rows * (1.0 if name in MODEL_STAGES and name != "generator" else scale)
+            if basis != "idf sentences"
+            else m.rows / max(r2["queries"].rows, 1) * cfg.stages["queries"].n_corpus,
             cpu_s=cpu,
             disk_mb=m.disk_bytes * (1.0 if name in MODEL_STAGES else scale) / 2**20,
             peak_rss_mb=pilot.base_rss_mb + extra_rss * max(mem_scale, 1.0),

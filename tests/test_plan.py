@@ -58,8 +58,8 @@ def test_sample_fraction_out_of_range(tmp_path: Path):
 
 def test_fit_recovers_fixed_and_per_unit_cost():
     assert _fit(10, 3 + 2 * 10, 30, 3 + 2 * 30) == pytest.approx((3.0, 2.0))
-    # a smaller second pilot (noise) charges the mean per unit and no fixed cost
-    assert _fit(10, 30, 20, 20) == pytest.approx((0.0, 1.0))
+    # a cheaper bigger pilot (noise): no measurable cost per unit, the mean as a fixed cost
+    assert _fit(10, 30, 20, 20) == pytest.approx((25.0, 0.0))
 
 
 def _m(stage: str, cpu: float, rows: int, **stats) -> StageMeasure:
