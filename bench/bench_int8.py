@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--variants",
         default="int8_tensor_head,int8_channel",
-        help="int8_tensor / int8_channel (scales per tensor / per output channel), with _head: "
-        "the vocabulary head quantised too",
+        help="int8_tensor / int8_channel (scales per tensor / per output channel); _nodown: MLP "
+        "down projections stay float32; _mlp: attention projections stay float32; _head: the "
+        "vocabulary head quantised too",
     )
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -54,8 +55,12 @@ def main(argv: list[str] | None = None) -> None:
     assert isinstance(fp32, CausalPrefixScorer)
     variants = {"fp32": fp32}
     for v in a.variants.split(","):
-        per_channel, head = v in ("int8_channel", "int8_channel_head"), v.endswith("_head")
-        variants[v] = quantize_int8(copy.deepcopy(fp32), per_channel=per_channel, head=head)
+        per_channel, head = v.startswith("int8_channel"), v.endswith("_head")
+        skip = ("down_proj",) if "_nodown" in v else ()
+        skip += ("self_attn",) if "_mlp" in v else ()
+        variants[v] = quantize_int8(
+            copy.deepcopy(fp32), per_channel=per_channel, head=head, skip=skip
+        )
     engines = {
         name: ScoringEngine(sc, EngineConfig(token_budget=a.budget))
         for name, sc in variants.items()

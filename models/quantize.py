@@ -18,12 +18,16 @@ from ctxsim.models.generator import CausalPrefixScorer, GenerativeScorer
 
 
 def quantize_int8(
-    scorer: GenerativeScorer, per_channel: bool = True, head: bool = False
+    scorer: GenerativeScorer,
+    per_channel: bool = True,
+    head: bool = False,
+    skip: tuple[str, ...] = (),
 ) -> GenerativeScorer:
     """The scorer with its model's linear layers quantised to int8 in place: one scale per
     output channel (``per_channel``; per tensor otherwise), the vocabulary head kept in float32
     unless ``head`` (it runs on target positions only, a few % of the FLOPs, and its per-tensor
-    int8 scores collapse: bench/results/int8_smollm2.md). CPU only; the causal backend only."""
+    int8 scores collapse: bench/results/int8_smollm2.md); layers whose name contains one of
+    ``skip`` stay float32 too. CPU only; the causal backend only."""
     if not isinstance(scorer, CausalPrefixScorer):
         raise ValueError(
             f"int8 quantisation supports the causal backend, not {type(scorer).__name__}"
@@ -44,7 +48,9 @@ def quantize_int8(
     spec = {
         name: qconfig
         for name, m in model.named_modules()
-        if isinstance(m, torch.nn.Linear) and (head or m is not out_head)
+        if isinstance(m, torch.nn.Linear)
+        and (head or m is not out_head)
+        and not any(k in name for k in skip)
     }
     with warnings.catch_warnings():  # torch flags its quantised tensor API for a future move
         warnings.simplefilter("ignore", UserWarning)

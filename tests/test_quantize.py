@@ -64,3 +64,11 @@ def test_int8_refuses_other_backends(tok):
 def test_score_params_int8_switch_defaults_off():
     assert ScoreParams().int8_on_cpu is False
     assert ScoreParams(int8_on_cpu=True).int8_on_cpu is True
+
+
+def test_int8_skip_keeps_named_layers_float32(tok):
+    fp32 = CausalPrefixScorer(tiny_causal(tok, TINY, seed=0), tok)
+    part = quantize_int8(copy.deepcopy(fp32), skip=("down_proj",))
+    kept = {n for n, m in part.model.named_modules() if type(m) is torch.nn.Linear}
+    assert kept and all(n.endswith("down_proj") or n == "lm_head" for n in kept)
+    assert any(n.endswith("down_proj") for n in kept)
