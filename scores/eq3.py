@@ -51,6 +51,10 @@ SCORE_SCHEMA = pa.schema(
 )
 
 
+#: layers score.int8_on_cpu keeps in float32 (bench/results/int8_smollm2_layers.md)
+INT8_FLOAT_LAYERS = ("down_proj",)
+
+
 class ScoreParams(StageParams):
     lambda_disc: float = 1.0  # Eq. (3) weights (the paper does not publish its values)
     lambda_fwd: float = 1.0
@@ -61,10 +65,11 @@ class ScoreParams(StageParams):
     max_logit_elems: int = Field(1 << 27, ge=1)  # batch x target positions x vocab
     bf16_on_cuda: bool = True
     bf16_on_cpu: bool = False  # ~2x on CPUs with AVX512-BF16/AMX; ranks unchanged (measured)
-    # causal scorer's linear layers in int8 (torch dynamic quantisation, per channel, head in
-    # float32) on CPU: 3x fewer CPU-s per window with SmolLM2, but Spearman with float32 only
-    # 0.87 (left) / 0.44 (PMI left) (bench/results/cheaper_scoring.md); wins over bf16_on_cpu;
-    # its own score-cache namespace
+    # causal scorer's linear layers in int8 (torch dynamic quantisation, per channel; the head
+    # and the MLP down projections, where the activation outliers are, stay float32) on CPU:
+    # 2.1x fewer CPU-s per window with SmolLM2, Spearman with float32 0.96 (left) / 0.75 (PMI
+    # left) on 60 windows (bench/results/cheaper_scoring.md); wins over bf16_on_cpu; its own
+    # score-cache namespace
     int8_on_cpu: bool = False
     disc_batch: int = Field(256, ge=1)  # windows per discriminator forward (pairs screen lacks)
     # A generative term whose lambda is 0 costs a third of the scoring time; skip it (its column
@@ -144,7 +149,7 @@ def score_rows(
     scorer, meta = load_scorer(ctx.input("generator").files_dir, ctx.device)
     int8 = p.int8_on_cpu and scorer.device.type == "cpu"
     if int8:
-        scorer = quantize_int8(scorer)
+        scorer = quantize_int8(scorer, skip=INT8_FLOAT_LAYERS)
     engine = ScoringEngine(
         scorer,
         EngineConfig(
@@ -217,7 +222,7 @@ def _score_cache(
     bf16 = (device == "cuda" and p.bf16_on_cuda) or (device == "cpu" and p.bf16_on_cpu)
     scorer_id = meta.get("scorer_id") or ctx.input("generator").fingerprint
     int8 = device == "cpu" and p.int8_on_cpu
-    mode = "int8-channel-fp32head" if int8 else ("bf16" if bf16 else "fp32")
+    mode = "int8-channel-fp32head-fp32down" if int8 else ("bf16" if bf16 else "fp32")
     return ScoreCache(ctx.store.root, f"{scorer_id}-{mode}")
 
 
