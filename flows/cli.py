@@ -441,6 +441,56 @@ def data_download(
     typer.echo(json.dumps(manifest, indent=2, default=str))
 
 
+@app.command(
+    epilog="Example: ctxsim plan --config configs/books.yaml --sample-fraction 0.05 "
+    "--pilot-queries 8; ctxsim plan --config configs/paper.yaml --gpus 8 --tokens-per-second 4e5"
+)
+def plan(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    until: Annotated[str | None, typer.Option("--until", help="plan up to this stage")] = None,
+    sample_fraction: Annotated[
+        float, typer.Option("--sample-fraction", help="share of corpus records in the pilot")
+    ] = 0.05,
+    pilot_queries: Annotated[
+        int, typer.Option("--pilot-queries", help="queries of the first pilot (the second: 2x)")
+    ] = 8,
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs for the scoring stages")] = 0,
+    tokens_per_second: Annotated[
+        float | None,
+        typer.Option("--tokens-per-second", help="scored tokens per second per GPU (measured)"),
+    ] = None,
+    save_pilot: Annotated[
+        Path | None, typer.Option("--save-pilot", help="write the raw pilot measurements here")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Predict per-stage CPU (or GPU) seconds, disk and memory of a config from a seeded pilot
+    on a sample of its corpus (run on a temporary root; nothing of it is kept)."""
+    from ctxsim.flows.config import ConfigError
+    from ctxsim.flows.plan import format_plan, predict, run_pilot
+
+    if config is None:
+        config = Path("configs/quickstart.yaml")
+    if gpus and not tokens_per_second:
+        _fail("--gpus needs --tokens-per-second (measure it, e.g. with bench/bench_score.py)")
+    import os
+
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        cfg, pilot = run_pilot(
+            config, list(set_ or []), sample_fraction, pilot_queries, until=until
+        )
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+    if save_pilot is not None:
+        from ctxsim.flows.plan import pilot_to_json
+
+        save_pilot.write_text(json.dumps(pilot_to_json(pilot), indent=1, default=str))
+    result = predict(cfg, pilot, gpus=gpus, tokens_per_second=tokens_per_second)
+    typer.echo(json.dumps(result, indent=2) if json_out else format_plan(result))
+
+
 def main() -> None:
     try:
         app()

@@ -84,7 +84,8 @@ class CausalPrefixScorer(GenerativeScorer):
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model.get_output_embeddings().weight.shape[0])
+        # out_features: also there once the head is int8-quantised (models/quantize.py)
+        return int(self.model.get_output_embeddings().out_features)
 
     def tokenize(self, texts: Sequence[str]) -> list[Ids]:
         # A leading space makes a word-initial token, as inside running text (BPE/SentencePiece);
