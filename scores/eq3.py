@@ -32,10 +32,10 @@ from ctxsim.models.generator import DIRECTIONS
 from ctxsim.models.quantize import quantize_int8
 from ctxsim.models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
 from ctxsim.scores.loading import load_scorer
+from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
 from ctxsim.store.score_cache import ScoreCache, window_keys
 from ctxsim.store.stage import StageContext, StageParams
 from ctxsim.store.tables import rows_of
-from ctxsim.tasks.gencontexts import contexts_with_generated, sentences_with_generated
 
 SCORE_SCHEMA = pa.schema(
     [

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from ctxsim.store.atomic import atomic_path
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 GEN_CONTEXT_BASE = 1 << 50
@@ -59,14 +59,6 @@ GEN_SCHEMA = pa.schema(
         ("sampling", pa.string()),  # JSON of models.context_sampling.SamplingSettings
     ]
 )
-CONTEXT_COLUMNS = [
-    "context_id",
-    "chunk_id",
-    "section_id",
-    "centre_sent_id",
-    "left_sent_ids",
-    "right_sent_ids",
-]
 
 
 class GenContextsParams(StageParams):
@@ -136,10 +128,8 @@ class SampleCache:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         table = pa.table({"key": pa.array(keys, pa.binary(16)), "text": texts}, schema=self.SCHEMA)
-        name = uuid.uuid4().hex
-        tmp = self.dir / f".{name}.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.dir / f"{name}.parquet")
+        with atomic_path(self.dir / f"{uuid.uuid4().hex}.parquet") as tmp:
+            pq.write_table(table, tmp)
 
 
 def _model_identity(model: str) -> tuple[str, str]:
@@ -262,24 +252,3 @@ class GenContextsStage(Stage):
         stats = {"queries": len(qids), "samples": table.num_rows, "sampled": n_new}
         stats |= {"from_cache": n_cached, "empty": empty}
         return table, stats
-
-
-# ---- reading generated contexts beside the corpus (select, score) ----------------------------
-
-
-def contexts_with_generated(ctx: StageContext) -> pa.Table:
-    """The `contexts` table, plus the generated slots when the stage has `gencontexts` upstream."""
-    table = ctx.input("contexts").read_table(CONTEXT_COLUMNS)
-    if "gencontexts" not in ctx.upstream:
-        return table
-    gen = ctx.input("gencontexts").read_table(CONTEXT_COLUMNS).cast(table.schema)
-    return pa.concat_tables([table, gen])
-
-
-def sentences_with_generated(ctx: StageContext) -> pa.Table:
-    """(sent_id, text) of the corpus, plus the generated sentences."""
-    table = ctx.input("shard").read_table(["sent_id", "text"])
-    if "gencontexts" not in ctx.upstream:
-        return table
-    gen = ctx.input("gencontexts").read_table(["sent_id", "text"]).cast(table.schema)
-    return pa.concat_tables([table, gen])

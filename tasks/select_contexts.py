@@ -35,9 +35,9 @@ from pydantic import Field
 from ctxsim.models.selection import select as select_contexts
 from ctxsim.models.selection import token_ranks, word_set
 from ctxsim.scores import ScoreParams, query_texts, score_rows
+from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
-from ctxsim.tasks.gencontexts import contexts_with_generated, sentences_with_generated
 
 SELECT_SCHEMA = pa.schema(
     [

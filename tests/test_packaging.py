@@ -4,32 +4,38 @@ the repository's package folders inside it."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-#: repository folder -> installed package (pyproject's [tool.setuptools.package-dir])
+#: repository folder -> installed package, as pyproject's [tool.setuptools.package-dir] says
 PACKAGE_DIRS = {
-    "flows": "ctxsim/flows",
-    "tasks": "ctxsim/tasks",
-    "models": "ctxsim/models",
-    "store": "ctxsim/store",
-    "readers": "ctxsim/readers",
-    "scores": "ctxsim/scores",
+    folder: pkg.replace(".", "/")
+    for pkg, folder in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ].items()
 }
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # build from a copy: an in-tree build leaves build/ in the checkout
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for folder in PACKAGE_DIRS:
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w"]
-        + [str(out), str(REPO)],
+        + [str(out), str(src)],
         check=True,
         capture_output=True,
     )
