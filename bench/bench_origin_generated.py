@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from bench.harness import write_results
 from ctxsim.models.metrics import bootstrap_diff_ci
+from ctxsim.models.objectives import tfidf_cosine
 from ctxsim.models.origin import (
     SIMILARITIES,
     ContextSets,
@@ -32,7 +33,6 @@ from ctxsim.models.origin import (
     spearman_x100,
 )
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.tasks.label import _tfidf_cosine
 
 SIDES = {"right": ("right",), "left": ("left",), "both": ("right", "left")}
 
@@ -54,7 +54,7 @@ def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str,
     lab = art["label"].read_table().sort_by("pair_id")
     s1, s2 = lab["s1_id"].to_numpy(), lab["s2_id"].to_numpy()
     gold = lab["gold"].to_numpy().astype(np.float64)
-    tfidf = _tfidf_cosine(lab["s1"].to_pylist(), lab["s2"].to_pylist())
+    tfidf = tfidf_cosine(lab["s1"].to_pylist(), lab["s2"].to_pylist())
     side = np.asarray(gen["side"].to_pylist(), object)
     q, c = gen["query_id"].to_numpy(), gen["context_id"].to_numpy()
     j = gen["sample"].to_numpy()

@@ -30,11 +30,14 @@ LossName = Literal["cosine", "cosent", "angle", "clrcmd"]
 SIMCSE_SCALE = 20.0
 
 
-def tfidf_cosine(s1: Sequence[str], s2: Sequence[str]) -> np.ndarray:
+def tfidf_cosine(s1: Sequence[str | None], s2: Sequence[str | None]) -> np.ndarray:
     """Cosine of the two sentences' TF-IDF vectors (word unigrams, sublinear tf, IDF from the
-    distinct sentences of all pairs): the baseline the label stage reports as ``tfidf_cosine``."""
+    distinct sentences of all pairs; a missing sentence is empty): the baseline the label stage
+    reports as ``tfidf_cosine``, the `tfidf` objective's labels and reference encoder."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
+    s1 = [x or "" for x in s1]
+    s2 = [x or "" for x in s2]
     if len(s1) != len(s2):
         raise ValueError(f"{len(s1)} first sentences but {len(s2)} second sentences")
     vec = TfidfVectorizer(sublinear_tf=True).fit(sorted(set(s1) | set(s2)))

@@ -98,14 +98,12 @@ def reference_similarity(
 ) -> np.ndarray:
     """The reference encoder's cosine per pair: ``tfidf`` (no weights) or a sentence-
     transformers model by registry name or path (its weights must be installed)."""
+    if name == "tfidf":
+        from ctxsim.models.objectives import tfidf_cosine
+
+        return tfidf_cosine(s1, s2)
     a = [x or "" for x in s1]
     b = [x or "" for x in s2]
-    if name == "tfidf":
-        from sklearn.feature_extraction.text import TfidfVectorizer
-
-        vec = TfidfVectorizer(sublinear_tf=True).fit(sorted(set(a) | set(b)))
-        xa, xb = vec.transform(a), vec.transform(b)
-        return np.asarray(xa.multiply(xb).sum(axis=1)).ravel()
     from sentence_transformers import SentenceTransformer
 
     from ctxsim.models.registry import resolve_model

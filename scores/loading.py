@@ -104,7 +104,7 @@ def load_scorer(files: Path, device: str = "cpu") -> tuple[GenerativeScorer, dic
     return Seq2SeqScorer(models["fwd"] if shared else models, tok, limits, device), meta
 
 
-def _hf_encoder(tok_dir: Path) -> tuple[Encoder, int]:
+def hf_encoder(tok_dir: Path) -> tuple[Encoder, int]:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
@@ -130,7 +130,7 @@ def load_discriminator(
         tok = ScratchTokenizer(json.loads((files / "vocab.json").read_text()))
         encode: Encoder = tok.encode
     else:
-        encode, _ = _hf_encoder(files / "tokenizer")
+        encode, _ = hf_encoder(files / "tokenizer")
     model = CoherenceDiscriminator(DiscriminatorConfig(**meta["model"]))
     model.load_state_dict(load_file(str(files / "model.safetensors")))
     model.to(device).eval()

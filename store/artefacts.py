@@ -86,10 +86,6 @@ def fingerprint(payload: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    write_json_atomic(path, obj)
-
-
 def _warn(msg: str, *args: Any) -> None:
     """A warning through the project's logger (Prefect's inside a flow)."""
     from ctxsim.store.stage import get_logger  # store.stage imports this module
@@ -282,7 +278,7 @@ class ArtefactStore:
             # which process computed it: on a cluster, the host and pid of the worker
             "worker": f"{socket.gethostname()}:{os.getpid()}",
         }
-        _write_json_atomic(pdir / f"_shard-{shard:05d}.json", info)
+        write_json_atomic(pdir / f"_shard-{shard:05d}.json", info)
         return info
 
     def publish(
@@ -350,7 +346,7 @@ class ArtefactStore:
         }
         for marker in staging.glob("_shard-*.json"):
             marker.unlink()
-        _write_json_atomic(staging / MANIFEST, manifest)
+        write_json_atomic(staging / MANIFEST, manifest)
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.rename(staging, final)
@@ -387,7 +383,7 @@ class ArtefactStore:
     def write_run(self, run_id: str, record: dict[str, Any]) -> None:
         path = self.run_path(run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(path, record)
+        write_json_atomic(path, record)
 
     def read_run(self, run_id: str) -> dict[str, Any]:
         path = self.run_path(run_id)

@@ -37,6 +37,9 @@ from ctxsim.store.stage import get_logger
 KEY_BYTES = 16
 _CHECKSUMMED = re.compile(r"^[0-9a-f]{64}\.parquet$")
 SCHEMA = pa.schema([("key", pa.binary(KEY_BYTES)), ("value", pa.float32())])
+#: files this process has hashed, by (size, mtime): a score shard reads the cache once per term,
+#: and a file named by its content only changes when something rewrites it (a new mtime)
+_VERIFIED: dict[Path, tuple[int, int]] = {}
 
 
 def window_keys(lefts: Sequence[str], sentences: Sequence[str], rights: Sequence[str]) -> list:
@@ -95,11 +98,13 @@ class ScoreCache:
         """The file's rows if its bytes match the sha256 in its name; otherwise move it aside to
         ``<name>.corrupt`` (out of the ``*.parquet`` glob), warn, and return None."""
         try:
+            stamp = (f.stat().st_size, f.stat().st_mtime_ns)
             if not _CHECKSUMMED.match(f.name):
                 problem = "no checksum in its name (written before checksums)"
-            elif sha256_file(f) != f.name.removesuffix(".parquet"):
+            elif _VERIFIED.get(f) != stamp and sha256_file(f) != f.name.removesuffix(".parquet"):
                 problem = "sha256 mismatch"
             else:
+                _VERIFIED[f] = stamp
                 return pq.read_table(f, schema=SCHEMA)
         except FileNotFoundError:  # moved aside by a concurrent reader
             return None

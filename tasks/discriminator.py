@@ -39,11 +39,7 @@ from ctxsim.models.discriminator import (
     safe_float,
     train_discriminator,
 )
-from ctxsim.scores.loading import (  # noqa: F401 - load_discriminator re-exported
-    Encoder,
-    _hf_encoder,
-    load_discriminator,
-)
+from ctxsim.scores.loading import Encoder, hf_encoder
 from ctxsim.store.atomic import atomic_path
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
@@ -176,7 +172,7 @@ class DiscriminatorStage(Stage):
             for name in MINILM_TOKENIZER_FILES:
                 if (src / name).exists():
                     shutil.copy2(src / name, files / "tokenizer" / name)
-            encode, vocab_size = _hf_encoder(files / "tokenizer")
+            encode, vocab_size = hf_encoder(files / "tokenizer")
             from safetensors import safe_open
 
             with safe_open(str(src / "model.safetensors"), "pt") as f:

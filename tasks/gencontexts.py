@@ -177,8 +177,7 @@ class GenContextsStage(Stage):
         p: GenContextsParams = ctx.params
         if ctx.run.torch_threads > 0:
             torch.set_num_threads(ctx.run.torch_threads)
-        q = ctx.input("queries").read_table(["query_id", "text", "shard"])
-        q = q.filter(pc.equal(q.column("shard"), shard)).sort_by("query_id")
+        q = ctx.input_shard("queries", shard, ["query_id", "text"])
         qids = q.column("query_id").to_numpy()
         texts = q.column("text").to_pylist()
         settings = SamplingSettings(p.max_new_tokens, p.temperature, p.top_p, p.top_k)

@@ -54,11 +54,7 @@ from ctxsim.models.generator_training import (
 )
 from ctxsim.models.registry import check_model_name, resolve_model
 from ctxsim.models.scoring import EngineConfig, ScoringEngine
-from ctxsim.scores.loading import (  # noqa: F401 - load_scorer, META_FILE re-exported
-    META_FILE,
-    load_scorer,
-    save_scorer,
-)
+from ctxsim.scores.loading import save_scorer
 from ctxsim.store.atomic import atomic_path
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of

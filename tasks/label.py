@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
+from ctxsim.models.objectives import tfidf_cosine
 from ctxsim.models.origin import (
     SIMILARITIES,
     TERM_COLUMNS,
@@ -356,7 +357,7 @@ class LabelStage(Stage):
         gold = table.column("gold").to_numpy(zero_copy_only=False).astype(np.float64)
         sets = np.asarray([report_name(d, s) for d, s in zip(ds, sub, strict=True)], dtype=object)
         subs = np.asarray(sub, dtype=object)
-        base = _tfidf_cosine(table.column("s1").to_pylist(), table.column("s2").to_pylist())
+        base = tfidf_cosine(table.column("s1").to_pylist(), table.column("s2").to_pylist())
         views = {names[k]: labels[:, k] for k in range(1, len(names)) if p.ablations}
         views.update(other)
         views["tfidf_cosine"] = base
@@ -535,14 +536,3 @@ def _backbone_cosine(ctx: StageContext, a: list[str | None], b: list[str | None]
         if x and y:
             out[k] = float(emb[row[x]] @ emb[row[y]])
     return out
-
-
-def _tfidf_cosine(a: list[str | None], b: list[str | None]) -> np.ndarray:
-    """Cosine of TF-IDF vectors of the two sentences (IDF from all of them): the baseline."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    a = [x or "" for x in a]
-    b = [x or "" for x in b]
-    vec = TfidfVectorizer(sublinear_tf=True).fit(sorted(set(a) | set(b)))
-    xa, xb = vec.transform(a), vec.transform(b)
-    return np.asarray(xa.multiply(xb).sum(axis=1)).ravel()

@@ -4,14 +4,8 @@ Which pairs: for every labelled pair (a, b) of `pairs`, both a and b against eve
 Cs_a ∪ Cs_b (Cs from `select`), deduplicated (models/origin.py ``required_scores``, the same rule
 the `label` stage looks scores up by), so each distinct (query, context) is scored once.
 
-Terms (Sec. 3.3, Eq. 3): ``gen_fwd`` = (1/|s|) log p(s|c<,c>), ``gen_left`` = (1/|c<|) log
-p(c<|s,c>), ``gen_right`` = (1/|c>|) log p(c>|c<,s) from the `generator` artefact through the
-batched engine (models/scoring.py); ``disc_logprob`` = log sigmoid of the Eq. (1) logit, taken
-from `screen` where it ranked that (query, context) and otherwise computed with the
-`discriminator` artefact's model; ``disc_source`` records which (screen / model / missing: 0.0).
-S = lambda_disc * disc + lambda_fwd * fwd + lambda_left * left + lambda_right * right.
-With ``pmi: [d, ...]`` those terms are taken as pointwise mutual information (the term minus the
-same target scored without the other side, recorded in ``null_<d>``; see ScoreParams.pmi).
+S itself (its terms, PMI baselines, generated slots and the score cache) is computed by
+``scores/eq3.py``, which `select` shares.
 
 Sharded like the queries: shard k scores the pairs whose query is in queries' shard k.
 """

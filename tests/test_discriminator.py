@@ -147,7 +147,7 @@ TINY = {
 def test_discriminator_stage_publishes_weights_and_metrics(spine, tmp_path) -> None:
     from safetensors.torch import load_file
 
-    from ctxsim.tasks.discriminator import load_discriminator
+    from ctxsim.scores.loading import load_discriminator
     from tests.test_retrieval import run_stages
 
     art = run_stages(spine, tmp_path, {"discriminator": TINY})["discriminator"]

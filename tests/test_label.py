@@ -307,7 +307,7 @@ def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
         tiny_causal,
         train_wordpiece_tokenizer,
     )
-    from ctxsim.tasks.generator import load_scorer, save_scorer
+    from ctxsim.scores.loading import load_scorer, save_scorer
 
     store, arts, _ = _fake_world(tmp_path, given=True)
     texts = arts["queries"].read_table().column("text").to_pylist()

@@ -385,9 +385,9 @@ def test_score_stage_computes_missing_disc_terms_with_the_discriminator(
     import pyarrow as pa
 
     from ctxsim.models.discriminator import encode_texts, pad_batch
+    from ctxsim.scores.loading import load_discriminator
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
-    from ctxsim.tasks.discriminator import load_discriminator
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     q = spine["queries"].read_table(["query_id", "text"]).to_pydict()
@@ -636,9 +636,10 @@ def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok
     other limits make another id."""
     import json
 
+    from ctxsim.scores.loading import META_FILE
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
-    from ctxsim.tasks.generator import META_FILE, GeneratorParams, GeneratorStage
+    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     backbone = tmp_path / "backbone"
