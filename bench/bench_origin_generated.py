@@ -37,17 +37,32 @@ from ctxsim.store.artefacts import ArtefactStore
 SIDES = {"right": ("right",), "left": ("left",), "both": ("right", "left")}
 
 
+def _term_views(score: Any, params: dict[str, Any]) -> dict[str, np.ndarray]:
+    """S as the run scored it, and, where ``score.pmi`` took terms as PMI, S with the null terms
+    added back (the raw log-probabilities): one PMI run gives both, paired on the same samples."""
+    S = score.column("S").to_numpy().astype(np.float64)
+    pmi = list(params.get("pmi", []))
+    if not pmi:
+        return {"S": S}
+    raw = S.copy()
+    for d in pmi:
+        lam = float(params.get(f"lambda_{d}", 1.0))
+        raw += lam * np.nan_to_num(score.column(f"null_{d}").to_numpy().astype(np.float64))
+    return {"S_pmi": S, "S_raw": raw}
+
+
 def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str, Any]:
     rec = json.loads((root / "runs" / f"{run_id}.json").read_text())
     store = ArtefactStore(root)
     art = {n: store.require(n, rec["stages"][n]["fingerprint"]) for n in rec["stages"]}
     gen = art["gencontexts"].read_table(["context_id", "query_id", "side", "sample", "text"])
     gen = gen.filter(pc.not_equal(gen["text"], ""))
-    score = art["score"].read_table(["query_id", "context_id", "S"])
+    score = art["score"].read_table()
+    terms = _term_views(score, rec["config"].get("score", {}))
     lookup = ScoreLookup(
         score.column("query_id").to_numpy(),
         score.column("context_id").to_numpy(),
-        score.column("S").to_numpy().astype(np.float64),
+        np.column_stack(list(terms.values())),
     )
     sel = art["select"].read_table(["query_id", "context_id", "position"])
     chosen = set(zip(sel["query_id"].to_pylist(), sel["context_id"].to_pylist(), strict=True))
@@ -79,15 +94,24 @@ def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str,
             keep = pos < k
             cs = ContextSets.from_rows(qm[keep], cm[keep], pos[keep])
             for how in SIMILARITIES:
-                pred = origin_labels(cs, s1, s2, lookup, similarity=how)[:, 0]
-                row = {"contexts": name, "k": k, "similarity": how}
-                row["spearman"] = round(spearman_x100(pred, gold), 2)
-                if how == "cosine":
-                    ci = bootstrap_diff_ci(gold, pred, tfidf, n_resamples=n_resamples)
-                    row["minus_tfidf"] = round(ci["delta"], 2)
-                    row["ci_low"] = round(ci["ci_low"], 2)
-                    row["ci_high"] = round(ci["ci_high"], 2)
-                rows.append(row)
+                preds = origin_labels(cs, s1, s2, lookup, similarity=how)
+                for t, term in enumerate(terms):
+                    pred = preds[:, t]
+                    row = {"contexts": name, "k": k, "similarity": how, "term": term}
+                    row["spearman"] = round(spearman_x100(pred, gold), 2)
+                    if how == "cosine":
+                        ci = bootstrap_diff_ci(gold, pred, tfidf, n_resamples=n_resamples)
+                        row["minus_tfidf"] = round(ci["delta"], 2)
+                        row["ci_low"] = round(ci["ci_low"], 2)
+                        row["ci_high"] = round(ci["ci_high"], 2)
+                        if t > 0:  # the raw term against the run's S (PMI), paired
+                            ci = bootstrap_diff_ci(gold, preds[:, 0], pred, n_resamples=n_resamples)
+                            row["S_minus_this"] = round(ci["delta"], 2)
+                            row["S_minus_this_ci"] = [
+                                round(ci["ci_low"], 2),
+                                round(ci["ci_high"], 2),
+                            ]
+                    rows.append(row)
     stages = ("gencontexts", "score")
     wall = {n: rec["stages"][n]["seconds"] for n in stages}
     cpu = {n: float(art[n].stats.get("cpu_seconds", float("nan"))) for n in stages}
@@ -121,8 +145,8 @@ def main() -> None:
     res = curve(args.root, args.run, [int(k) for k in args.ks.split(",")], args.resamples)
     pivot: dict[tuple, dict[str, Any]] = {}
     for r in res["rows"]:
-        key = (r["contexts"], r["similarity"])
-        pivot.setdefault(key, {"contexts": key[0], "similarity": key[1]})
+        key = (r["contexts"], r["similarity"], r["term"])
+        pivot.setdefault(key, {"contexts": key[0], "similarity": key[1], "term": key[2]})
         pivot[key][f"k{r['k']}"] = r["spearman"]
     write_results(
         args.name,
@@ -139,7 +163,21 @@ def main() -> None:
         },
         tables={
             "cosine_vs_tfidf_paired_bca": [
-                {k: r[k] for k in ("contexts", "k", "spearman", "minus_tfidf", "ci_low", "ci_high")}
+                {
+                    k: r[k]
+                    for k in (
+                        "contexts",
+                        "term",
+                        "k",
+                        "spearman",
+                        "minus_tfidf",
+                        "ci_low",
+                        "ci_high",
+                        "S_minus_this",
+                        "S_minus_this_ci",
+                    )
+                    if k in r
+                }
                 for r in res["rows"]
                 if r["similarity"] == "cosine"
             ]

@@ -9,7 +9,8 @@ then reused by every labelling run:
 
 - ``pairs_per_cpu_hour_all``: labelled pairs / CPU time of every stage computed for them;
 - ``pairs_per_cpu_hour_marginal``: labelled pairs / CPU time of the per-query stages only
-  (queries, retrieve, screen, select, pairs, score, label) - the cost of more pairs.
+  (queries, retrieve, screen, gencontexts, select, pairs, score, label) - the cost of more
+  pairs.
 
 Several runs of one config at different corpus sizes give the growth with corpus size (``--runs
 a b c``). Usage::
@@ -26,7 +27,7 @@ from typing import Any
 
 from bench.harness import write_results
 
-PER_QUERY = ("queries", "retrieve", "screen", "select", "pairs", "score", "label")
+PER_QUERY = ("queries", "retrieve", "screen", "gencontexts", "select", "pairs", "score", "label")
 
 
 def stage_rows(root: Path, run_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -8,8 +8,8 @@ labels from that model). Each trained model is then scored on every STS set foun
 ``--sts-dir`` (Spearman x100, "all" convention; ``--max-pairs`` caps each subset with a seeded
 sample), and compared pairwise with paired BCa 95% intervals (models.metrics.bootstrap_diff_ci)
 against the reference arms. CPU-seconds: labels from the run's manifests (Eq. 4 = generator +
-score + label stages; pair mining, shared by ctxsim and TF-IDF labels, apart), training from the
-trainer (``train_cpu_seconds``: every thread, the STSb-dev evaluations included).
+gencontexts + score + label stages; pair mining, shared by ctxsim and TF-IDF labels, apart),
+training from the trainer (``train_cpu_seconds``: every thread, the STSb-dev evaluations included).
 
 Usage::
 
@@ -42,8 +42,9 @@ ARMS: dict[str, dict[str, str]] = {
     "ctxsim-AnglE": {"objective": "ctxsim", "loss": "angle", "label_scale": "none"},
 }
 REFERENCES = ("ctxsim-L2", "simcse")
-#: Eq. 4 labels cost these stages on top of the pairs (the rest is pair mining, shared)
-LABEL_STAGES = ("generator", "score", "label")
+#: Eq. 4 labels cost these stages on top of the pairs (the rest is pair mining, shared);
+#: gencontexts only where select.source generates contexts
+LABEL_STAGES = ("generator", "gencontexts", "score", "label")
 PAIR_STAGES = (
     "shard",
     "contexts",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,8 +18,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 # One ephemeral Prefect database for the whole session: its migrations run once, not per test.
-if not os.environ.get("PREFECT_API_URL"):
-    os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="ctxsim-prefect-"))
+# Removed when the session ends (one per run had piled up in /tmp).
+if not os.environ.get("PREFECT_API_URL") and "PREFECT_HOME" not in os.environ:
+    _prefect_home = tempfile.mkdtemp(prefix="ctxsim-prefect-")
+    os.environ["PREFECT_HOME"] = _prefect_home
+    atexit.register(shutil.rmtree, _prefect_home, ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "docs.jsonl"

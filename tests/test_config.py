@@ -12,11 +12,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_bundled_configs_validate():
-    for name in ("quickstart", "books", "paper"):
-        path = REPO / "configs" / f"{name}.yaml"
-        if path.exists():
-            cfg = load_config(path)
-            assert cfg.stage_names[0] == "shard"
+    paths = sorted((REPO / "configs").glob("*.yaml"))
+    assert {"quickstart.yaml", "books.yaml", "paper.yaml"} <= {p.name for p in paths}
+    for path in paths:
+        cfg = load_config(path)
+        assert cfg.stage_names[0] == "shard", path.name
+
+
+def test_generated_books_config_labels_without_retrieval():
+    """books_generated.yaml: contexts sampled per query, so no index/retrieve/screen stage."""
+    from ctxsim.flows.pipeline import select_stages
+
+    cfg = load_config(REPO / "configs" / "books_generated.yaml")
+    stages = select_stages(cfg, "label")
+    assert "gencontexts" in stages and "score" in stages
+    assert not {"index", "retrieve", "discriminator", "screen"} & set(stages)
 
 
 def test_unknown_key_names_file_and_key(tmp_path: Path):

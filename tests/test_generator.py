@@ -141,6 +141,30 @@ def test_causal_left_out_slot_is_the_prompt_without_it(tok):
     assert not np.allclose(null, real, atol=1e-3)
 
 
+def test_causal_empty_prompt_starts_from_the_document_start_token(tok):
+    """A null window with no context at all (PMI of a continuation, SmolLM2: no BOS prefix):
+    the target is scored after the start-of-document token instead of failing on an empty
+    prompt; a prompt with text in it is unchanged."""
+    sc = make("causal", tok)
+    sc.prefix = ()  # as SmolLM2's tokenizer: nothing added in front of a text
+    sc.start = (tok.eos_token_id if tok.bos_token_id is None else tok.bos_token_id,)
+    p_ids, t_ids = sc.example_ids("right", ("", "", None), "the cat sat")
+    assert p_ids == sc.start and len(t_ids) > 0
+    targets = ["the cat sat", "a dog ran far away from home today"]
+    with torch.inference_mode():
+        got = sc.log_prob("right", [("", "", None)] * 2, targets)
+    for g, tgt in zip(got, targets, strict=True):
+        _, t = sc.example_ids("right", ("", "", None), tgt)
+        seq = torch.tensor([[*sc.start, *t]])
+        with torch.no_grad():
+            lp = torch.log_softmax(sc.model(input_ids=seq).logits[0].double(), -1)
+        assert np.isclose(g, lp[torch.arange(len(t)), torch.tensor(t)].mean().item(), atol=1e-5)
+    assert sc.example_ids("right", ("", "she said", None), "x")[0][0] != sc.start[0]
+    sc.start = ()
+    with pytest.raises(ValueError, match="prompt is empty"):
+        sc.example_ids("right", ("", "", None), "the cat sat")
+
+
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_embed_is_mean_of_unpadded_states_and_batch_free(tok, kind):
     sc = make(kind, tok)

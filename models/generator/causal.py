@@ -49,6 +49,11 @@ class CausalPrefixScorer(GenerativeScorer):
         prefix = tokenizer("", add_special_tokens=True)["input_ids"]
         self.prefix: Ids = tuple(prefix)  # e.g. (<bos>,) for Gemma, () for SmolLM2
         self.embed_prefix = self.prefix
+        # what an otherwise empty prompt holds (a PMI null window with no context at all): the
+        # first target token needs a position to be predicted from, so the start of a document
+        start = tokenizer.bos_token_id
+        start = tokenizer.eos_token_id if start is None else start
+        self.start: Ids = self.prefix or (() if start is None else (int(start),))
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
@@ -118,6 +123,13 @@ class CausalPrefixScorer(GenerativeScorer):
             if ids is None:
                 raise ValueError(f"direction {direction!r}: template needs {fld!r}")
             prompt.extend(self.limits.cut(parts[fld], ids))
+        if not prompt:
+            if not self.start:
+                raise ValueError(
+                    f"direction {direction!r}: the prompt is empty and the tokenizer has no "
+                    "bos/eos token to start it (give the template a literal, or a context)"
+                )
+            prompt = list(self.start)
         return tuple(prompt), self.limits.cut(slot, target)
 
     def token_logprobs(
