@@ -177,7 +177,8 @@ def test_evaluate_stage_end_to_end(trained):
     params = EvaluateParams(
         sts_dir=str(sts),
         ists_dir=str(root / "ists"),
-        baselines=["backbone", "dynamax"],
+        baselines=["backbone", "dynamax", "tfidf"],
+        extra_models={"same-as-backbone": str(art.files_dir / "backbone")},
         dynamax_vectors="backbone",
         bootstrap_resamples=50,
         max_seq_length=32,
@@ -190,7 +191,15 @@ def test_evaluate_stage_end_to_end(trained):
         ("surrogate", "rcmd"),
         ("backbone", "cosine"),
         ("dynamax", "dynamax"),
+        ("tfidf", "tfidf"),
+        ("same-as-backbone", "cosine"),
     } <= systems
+    # an extra model is scored like a baseline: the backbone under another name reads the same
+    by = {(r["system"], r["similarity"], r["dataset"], r["subset"]): r for r in rows}
+    for (system, sim, d, sub), r in by.items():
+        if system == "backbone" and sim == "cosine":
+            twin = by[("same-as-backbone", "cosine", d, sub)]
+            assert twin["spearman_all"] == pytest.approx(r["spearman_all"], abs=1e-9)
     sts12 = [
         r
         for r in rows
@@ -208,10 +217,25 @@ def test_evaluate_stage_end_to_end(trained):
     )
     assert set(res["hard"]) == {"hard_high_gold", "hard_low_gold", "negation"}
     assert any(k.startswith("surrogate.cosine-vs-backbone") for k in res["bootstrap"])
+    assert "surrogate.cosine-vs-tfidf.tfidf" in res["bootstrap"]
     for f in ("report.md", "scatter.png", "heatmaps.png"):
         assert (ev.files_dir / f).exists()
     assert "| STS12 |" in (ev.files_dir / "report.md").read_text()
     assert ev.stats["n_sets"] == 5
+
+
+def test_evaluate_extra_model_that_is_not_a_model_names_the_key(trained, tmp_path):
+    from ctxsim.store.errors import InputError
+    from ctxsim.tasks.evaluate import EvaluateParams, EvaluateStage
+
+    root, store, run, art, sts, _ = trained
+    params = EvaluateParams(sts_dir=str(sts), extra_models={"simcse": str(tmp_path)})
+    with pytest.raises(
+        InputError, match=r"evaluate\.extra_models\.simcse: .*not a model directory"
+    ):
+        run_stage_locally(plan_stage(EvaluateStage(), params, run, store, {"train": art}))
+    with pytest.raises(ValueError, match="built-in"):
+        EvaluateParams(extra_models={"tfidf": str(tmp_path)})
 
 
 def test_evaluate_cli_compares_with_named_baselines(trained, tmp_path):

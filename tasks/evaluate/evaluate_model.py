@@ -16,6 +16,7 @@ from ctxsim.models.ists import (
     equi_filter,
     ists_f1,
 )
+from ctxsim.models.objectives import tfidf_cosine
 from ctxsim.readers.sts import StsSet, dataset_key, discover, sample_pairs
 from ctxsim.tasks.evaluate.encoders import (
     backbone_vectors,
@@ -91,7 +92,8 @@ def evaluate_model(
 ) -> dict[str, Any]:
     """Evaluate a sentence-transformers model directory; returns the JSON-able result.
 
-    ``baselines`` maps a system name to a model path (cosine/RCMD like the surrogate), or to None
+    ``baselines`` maps a system name to a model path (cosine/RCMD like the surrogate), ``tfidf``
+    (any value) to TF-IDF cosine of each pair (models.objectives.tfidf_cosine), or to None
     for ``dynamax`` (value None: word vectors from wordllama when installed, else the surrogate's
     input embeddings; "backbone" value: that model's input embeddings). With ``out_dir``, plots,
     ``report.md`` and ``results.json`` are written there. Model paths under
@@ -139,7 +141,7 @@ def evaluate_model(
     surrogate = load_st(model_path, device, max_seq_length)
     preds: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (system, similarity) -> set -> pred
     for system, path in _systems(model_path, baselines).items():
-        if system == "dynamax":
+        if system in ("dynamax", "tfidf"):
             continue
         model = surrogate if system == "surrogate" else load_st(path, device, max_seq_length)
         for s in sets:
@@ -162,6 +164,9 @@ def evaluate_model(
         preds[("dynamax", "dynamax")] = {
             s.name: dynamax_scores(s.s1, s.s2, tokenize, vec) for s in sets
         }
+
+    if "tfidf" in baselines and sets:  # the no-model reference (TF-IDF cosine of each pair)
+        preds[("tfidf", "tfidf")] = {s.name: tfidf_cosine(s.s1, s.s2) for s in sets}
 
     rows: list[dict[str, Any]] = []
     per_system: dict[tuple[str, str], dict[str, dict[str, float]]] = {}

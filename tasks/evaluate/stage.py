@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ctxsim.store.artefacts import content_digest
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.tasks.evaluate.evaluate_model import DATA_HINT, evaluate_model
 
@@ -35,9 +36,21 @@ class EvaluateParams(StageParams):
     similarities: list[Literal["cosine", "rcmd"]] = Field(
         default_factory=lambda: ["cosine", "rcmd"]
     )
-    baselines: list[Literal["backbone", "minilm", "dynamax"]] = Field(
+    baselines: list[Literal["backbone", "minilm", "dynamax", "tfidf"]] = Field(
         default_factory=lambda: ["backbone", "minilm", "dynamax"]
     )
+    # more encoders in the same report and paired CIs (e.g. a SimCSE model trained on the same
+    # sentences with `train.objective: simcse`): name -> sentence-transformers / HF model dir
+    extra_models: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("extra_models")
+    @classmethod
+    def _extra_names(cls, value: dict[str, str]) -> dict[str, str]:
+        taken = {"surrogate", "backbone", "minilm", "dynamax", "tfidf"} & set(value)
+        if taken:
+            raise ValueError(f"evaluate.extra_models: {sorted(taken)} name built-in systems")
+        return value
+
     dynamax_vectors: Literal["auto", "wordllama", "backbone"] = "auto"
     batch_size: int = 64
     max_seq_length: int = 128
@@ -72,6 +85,12 @@ class EvaluateStage(Stage):
                     )
                     for f in Path(d).expanduser().rglob("*")
                     if f.is_file()
+                )
+        for name, path in sorted(params.extra_models.items()):  # the models by content
+            d = Path(path).expanduser()
+            if d.is_dir():
+                extra[f"extra_models.{name}"] = sorted(
+                    (str(f.relative_to(d)), content_digest(f)) for f in d.rglob("*") if f.is_file()
                 )
         return extra
 
@@ -110,6 +129,16 @@ class EvaluateStage(Stage):
                     baselines["dynamax"] = "wordllama"
                 except ImportError:
                     baselines["dynamax"] = backbone
+        if "tfidf" in p.baselines:
+            baselines["tfidf"] = None
+        for name, path in p.extra_models.items():
+            d = Path(path).expanduser()
+            if not ((d / "modules.json").exists() or (d / "config.json").exists()):
+                raise InputError(
+                    f"evaluate.extra_models.{name}: {path} is not a model directory "
+                    "(no modules.json or config.json)"
+                )
+            baselines[name] = str(Path(path).expanduser())
         if p.sts_dir is None or not Path(p.sts_dir).expanduser().is_dir():
             ctx.logger.warning(DATA_HINT.format(where=p.sts_dir))
         res = evaluate_model(
