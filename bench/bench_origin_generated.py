@@ -76,6 +76,7 @@ def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str,
     # only what select kept (the diversity rule), in sample order
     kept = np.asarray([(a, b) in chosen for a, b in zip(q, c, strict=True)], bool)
     rows = []
+    preds_cos: dict[tuple[str, int, str], np.ndarray] = {}
     for name, sides in SIDES.items():
         m = kept & np.isin(side, sides)
         if not all((m & (side == x)).any() for x in sides):
@@ -100,6 +101,7 @@ def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str,
                     row = {"contexts": name, "k": k, "similarity": how, "term": term}
                     row["spearman"] = round(spearman_x100(pred, gold), 2)
                     if how == "cosine":
+                        preds_cos[(name, k, term)] = pred
                         ci = bootstrap_diff_ci(gold, pred, tfidf, n_resamples=n_resamples)
                         row["minus_tfidf"] = round(ci["delta"], 2)
                         row["ci_low"] = round(ci["ci_low"], 2)
@@ -118,6 +120,8 @@ def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str,
     threads = rec["config"]["run"].get("torch_threads", 0)
     return {
         "rows": rows,
+        "preds": preds_cos,
+        "gold": gold,
         "baseline": {"tfidf_cosine": round(spearman_x100(tfidf, gold), 2), "n_pairs": len(gold)},
         "cost": {
             **{f"{n}_wall_s": round(v, 1) for n, v in wall.items()},
@@ -141,8 +145,46 @@ def main() -> None:
     ap.add_argument("--name", default="origin_generated")
     ap.add_argument("--resamples", type=int, default=10000)
     ap.add_argument("--note", default="", help="free text recorded with the result")
+    ap.add_argument(
+        "--against",
+        default=None,
+        help="another run on the same root and pairs: paired BCa CI of this run minus it "
+        "(cosine, per side, k and term)",
+    )
     args = ap.parse_args()
-    res = curve(args.root, args.run, [int(k) for k in args.ks.split(",")], args.resamples)
+    ks = [int(k) for k in args.ks.split(",")]
+    res = curve(args.root, args.run, ks, args.resamples)
+    tables: dict[str, list[dict[str, Any]]] = {}
+    if args.against:
+        other = curve(args.root, args.against, ks, 200)  # its own CIs are not reported
+        if not np.array_equal(other["gold"], res["gold"]):
+            raise SystemExit(f"--against {args.against}: not the same pairs as {args.run}")
+        diff = []
+        for key, pred in res["preds"].items():
+            # the other run's same side and k; its S when the terms differ (PMI vs plain runs)
+            ref = other["preds"].get(key)
+            if ref is None:
+                ref = next(
+                    (v for (a, b, _), v in other["preds"].items() if (a, b) == key[:2]), None
+                )
+            if ref is None:
+                continue
+            ci = bootstrap_diff_ci(res["gold"], pred, ref, n_resamples=args.resamples)
+            diff.append(
+                {
+                    "contexts": key[0],
+                    "k": key[1],
+                    "term": key[2],
+                    "this": round(spearman_x100(pred, res["gold"]), 2),
+                    args.against: round(spearman_x100(ref, res["gold"]), 2),
+                    "delta": round(ci["delta"], 2),
+                    "ci_low": round(ci["ci_low"], 2),
+                    "ci_high": round(ci["ci_high"], 2),
+                }
+            )
+        tables[f"minus_{args.against}_paired_bca"] = diff
+    res.pop("preds")
+    res.pop("gold")
     pivot: dict[tuple, dict[str, Any]] = {}
     for r in res["rows"]:
         key = (r["contexts"], r["similarity"], r["term"])
@@ -153,7 +195,8 @@ def main() -> None:
         list(pivot.values()),
         {
             "command": f"python -m bench.bench_origin_generated --root {args.root} "
-            f"--run {args.run} --ks {args.ks} --name {args.name}",
+            f"--run {args.run} --ks {args.ks} --name {args.name}"
+            + (f" --against {args.against}" if args.against else ""),
             "what": "Spearman x100 of Eq. 4 (S of each generated slot) at |Cs| = k, per side; "
             "cosine is the paper's",
             "note": args.note,
@@ -162,6 +205,7 @@ def main() -> None:
             "gencontexts": res["config"],
         },
         tables={
+            **tables,
             "cosine_vs_tfidf_paired_bca": [
                 {
                     k: r[k]
@@ -180,7 +224,7 @@ def main() -> None:
                 }
                 for r in res["rows"]
                 if r["similarity"] == "cosine"
-            ]
+            ],
         },
     )
     print(json.dumps(res, indent=1, default=str))
