@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.harness import write_results
+from bench.harness import pivot_by_k, write_results
 from ctxsim.models.origin import (
     SIMILARITIES,
     ContextSets,
@@ -133,14 +133,9 @@ def main() -> None:
         for v, r in d["views"].items()
         if v in ("tfidf_cosine", "backbone_cosine")
     ]
-    pivot: dict[tuple, dict[str, Any]] = {}
-    for r in rows:
-        key = (r["set"], r["similarity"], r["view"])
-        pivot.setdefault(key, {"set": key[0], "similarity": key[1], "view": key[2]})
-        pivot[key][f"k{r['k']}"] = r["spearman_all"]
     write_results(
         args.name,
-        list(pivot.values()),
+        pivot_by_k(rows, ("set", "similarity", "view"), "spearman_all"),
         {
             "command": f"python -m bench.bench_origin --run {args.run} --ks {args.ks}"
             + (f" --lambdas '{args.lambdas}'" if args.lambdas else ""),

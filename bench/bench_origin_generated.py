@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from bench.harness import write_results
+from bench.harness import pivot_by_k, write_results
 from ctxsim.models.metrics import bootstrap_diff_ci
 from ctxsim.models.objectives import tfidf_cosine
 from ctxsim.models.origin import (
@@ -52,6 +52,8 @@ def _term_views(score: Any, params: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str, Any]:
+    """Spearman rows per side, |Cs| and term, the cosine predictions, and what the run cost;
+    ``n_resamples`` 0 skips the bootstrap CIs."""
     rec = json.loads((root / "runs" / f"{run_id}.json").read_text())
     store = ArtefactStore(root)
     art = {n: store.require(n, rec["stages"][n]["fingerprint"]) for n in rec["stages"]}
@@ -102,6 +104,7 @@ def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str,
                     row["spearman"] = round(spearman_x100(pred, gold), 2)
                     if how == "cosine":
                         preds_cos[(name, k, term)] = pred
+                    if how == "cosine" and n_resamples > 0:
                         ci = bootstrap_diff_ci(gold, pred, tfidf, n_resamples=n_resamples)
                         row["minus_tfidf"] = round(ci["delta"], 2)
                         row["ci_low"] = round(ci["ci_low"], 2)
@@ -156,7 +159,7 @@ def main() -> None:
     res = curve(args.root, args.run, ks, args.resamples)
     tables: dict[str, list[dict[str, Any]]] = {}
     if args.against:
-        other = curve(args.root, args.against, ks, 200)  # its own CIs are not reported
+        other = curve(args.root, args.against, ks, 0)  # its predictions only, no CIs
         if not np.array_equal(other["gold"], res["gold"]):
             raise SystemExit(f"--against {args.against}: not the same pairs as {args.run}")
         diff = []
@@ -185,14 +188,9 @@ def main() -> None:
         tables[f"minus_{args.against}_paired_bca"] = diff
     res.pop("preds")
     res.pop("gold")
-    pivot: dict[tuple, dict[str, Any]] = {}
-    for r in res["rows"]:
-        key = (r["contexts"], r["similarity"], r["term"])
-        pivot.setdefault(key, {"contexts": key[0], "similarity": key[1], "term": key[2]})
-        pivot[key][f"k{r['k']}"] = r["spearman"]
     write_results(
         args.name,
-        list(pivot.values()),
+        pivot_by_k(res["rows"], ("contexts", "similarity", "term"), "spearman"),
         {
             "command": f"python -m bench.bench_origin_generated --root {args.root} "
             f"--run {args.run} --ks {args.ks} --name {args.name}"

@@ -226,6 +226,15 @@ def _fmt(v: Any) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+def pivot_by_k(rows: list[dict[str, Any]], keys: Sequence[str], value: str) -> list[dict[str, Any]]:
+    """One row per combination of ``keys``, one ``k<k>`` column per |Cs| (the Table 7 layout)."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        key = tuple(r[k] for k in keys)
+        out.setdefault(key, dict(zip(keys, key, strict=True)))[f"k{r['k']}"] = r[value]
+    return list(out.values())
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """Rows (dicts) as a GitHub markdown table; columns in first-seen order."""
     if not rows:
