@@ -72,25 +72,17 @@ class EvaluateStage(Stage):
     run_fields = ("seed", "device")
 
     def fingerprint_extra(self, params: Any) -> dict[str, Any]:
-        """The data folders' files (by content) decide the output too."""
+        """The data folders' and extra models' files (by content) decide the output too."""
+        dirs = {key: getattr(params, key) for key in ("sts_dir", "ists_dir")}
+        dirs.update({f"extra_models.{n}": d for n, d in sorted(params.extra_models.items())})
         extra: dict[str, Any] = {}
-        for key in ("sts_dir", "ists_dir"):
-            d = getattr(params, key)
+        for key, d in dirs.items():
             if d and Path(d).expanduser().is_dir():
+                root = Path(d).expanduser()
                 extra[key] = sorted(
-                    (
-                        str(f.relative_to(Path(d).expanduser())),
-                        f.stat().st_size,
-                        content_digest(f),
-                    )
-                    for f in Path(d).expanduser().rglob("*")
+                    (str(f.relative_to(root)), f.stat().st_size, content_digest(f))
+                    for f in root.rglob("*")
                     if f.is_file()
-                )
-        for name, path in sorted(params.extra_models.items()):  # the models by content
-            d = Path(path).expanduser()
-            if d.is_dir():
-                extra[f"extra_models.{name}"] = sorted(
-                    (str(f.relative_to(d)), content_digest(f)) for f in d.rglob("*") if f.is_file()
                 )
         return extra
 
@@ -138,7 +130,7 @@ class EvaluateStage(Stage):
                     f"evaluate.extra_models.{name}: {path} is not a model directory "
                     "(no modules.json or config.json)"
                 )
-            baselines[name] = str(Path(path).expanduser())
+            baselines[name] = str(d)
         if p.sts_dir is None or not Path(p.sts_dir).expanduser().is_dir():
             ctx.logger.warning(DATA_HINT.format(where=p.sts_dir))
         res = evaluate_model(
