@@ -58,7 +58,16 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. retrieve.top_k=2000")
     key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value) if value.strip() else None
+    if not value.strip():
+        return key.strip(), None
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(
+            f"--set {text!r}: the value is not YAML ({first}); put text that starts with "
+            "{ [ * & ! or holds ': ' in YAML quotes inside the shell's: \"key='text'\""
+        ) from None
 
 
 def _format_error(

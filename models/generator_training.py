@@ -7,6 +7,10 @@ inside the epoch) that the caller persists, so a crash resumes mid-epoch and rea
 weights as an uninterrupted run. No file I/O here: ``on_checkpoint(state)`` hands the state to
 the caller.
 
+With a ``teacher`` (a causal scorer sharing the student's tokenizer) the loss is token-level
+distillation instead (``distill_loss``: KL to the teacher's next-token distribution, optionally
+mixed with the cross-entropy); the logged loss stays the student's NLL per target token.
+
 Each micro-batch holds one direction (so per-direction models and control tokens see coherent
 batches); the epoch plan is a seeded shuffle of those micro-batches.
 """
@@ -42,6 +46,9 @@ class TrainConfig:
     bf16_on_cuda: bool = True
     bf16_on_cpu: bool = False  # mixed precision on CPUs with bf16 units (weights stay float32)
     seed: int = 0
+    # with a teacher (models/generator/distill.py): the KL term's weight and temperature
+    distill_alpha: float = 1.0
+    distill_temperature: float = 1.0
 
 
 def _epoch_plan(examples: Sequence[Example], batch_size: int, seed: int) -> list[list[int]]:
@@ -87,6 +94,23 @@ def validation_perplexity(
     return out
 
 
+def _distill_step(
+    student: Any, teacher: Any, src: list[Ids], tgt: list[Ids], cfg: TrainConfig
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(distillation loss summed over target tokens, student NLL sum, target tokens)."""
+    from ctxsim.models.generator.distill import distill_loss
+
+    with torch.inference_mode(), _autocast(teacher, cfg):
+        t_logits, _, _ = teacher.target_logits(src, tgt)
+    t_logits = t_logits.clone()  # out of inference mode, so autograd may read it
+    with _autocast(student, cfg):
+        s_logits, labels, _ = student.target_logits(src, tgt)
+    loss, nll = distill_loss(
+        s_logits.float(), t_logits, labels, cfg.distill_temperature, cfg.distill_alpha
+    )
+    return loss, nll, int(labels.numel())
+
+
 def train_generator(
     scorer: GenerativeScorer,
     train: Sequence[Example],
@@ -94,10 +118,21 @@ def train_generator(
     state: dict[str, Any] | None = None,
     on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
     log: Callable[[str], None] | None = None,
+    teacher: GenerativeScorer | None = None,
 ) -> dict[str, Any]:
-    """Train ``scorer`` in place; resume from ``state`` when given. Returns a summary."""
+    """Train ``scorer`` in place; resume from ``state`` when given; distil from ``teacher``
+    when given. Returns a summary."""
     if not train:
         raise ValueError("no training examples")
+    if teacher is not None:
+        if scorer.backend != "causal" or teacher.backend != "causal":
+            raise ValueError("distillation needs a causal student and a causal teacher")
+        if teacher.vocab_size != scorer.vocab_size:
+            raise ValueError(
+                f"teacher vocabulary {teacher.vocab_size} != student {scorer.vocab_size}: "
+                "token-level distillation needs the teacher's tokenizer"
+            )
+        teacher.train(False)
     modules = scorer.modules()
     params = [p for m in modules for p in m.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
@@ -157,8 +192,16 @@ def train_generator(
             batch = [train[i] for i in plan[pos]]
             pos += 1
             d = batch[0][0]
+            src, tgt = [e[1] for e in batch], [e[2] for e in batch]
+            if teacher is not None:
+                loss_tok, nll, n_tok = _distill_step(scorer, teacher, src, tgt, cfg)
+                loss = loss_tok / max(n_tok, 1)
+                (loss / cfg.grad_accum).backward()
+                loss_sum += float(nll)
+                tok_sum += float(n_tok)
+                continue
             with _autocast(scorer, cfg):
-                lp, n = scorer.token_logprobs(d, [e[1] for e in batch], [e[2] for e in batch])
+                lp, n = scorer.token_logprobs(d, src, tgt)
             loss = -lp.sum() / n.sum().clamp(min=1)
             (loss / cfg.grad_accum).backward()
             loss_sum += float(-lp.detach().sum())

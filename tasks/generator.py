@@ -46,6 +46,7 @@ from ctxsim.models.generator import (
     train_wordpiece_tokenizer,
     warm_start_seq2seq,
 )
+from ctxsim.models.generator.distill import student_like, teacher_agreement
 from ctxsim.models.generator_training import (
     Example,
     TrainConfig,
@@ -99,11 +100,26 @@ class GeneratorParams(StageParams):
     lambda_right: float = 1.0
     token_budget: int = Field(8192, ge=1)  # scoring engine budget for the evaluation
     bf16_on_cpu: bool = False  # bf16 matmuls on CPU in training and the evaluation's engine
+    # distillation (issue 21): a tiny-random causal student trained on the teacher's next-token
+    # distributions; it takes the teacher's tokenizer and templates (tiny_* size it)
+    distill_from: str | None = None  # teacher: registry short name / path / hub id
+    distill_alpha: float = Field(1.0, ge=0.0, le=1.0)  # KL weight (1 - alpha: plain CE)
+    distill_temperature: float = Field(1.0, gt=0.0)
+    distill_svd_init: bool = True  # student embedding = teacher's, projected (rank tiny_hidden)
+    # Eq. 3 directions trained on (e.g. [right] when only the right term is scored)
+    train_directions: list[Literal["fwd", "left", "right"]] = Field(
+        default_factory=lambda: list(DIRECTIONS), min_length=1
+    )
 
     @field_validator("backbone")
     @classmethod
     def _known_backbone(cls, value: str) -> str:
         return check_model_name(value, TINY)
+
+    @field_validator("distill_from")
+    @classmethod
+    def _known_teacher(cls, value: str | None) -> str | None:
+        return None if value is None else check_model_name(value)
 
     @model_validator(mode="after")
     def _check(self) -> GeneratorParams:
@@ -114,6 +130,13 @@ class GeneratorParams(StageParams):
         missing = set(DIRECTIONS) - set(self.templates)
         if self.backend == "causal" and missing:
             raise ValueError(f"generator.templates lacks directions {sorted(missing)}")
+        if self.distill_from is not None and (
+            self.backend != "causal" or self.backbone != TINY or self.train_steps == 0
+        ):
+            raise ValueError(
+                "generator.distill_from needs backend: causal, backbone: tiny-random (the "
+                "student) and train_steps > 0"
+            )
         return self
 
 
@@ -127,11 +150,22 @@ def _limits(p: GeneratorParams) -> Limits:
 
 
 def build_scorer(
-    p: GeneratorParams, train_texts: list[str], device: str, seed: int, tokenizer: Any = None
+    p: GeneratorParams,
+    train_texts: list[str],
+    device: str,
+    seed: int,
+    tokenizer: Any = None,
+    teacher: CausalPrefixScorer | None = None,
 ) -> tuple[GenerativeScorer, Any, str | None]:
-    """(scorer, tokenizer, resolved backbone dir or None for tiny-random)."""
+    """(scorer, tokenizer, resolved backbone dir or None for tiny-random); with
+    ``distill_from``, a student shaped after ``teacher``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if p.distill_from is not None:
+        teacher = teacher if teacher is not None else build_teacher(p, device)
+        cfg = TinyConfig(p.tiny_hidden, p.tiny_layers, p.tiny_heads, p.tiny_intermediate)
+        student = student_like(teacher, cfg, seed, p.distill_svd_init)
+        return student, student.tokenizer, None
     if p.backbone == TINY:
         tok = tokenizer or train_wordpiece_tokenizer(train_texts, p.tokenizer_vocab)
         cfg = TinyConfig(p.tiny_hidden, p.tiny_layers, p.tiny_heads, p.tiny_intermediate)
@@ -162,6 +196,17 @@ def build_scorer(
         else {d: warm_start_seq2seq(path, tok, seed + i) for i, d in enumerate(DIRECTIONS)}
     )
     return Seq2SeqScorer(models, tok, _limits(p), device), tok, path
+
+
+def build_teacher(p: GeneratorParams, device: str) -> CausalPrefixScorer:
+    """The distillation teacher: a pretrained causal LM with this config's templates."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert p.distill_from is not None
+    path = str(resolve_model(p.distill_from, p.model_cache_dir))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return CausalPrefixScorer(model, tok, p.templates, _limits(p), device)
 
 
 # ---- data -----------------------------------------------------------------------------------
@@ -224,11 +269,16 @@ def split_windows(w: dict[str, Any], frac: float, seed: int) -> tuple[np.ndarray
     return np.flatnonzero(~is_val), np.flatnonzero(is_val), unit_name
 
 
-def make_examples(scorer: GenerativeScorer, w: dict[str, Any], rows: np.ndarray) -> list[Example]:
+def make_examples(
+    scorer: GenerativeScorer,
+    w: dict[str, Any],
+    rows: np.ndarray,
+    directions: tuple[str, ...] | list[str] = DIRECTIONS,
+) -> list[Example]:
     cache: dict[str, Any] = {}
     out: list[Example] = []
     for i in rows:
-        for d in DIRECTIONS:
+        for d in directions:
             src, tgt = eq3_example(d, w["left"][i], w["sentence"][i], w["right"][i])
             out.append((d, *scorer.example_ids(d, src, tgt, cache)))
     return out
@@ -270,7 +320,8 @@ EVAL_SCHEMA = pa.schema(
 
 class GeneratorStage(Stage):
     name = "generator"
-    version = "2"  # 2: the evaluation also scores the pmi baselines (wins_pmi_left/right)
+    # 2: the evaluation also scores the pmi baselines (wins_pmi_left/right); 3: distillation
+    version = "3"
     Params = GeneratorParams
     inputs = ("shard", "contexts")
 
@@ -292,24 +343,26 @@ class GeneratorStage(Stage):
         }
         tok_dir = ctx.cache_dir / "tokenizer"
         tokenizer = None
-        if p.backbone == TINY and tok_dir.exists():  # resume with the very same vocabulary
+        teacher = build_teacher(p, device) if p.distill_from is not None else None
+        if p.backbone == TINY and teacher is None and tok_dir.exists():
+            # resume with the very same vocabulary
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
         texts = [t for i in tr for t in (w["left"][i], w["sentence"][i], w["right"][i])]
         t0 = time.perf_counter()
-        scorer, tok, backbone_dir = build_scorer(p, texts, device, seed, tokenizer)
-        if p.backbone == TINY and not tok_dir.exists():
+        scorer, tok, backbone_dir = build_scorer(p, texts, device, seed, tokenizer, teacher)
+        if p.backbone == TINY and teacher is None and not tok_dir.exists():
             tok.save_pretrained(str(tok_dir))
         stats["build_seconds"] = round(time.perf_counter() - t0, 2)
         stats["n_params"] = sum(x.numel() for m in scorer.modules() for x in m.parameters())
         val_ex = make_examples(scorer, w, va)
         trained = p.train_steps > 0
         if trained:
-            train_ex = make_examples(scorer, w, tr)
+            train_ex = make_examples(scorer, w, tr, p.train_directions)
             before = validation_perplexity(scorer, val_ex)
             stats |= {f"val_ppl_{d}_before": round(before[f"ppl_{d}"], 3) for d in DIRECTIONS}
-            summary = self._train(ctx, p, scorer, train_ex)
+            summary = self._train(ctx, p, scorer, train_ex, teacher)
             stats |= {
                 "train_steps": summary["steps"],
                 "train_epochs": round(summary["epochs"], 3),
@@ -321,6 +374,8 @@ class GeneratorStage(Stage):
             self._plot(ctx, summary["history"])
         after = validation_perplexity(scorer, val_ex)
         stats |= {f"val_ppl_{d}": round(after[f"ppl_{d}"], 3) for d in DIRECTIONS}
+        if teacher is not None:
+            stats |= self._teacher_stats(p, scorer, teacher, val_ex)
         meta = {
             "backend": p.backend,
             "backbone": p.backbone,
@@ -334,6 +389,7 @@ class GeneratorStage(Stage):
             if (trained or p.copy_pretrained or backbone_dir is None)
             else backbone_dir,
             "val_ppl": {d: after[f"ppl_{d}"] for d in DIRECTIONS},
+            "distilled_from": p.distill_from,
         }
         if p.backend == "seq2seq" and meta["weights"] != "artefact":
             meta["weights"] = "artefact"  # the control-token embeddings are new: always save
@@ -348,6 +404,7 @@ class GeneratorStage(Stage):
         p: GeneratorParams,
         scorer: GenerativeScorer,
         train_ex: list[Example],
+        teacher: GenerativeScorer | None = None,
     ) -> dict[str, Any]:
         cfg = TrainConfig(
             steps=p.train_steps,
@@ -361,6 +418,8 @@ class GeneratorStage(Stage):
             max_seconds=p.max_train_seconds,
             bf16_on_cpu=p.bf16_on_cpu,
             seed=ctx.run.seed,
+            distill_alpha=p.distill_alpha,
+            distill_temperature=p.distill_temperature,
         )
         ckpt = ctx.cache_dir / "checkpoint.pt"
         state = torch.load(ckpt, map_location="cpu", weights_only=True) if ckpt.exists() else None
@@ -371,7 +430,28 @@ class GeneratorStage(Stage):
             with atomic_path(ckpt) as tmp:
                 torch.save(s, tmp)
 
-        return train_generator(scorer, train_ex, cfg, state, save, ctx.logger.info)
+        return train_generator(scorer, train_ex, cfg, state, save, ctx.logger.info, teacher)
+
+    @staticmethod
+    def _teacher_stats(
+        p: GeneratorParams,
+        student: GenerativeScorer,
+        teacher: GenerativeScorer,
+        val_ex: list[Example],
+    ) -> dict[str, Any]:
+        """The teacher's held-out perplexity, its size, and how well the student ranks the
+        held-out windows as the teacher does (Spearman of mean target log-probs), per trained
+        direction."""
+        ppl = validation_perplexity(teacher, val_ex)
+        out: dict[str, Any] = {
+            "teacher": p.distill_from,
+            "teacher_n_params": sum(x.numel() for x in teacher.parameters()),
+        }
+        for d in p.train_directions:
+            out[f"teacher_val_ppl_{d}"] = round(ppl[f"ppl_{d}"], 3)
+            ex = [e for e in val_ex if e[0] == d]
+            out[f"teacher_spearman_{d}"] = round(teacher_agreement(student, teacher, ex), 4)
+        return out
 
     def _plot(self, ctx: StageContext, history: list[dict[str, Any]]) -> None:
         if not history:

@@ -62,6 +62,9 @@ def test_override_parses_yaml_values(tmp_path: Path):
 def test_bad_override_syntax():
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         load_config(None, ["shard.n_shards"], stages=["shard"])
+    # a value YAML cannot read: an error naming the --set, not a parser traceback
+    with pytest.raises(ConfigError, match=r"--set 'generator.templates.right=\{sentence\} "):
+        load_config(None, ["generator.templates.right={sentence} {target}"], stages=["shard"])
 
 
 def test_missing_config_file(tmp_path: Path):

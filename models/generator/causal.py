@@ -181,10 +181,11 @@ class CausalPrefixScorer(GenerativeScorer):
         head = self.model.get_output_embeddings()
         return _target_logprobs(hidden, head, t_ids.to(self.device), t_mask.to(self.device), cap)
 
-    def _joint_logprobs(
+    def _joint_hidden(
         self, sources: Sequence[Ids], targets: Sequence[Ids]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One left-padded pass over prompt + target per request."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One left-padded pass over prompt + target per request: (hidden states of the last
+        ``max target + 1`` columns, target labels, target mask), column j predicting j + 1."""
         seqs = [tuple(s) + tuple(t) for s, t in zip(sources, targets, strict=True)]
         ids, mask = _pad(seqs, self.pad, left=True)  # targets end every row at the same column
         pos = (mask.cumsum(1) - 1).clamp(min=0)
@@ -196,18 +197,31 @@ class CausalPrefixScorer(GenerativeScorer):
             use_cache=False,
             return_dict=True,
         )
-        # column j of the last `keep` positions predicts the token at column j + 1
         labels = torch.full((len(seqs), keep), self.pad, dtype=torch.long)
         tmask = torch.zeros((len(seqs), keep), dtype=torch.long)
         for i, t in enumerate(targets):
             labels[i, keep - 1 - len(t) : keep - 1] = torch.as_tensor(t)
             tmask[i, keep - 1 - len(t) : keep - 1] = 1
-        hidden = out.last_hidden_state[:, -keep:]
+        return out.last_hidden_state[:, -keep:], labels.to(self.device), tmask.to(self.device)
+
+    def _joint_logprobs(
+        self, sources: Sequence[Ids], targets: Sequence[Ids]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, labels, tmask = self._joint_hidden(sources, targets)
         cap = getattr(self.model.config, "final_logit_softcapping", None)
-        return _target_logprobs(
-            hidden,
-            self.model.get_output_embeddings(),
-            labels.to(self.device),
-            tmask.to(self.device),
-            cap,
-        )
+        return _target_logprobs(hidden, self.model.get_output_embeddings(), labels, tmask, cap)
+
+    def target_logits(
+        self, sources: Sequence[Ids], targets: Sequence[Ids]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logits over the vocabulary at every target token (tokens, vocab), the target ids,
+        the target mask (requests, columns)): what token-level distillation matches."""
+        if any(len(t) == 0 for t in targets):
+            raise ValueError("empty target: nothing to score")
+        hidden, labels, tmask = self._joint_hidden(sources, targets)
+        sel = tmask.bool()
+        logits = self.model.get_output_embeddings()(hidden[sel]).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits, labels[sel], tmask
