@@ -14,7 +14,7 @@ pass each when a term is taken as PMI).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,11 +55,15 @@ def cost(cs: ContextSets, s1: np.ndarray, s2: np.ndarray, k_used: np.ndarray) ->
     return len(allk), len(np.unique(allk[:, 1]))
 
 
+#: scores on demand: (query ids, context ids) a round needs -> a lookup holding at least those
+ScoreSource = ScoreLookup | Callable[[np.ndarray, np.ndarray], ScoreLookup]
+
+
 def adaptive_origin(
     cs: ContextSets,
     s1: np.ndarray,
     s2: np.ndarray,
-    lookup: ScoreLookup,
+    lookup: ScoreSource,
     rounds: Sequence[int],
     tol: float,
     view: int = 0,
@@ -69,7 +73,9 @@ def adaptive_origin(
     first round whose ``view`` label moved by at most ``tol`` standard deviations (of the first
     round's labels across pairs) from the previous round's, or at the last round. In units of
     the spread because only ranks count (Origin is a Spearman) and cosine labels of a scorer can
-    all sit within 0.01 of 1. ``lookup`` must hold every (query, context) of the last round."""
+    all sit within 0.01 of 1. ``lookup`` either holds every (query, context) of the last round
+    (offline, bench/bench_adaptive_cs.py) or is called each round with the windows the pairs
+    still active need and scores them (the score stage's ``adaptive_rounds``)."""
     rounds = sorted({int(k) for k in rounds})
     if not rounds or rounds[0] < 1:
         raise ValueError(f"rounds must be positive |Cs| sizes, got {list(rounds)}")
@@ -77,7 +83,7 @@ def adaptive_origin(
         raise ValueError(f"tol must be >= 0, got {tol}")
     s1, s2 = np.asarray(s1, np.int64), np.asarray(s2, np.int64)
     n = len(s1)
-    labels = np.full((n, lookup.values.shape[1]), np.nan)
+    labels: np.ndarray | None = None
     k_used = np.full(n, rounds[-1], np.int64)
     active = np.ones(n, bool)
     prev = np.full(n, np.nan)
@@ -86,7 +92,15 @@ def adaptive_origin(
         idx = np.flatnonzero(active)
         if not len(idx):
             break
-        cur = origin_labels(prefix_sets(cs, k), s1[idx], s2[idx], lookup, similarity=similarity)
+        sets = prefix_sets(cs, k)
+        lk = (
+            lookup
+            if isinstance(lookup, ScoreLookup)
+            else lookup(*required_scores(sets, s1[idx], s2[idx]))
+        )
+        cur = origin_labels(sets, s1[idx], s2[idx], lk, similarity=similarity)
+        if labels is None:
+            labels = np.full((n, cur.shape[1]), np.nan)
         labels[idx] = cur
         if j == len(rounds) - 1:
             k_used[idx] = k
@@ -99,4 +113,6 @@ def adaptive_origin(
         active[idx[settled]] = False
         prev[idx] = cur[:, view]
     windows, contexts = cost(cs, s1, s2, k_used)
+    if labels is None:  # no pairs
+        labels = np.zeros((0, 0 if callable(lookup) else lookup.values.shape[1]))
     return AdaptiveResult(labels, k_used, windows, contexts)

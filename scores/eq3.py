@@ -20,7 +20,7 @@ Generative terms already scored on the artefact root are read from ``ROOT/_cache
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -89,6 +89,13 @@ class ScoreParams(StageParams):
     # distinct context (or sentence), cached like the rest. Not in the paper (Eq. 3 as printed
     # is `pmi: []`); measured on STSb dev in configs/books.yaml.
     pmi: list[Literal["fwd", "left", "right"]] = Field(default_factory=list)
+    # Adaptive |Cs| (models/adaptive_cs.py): score each pair's contexts in rounds of these |Cs|
+    # prefixes (the full Cs is always the last round) and stop a pair once its Eq. 4 label
+    # moved by at most `adaptive_tol` standard deviations (of the first round's labels) between
+    # two rounds; the label stage labels it with the |Cs| it stopped at. Empty: off. On, the
+    # score stage runs as one shard (a pair's two sentences may sit in different query shards).
+    adaptive_rounds: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
+    adaptive_tol: float = Field(0.05, ge=0.0)
 
     def directions(self) -> list[str]:
         lam = {"fwd": self.lambda_fwd, "left": self.lambda_left, "right": self.lambda_right}

@@ -29,11 +29,9 @@ from pydantic import Field, field_validator
 from ctxsim.models.objectives import tfidf_cosine
 from ctxsim.models.origin import (
     SIMILARITIES,
-    TERM_COLUMNS,
     TERMS,
     ContextSets,
     ScoreLookup,
-    origin_labels,
     pair_split,
     recover_lambdas,
     required_scores,
@@ -54,6 +52,7 @@ from ctxsim.product.diagnostics import (
     reference_similarity,
     report_markdown,
 )
+from ctxsim.scores.views import labels_at, read_cs_sizes, score_views
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SPLITS = ("train", "dev", "test")
@@ -131,22 +130,6 @@ def required_score_table(select: pa.Table, pairs: pa.Table) -> pa.Table:
     return pa.table({"query_id": q, "context_id": c})
 
 
-def score_views(score: pa.Table) -> tuple[list[str], np.ndarray]:
-    """(names, values[n, k]) of the score views: S and each Eq. 3 term (NaN where absent)."""
-    if "S" not in score.column_names:
-        raise ValueError("score artefact has no column 'S' (Eq. 3)")
-    names = ["S", *TERMS]
-    cols = []
-    for name in names:
-        col = "S" if name == "S" else TERM_COLUMNS[name]
-        if col in score.column_names:
-            arr = score.column(col).cast(pa.float64()).to_numpy(zero_copy_only=False)
-            cols.append(np.where(np.isnan(arr), np.nan, arr))
-        else:
-            cols.append(np.full(score.num_rows, np.nan))
-    return names, np.stack(cols, axis=1) if cols else np.zeros((0, len(names)))
-
-
 def ablation_views(
     score: pa.Table, ablations: bool
 ) -> tuple[list[str], np.ndarray, np.ndarray | None]:
@@ -183,8 +166,8 @@ def report_name(dataset: str, subset: str) -> str:
 class LabelStage(Stage):
     name = "label"
     # 2: backbone_cosine baseline; 3: similarity choice, sim_* report views; 4: diagnostics,
-    # contamination check
-    version = "4"
+    # contamination check; 5: adaptive |Cs| (each pair over the contexts it stopped at)
+    version = "5"
     Params = LabelParams
     inputs = ("queries", "select", "pairs", "score")
     #: the generator's backbone gives the mean-pooled-cosine baseline of the Origin report;
@@ -219,7 +202,11 @@ class LabelStage(Stage):
         lookup = ScoreLookup(
             score.column("query_id").to_numpy(), score.column("context_id").to_numpy(), values
         )
-        labels = origin_labels(cs, s1, s2, lookup, p.block_pairs, p.similarity)
+        # adaptive |Cs| (score.adaptive_rounds): each pair over the contexts it stopped at
+        cs_size = read_cs_sizes(
+            ctx.input("score").files_dir, pairs.column("pair_id").to_numpy().astype(np.int64)
+        )
+        labels = labels_at(cs, s1, s2, lookup, cs_size, p.block_pairs, p.similarity)
         t_label = time.perf_counter() - t0
         # S under every other vector similarity, for given pairs (the S column only)
         other: dict[str, np.ndarray] = {}
@@ -230,7 +217,7 @@ class LabelStage(Stage):
                 values[:, :1],
             )
             other = {
-                f"sim_{how}": origin_labels(cs, s1, s2, s_only, p.block_pairs, how)[:, 0]
+                f"sim_{how}": labels_at(cs, s1, s2, s_only, cs_size, p.block_pairs, how)[:, 0]
                 for how in SIMILARITIES
                 if how != p.similarity
             }
@@ -242,8 +229,9 @@ class LabelStage(Stage):
                 strict=True,
             )
         )
-        n1 = cs.sizes(s1)
-        n2 = cs.sizes(s2)
+        n1, n2 = cs.sizes(s1), cs.sizes(s2)
+        if cs_size is not None:
+            n1, n2 = np.minimum(n1, cs_size), np.minimum(n2, cs_size)
         n = pairs.num_rows
         if given:
             split = np.full(n, "eval", dtype=object)
