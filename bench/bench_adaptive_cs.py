@@ -22,11 +22,14 @@ import numpy as np
 from bench.bench_origin import load_run
 from bench.harness import write_results
 from ctxsim.models.adaptive_cs import adaptive_origin
+from ctxsim.models.metrics import bootstrap_diff_ci
 from ctxsim.models.origin import ContextSets, ScoreLookup, spearman_conventions
 from ctxsim.tasks.label import ablation_views, report_name
 
 
-def evaluate(root: Path, run_id: str, rounds: list[int], tols: list[float]) -> list[dict]:
+def evaluate(
+    root: Path, run_id: str, rounds: list[int], tols: list[float], n_resamples: int = 2000
+) -> list[dict]:
     arts = load_run(root, run_id)
     sel = arts["select"].read_table(["query_id", "context_id", "position"])
     table = arts["score"].read_table()
@@ -40,10 +43,12 @@ def evaluate(root: Path, run_id: str, rounds: list[int], tols: list[float]) -> l
         if f"null_{d}" in table.column_names
         and not np.all(np.isnan(table.column(f"null_{d}").to_numpy(zero_copy_only=False)))
     )
+    # a term counts when something was scored for it: an empty slot's term (a continuation has
+    # no left side) reads 0 without a pass
     n_terms = sum(
         1
         for d in ("fwd", "left", "right")
-        if not np.all(np.isnan(table.column(f"gen_{d}").to_numpy(zero_copy_only=False)))
+        if np.nanmax(np.abs(table.column(f"gen_{d}").to_numpy(zero_copy_only=False)), initial=0) > 0
     )
     cs = ContextSets.from_rows(
         sel.column("query_id").to_numpy(),
@@ -59,14 +64,24 @@ def evaluate(root: Path, run_id: str, rounds: list[int], tols: list[float]) -> l
     view = names.index("S")
     rows: list[dict[str, Any]] = []
     fixed = None
+    fixed_pred: np.ndarray | None = None
     for tol in [0.0, *[t for t in tols if t > 0]]:
         res = adaptive_origin(cs, s1, s2, lookup, rounds, tol, view=view)
         passes = res.windows * n_terms + res.contexts * n_pmi
         if fixed is None:
-            fixed = passes
+            fixed, fixed_pred = passes, res.labels[:, view]
         for name in sorted(set(sets)):
             m = sets == name
             s_all, s_mean = spearman_conventions(res.labels[m, view], gold[m], subs[m])
+            ci: dict[str, Any] = {}
+            if tol > 0 and n_resamples > 0 and fixed_pred is not None:
+                d = bootstrap_diff_ci(
+                    gold[m], res.labels[m, view], fixed_pred[m], n_resamples=n_resamples
+                )
+                ci = {
+                    "minus_fixed": round(d["delta"], 2),
+                    "ci": [round(d["ci_low"], 2), round(d["ci_high"], 2)],
+                }
             rows.append(
                 {
                     "set": name,
@@ -80,6 +95,7 @@ def evaluate(root: Path, run_id: str, rounds: list[int], tols: list[float]) -> l
                     "passes_saved": round(1 - passes / fixed, 3),
                     "origin_all": round(s_all, 2),
                     "origin_mean": round(s_mean, 2),
+                    **ci,
                 }
             )
     return rows
@@ -93,9 +109,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tols", default="0.01,0.02,0.05,0.1")
     ap.add_argument("--name", default="adaptive_cs")
     ap.add_argument("--note", default="")
+    ap.add_argument("--resamples", type=int, default=2000, help="paired BCa CI vs the fixed |Cs|")
     a = ap.parse_args(argv)
     rounds = [int(x) for x in a.rounds.split(",")]
-    rows = evaluate(a.root, a.run, rounds, [float(x) for x in a.tols.split(",")])
+    rows = evaluate(a.root, a.run, rounds, [float(x) for x in a.tols.split(",")], a.resamples)
     for r in rows:
         print(r)
     write_results(
@@ -105,7 +122,8 @@ def main(argv: list[str] | None = None) -> None:
             "command": "python -m bench.bench_adaptive_cs " + " ".join(argv or sys.argv[1:]),
             "what": "tol 0 = the run's fixed |Cs|; Origin = Spearman x100 of Eq. 4 (cosine, "
             "view S) at each pair's stopping |Cs|; passes = windows x generative terms + "
-            "null passes (one per distinct context per PMI term)",
+            "null passes (one per distinct context per PMI term); minus_fixed: Origin minus the "
+            "fixed |Cs|'s on the same pairs, with its paired BCa 95% CI",
             "note": a.note,
         },
     )
