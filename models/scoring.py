@@ -46,6 +46,9 @@ class EngineConfig:
     bf16_on_cpu: bool = False  # matmuls in bf16 on CPU; scores move by ~1e-2 nats (off: exact)
     num_threads: int = 0  # CPU torch threads; 0 leaves torch's default
     progress: bool = False  # a progress bar per direction (stderr; one line per 30 s in logs)
+    # order a prefix-sharing scorer's requests by prompt (not prompt length), so prompts that
+    # share a beginning land in one batch and run it once (CausalPrefixScorer)
+    prefix_order: bool = True
 
 
 @dataclass
@@ -126,9 +129,12 @@ class ScoringEngine:
         self.stats.distinct_requests += len(distinct)
         total = np.full(len(distinct), np.nan, dtype=np.float64)
         count = np.zeros(len(distinct), dtype=np.float64)
+        prefix = self.config.prefix_order and getattr(self.scorer, "min_shared_prefix", 0) > 0
         if self.scorer.shares_sources:  # keep requests of one source together (one encoding)
             rank = {s: i for i, s in enumerate(sorted({s for s, _ in distinct}))}
-            keys = [(len(s), rank[s], len(t)) for s, t in distinct]
+            # by prompt: requests sharing a prompt's beginning sit together (prefix reuse);
+            # else by length first (least padding)
+            keys = [(0 if prefix else len(s), rank[s], len(t)) for s, t in distinct]
         else:  # one sequence per request: sort by its padded length
             keys = [(len(s) + len(t), len(t), 0) for s, t in distinct]
         order = sorted(range(len(distinct)), key=keys.__getitem__)

@@ -34,10 +34,12 @@ from ctxsim.store.stage import Stage, StageContext
 __all__ = ["ADAPTIVE_FILE", "SCORE_SCHEMA", "ScoreParams", "ScoreStage", "required_pairs"]
 
 
-def _sets_and_pairs(ctx: StageContext) -> tuple[ContextSets, pa.Table]:
+def _sets_and_pairs(
+    ctx: StageContext, columns: tuple[str, ...] = ("s1_query_id", "s2_query_id")
+) -> tuple[ContextSets, pa.Table]:
     sel = ctx.input("select").read_table(["query_id", "context_id", "position"])
     pairs = ctx.input("pairs").read_table()
-    for col in ("pair_id", "s1_query_id", "s2_query_id"):
+    for col in columns:
         if col not in pairs.column_names:
             raise ValueError(f"score: the pairs artefact lacks column {col!r} ({pairs.schema})")
     cs = ContextSets.from_rows(
@@ -101,7 +103,7 @@ class ScoreStage(Stage):
     ) -> tuple[pa.Table, dict[str, Any]]:
         """Rounds of growing |Cs| prefixes; each round scores only the windows not yet scored
         that the still-unsettled pairs need (models/adaptive_cs.py decides who settles)."""
-        cs, pairs = _sets_and_pairs(ctx)
+        cs, pairs = _sets_and_pairs(ctx, ("pair_id", "s1_query_id", "s2_query_id"))
         s1 = pairs.column("s1_query_id").to_numpy()
         s2 = pairs.column("s2_query_id").to_numpy()
         full = int(np.diff(cs.offsets).max(initial=0))

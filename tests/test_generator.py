@@ -221,6 +221,53 @@ def test_causal_shared_prompt_cache_matches_manual(tok, arch):
         assert np.isclose(total.item(), lp[pos, torch.tensor(t_ids)].sum().item(), atol=1e-4)
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_causal_shared_prefix_cache_matches_one_pass_per_request(tok, arch):
+    """Prompts that share only their beginning (the left term: "Passage: ___ {sentence}"
+    before each context) run it once; every target's log-prob equals the one-pass value."""
+    from ctxsim.models.generator.causal import prefix_groups
+
+    model = tiny_causal(tok, TINY) if arch == "llama" else _tiny_gemma3(tok)
+    sc = CausalPrefixScorer(model, tok)
+    sentences = ["it was a dark and stormy night on the hill", "we went to the market"]
+    contexts = [("she said", "the cat sat on the mat"), ("", "a dog ran far away"), ("x", "")]
+    sources, targets = [], []
+    for s in sentences:
+        for lft, rgt in contexts:
+            sources.append((None, s, rgt))
+            targets.append(lft or "nothing")
+    ids = [sc.example_ids("left", src, tgt) for src, tgt in zip(sources, targets, strict=True)]
+    prompts, tgts = [p for p, _ in ids], [t for _, t in ids]
+    groups = prefix_groups(prompts, sc.min_shared_prefix)
+    assert sorted(len(g) for g, _ in groups) == [3, 3]  # one group per sentence
+    with torch.inference_mode():
+        shared = sc.token_logprobs("left", prompts, tgts)
+        joint = sc._joint_logprobs(prompts, tgts)
+    assert torch.allclose(shared[0], joint[0], atol=1e-4)
+    assert torch.equal(shared[1], joint[1])
+    sc.min_shared_prefix = 0  # off: the joint pass, the same numbers
+    with torch.inference_mode():
+        off = sc.token_logprobs("left", prompts, tgts)
+    assert torch.allclose(off[0], joint[0], atol=1e-6)
+
+
+def test_prefix_groups_keep_the_shared_sentence():
+    from ctxsim.models.generator.causal import prefix_groups
+
+    template = (1, 2, 3)
+    a = template + (10, 11, 12, 13, 14, 15, 16, 17)
+    b = template + (10, 11, 20, 21, 22, 23, 24, 25)  # shares 5 tokens with a: below the minimum
+    prompts = [a + (40, 41), a + (50,), b + (60,), a, b + (61, 62)]
+    groups = {tuple(sorted(g)): n for g, n in prefix_groups(prompts, 8)}
+    assert groups == {(0, 1, 3): len(a), (2, 4): len(b)}
+    assert prefix_groups([a], 8) == [([0], len(a))]
+    # a prompt sharing the minimum but under half of a group's prefix does not shrink it
+    long = template + tuple(range(10, 30))
+    c = template + tuple(range(10, 16)) + (99,)  # shares 9 of the group's 23 tokens
+    groups = {tuple(sorted(g)): n for g, n in prefix_groups([long + (1,), long + (2,), c], 8)}
+    assert groups == {(0, 1): len(long), (2,): len(c)}
+
+
 # ---- directions are not mixed up: a known answer after a few training steps -------------------
 
 

@@ -26,12 +26,18 @@ class CausalPrefixScorer(GenerativeScorer):
 
     Requests that share a prompt (the forward term: one context, many candidate sentences) run
     the prompt once and reuse its key/value cache for every target, as the seq2seq backend
-    reuses an encoded source."""
+    reuses an encoded source. Requests whose prompts share only a beginning (the left term of
+    retrieved contexts: "Passage: ___ {sentence}" before each context) run that common prefix
+    once and the rest of each prompt on its cache."""
 
     backend = "causal"
     shares_sources = True
     #: run prompts once per batch when at most this share of the requests have distinct prompts
     share_ratio = 0.75
+    #: a common prompt prefix is run once when it is at least this many tokens (0: never) ...
+    min_shared_prefix = 8
+    #: ... and the batch's prompt tokens it saves are at least this share
+    prefix_share_min = 0.15
 
     def __init__(
         self,
@@ -141,6 +147,18 @@ class CausalPrefixScorer(GenerativeScorer):
         index = [uniq.setdefault(tuple(s), len(uniq)) for s in sources]
         if len(uniq) <= self.share_ratio * len(sources) and all(len(s) > 0 for s in uniq):
             return self._shared_prompt_logprobs(list(uniq), index, targets)
+        groups = prefix_groups(sources, self.min_shared_prefix) if self.min_shared_prefix else []
+        saved = sum((len(g) - 1) * n for g, n in groups)
+        if groups and saved >= self.prefix_share_min * sum(len(s) for s in sources):
+            prefixes: list[Ids] = []
+            index = [0] * len(sources)
+            suffixes: list[Ids] = [()] * len(sources)
+            for members, n in groups:
+                for i in members:
+                    index[i] = len(prefixes)
+                    suffixes[i] = tuple(sources[i][n:])
+                prefixes.append(tuple(sources[members[0]][:n]))
+            return self._shared_prefix_logprobs(prefixes, index, suffixes, targets)
         return self._joint_logprobs(sources, targets)
 
     def _shared_prompt_logprobs(
@@ -180,6 +198,52 @@ class CausalPrefixScorer(GenerativeScorer):
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         head = self.model.get_output_embeddings()
         return _target_logprobs(hidden, head, t_ids.to(self.device), t_mask.to(self.device), cap)
+
+    def _shared_prefix_logprobs(
+        self,
+        prefixes: list[Ids],
+        index: list[int],
+        suffixes: Sequence[Ids],
+        targets: Sequence[Ids],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefixes once (left-padded, cache kept); then each request's rest of the prompt and
+        its target on its prefix's cache, only the target tokens scored."""
+        p_ids, p_mask = _pad(prefixes, self.pad, left=True)
+        p_pos = (p_mask.cumsum(1) - 1).clamp(min=0)
+        first = self.model.base_model(
+            input_ids=p_ids.to(self.device),
+            attention_mask=p_mask.to(self.device),
+            position_ids=p_pos.to(self.device),
+            use_cache=True,
+            return_dict=True,
+        )
+        row = torch.as_tensor(index, device=self.device)
+        cache = first.past_key_values
+        cache.reorder_cache(row)
+        rest = [tuple(s) + tuple(t) for s, t in zip(suffixes, targets, strict=True)]
+        r_ids, r_mask = _pad(rest, self.pad, left=False)
+        r_pos = p_mask.sum(1)[row.cpu()].unsqueeze(1) + torch.arange(r_ids.shape[1])
+        second = self.model.base_model(
+            input_ids=r_ids.to(self.device),
+            attention_mask=torch.cat([p_mask[row.cpu()], r_mask], 1).to(self.device),
+            position_ids=r_pos.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+            return_dict=True,
+        )
+        # column c of `hidden` predicts the token at column c of the second segment (column 0
+        # from the prefix's last position); a target starts after its suffix
+        hidden = torch.cat(
+            [first.last_hidden_state[:, -1:].index_select(0, row), second.last_hidden_state], 1
+        )
+        labels = torch.full(hidden.shape[:2], self.pad, dtype=torch.long)
+        tmask = torch.zeros(hidden.shape[:2], dtype=torch.long)
+        for i, (suf, t) in enumerate(zip(suffixes, targets, strict=True)):
+            labels[i, len(suf) : len(suf) + len(t)] = torch.as_tensor(t)
+            tmask[i, len(suf) : len(suf) + len(t)] = 1
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        head = self.model.get_output_embeddings()
+        return _target_logprobs(hidden, head, labels.to(self.device), tmask.to(self.device), cap)
 
     def _joint_hidden(
         self, sources: Sequence[Ids], targets: Sequence[Ids]
@@ -225,3 +289,36 @@ class CausalPrefixScorer(GenerativeScorer):
         if cap:
             logits = torch.tanh(logits / cap) * cap
         return logits, labels[sel], tmask
+
+
+def prefix_groups(sources: Sequence[Ids], min_prefix: int) -> list[tuple[list[int], int]]:
+    """Requests grouped by a common prompt prefix: [(member indices, prefix length)].
+
+    Prompts in sorted order join the group before them while they share at least
+    ``min_prefix`` tokens with its last member and at least half of its common prefix (so a
+    group keeps the sentence its members share, not just a template's first words). A member
+    may be all prefix (its target then follows the prefix directly); a request alone is its
+    own group, its whole prompt the prefix."""
+    order = sorted(range(len(sources)), key=lambda i: tuple(sources[i]))
+    groups: list[tuple[list[int], int]] = []
+    members: list[int] = []
+    common = 0
+    for i in order:
+        s = sources[i]
+        if members:
+            prev = sources[members[-1]]
+            n = 0
+            for a, b in zip(prev, s, strict=False):
+                if a != b:
+                    break
+                n += 1
+            shared = n if len(members) == 1 else min(common, n)
+            if n >= min_prefix and (len(members) == 1 or shared * 2 >= common):
+                members.append(i)
+                common = shared
+                continue
+            groups.append((members, common if len(members) > 1 else len(sources[members[0]])))
+        members, common = [i], len(s)
+    if members:
+        groups.append((members, common if len(members) > 1 else len(sources[members[0]])))
+    return groups
