@@ -11,9 +11,13 @@ identical prompts once, so it saves (copies - 1) x prompt length per group of id
 The workload: the books run's shape (bench/results/pipeline_books.md: |Cs| = 4 per query, 2
 pairs per query, 19.4 scored (query, context) rows per query), on real book sentences and
 windows; contexts are drawn at random from the books (their token lengths are what counts).
-Usage::
+With ``--time N`` the engine also scores the first N left-term windows (sorted by query, as
+the score stage sees them) twice in one process, with the partial-prefix reuse on (the
+default: requests ordered by prompt, common prefixes run once) and off (length order, one pass
+per distinct prompt), reporting CPU-seconds (time.process_time, one torch thread), forward calls
+and the largest difference between the two scores. Usage::
 
-    .venv/bin/python -m bench.bench_prefix_share --queries 200
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_prefix_share --queries 200 --time 800
 """
 
 from __future__ import annotations
@@ -53,6 +57,44 @@ def count(seqs: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> dict[str, Any]
     }
 
 
+def time_engine(scorer: Any, w: dict[str, Any], windows: list[tuple[int, int]]) -> list[dict]:
+    """The same left-term windows through the engine with partial-prefix reuse on and off."""
+    import time
+
+    import torch
+
+    from ctxsim.models.scoring import EngineConfig, ScoringEngine
+
+    torch.set_num_threads(1)
+    lefts = [w["left"][c] for _, c in windows]
+    sents = [w["sentence"][q] for q, _ in windows]
+    rights = [w["right"][c] for _, c in windows]
+    out, ref = [], None
+    for mode in ("prefix reuse", "off"):
+        on = mode == "prefix reuse"
+        scorer.min_shared_prefix = type(scorer).min_shared_prefix if on else 0
+        eng = ScoringEngine(scorer, EngineConfig(token_budget=4096, prefix_order=on))
+        eng.score(lefts[:16], sents[:16], rights[:16], ("left",))  # warm-up
+        eng.stats = type(eng.stats)()
+        c0 = time.process_time()
+        got = eng.score(lefts, sents, rights, ("left",))["left"]
+        cpu = time.process_time() - c0
+        ref = got if ref is None else ref
+        out.append(
+            {
+                "mode": mode,
+                "windows": len(windows),
+                "cpu_s": round(cpu, 2),
+                "cpu_ms_per_window": round(1000 * cpu / len(windows), 2),
+                "forward_calls": eng.stats.forward_calls,
+                "max_abs_diff_vs_first": float(np.max(np.abs(got - ref))),
+            }
+        )
+        print(out[-1], flush=True)
+    scorer.min_shared_prefix = type(scorer).min_shared_prefix
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     from bench.bench_score import make_scorer
 
@@ -62,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pairs-per-query", type=int, default=2)
     ap.add_argument("--books", type=int, default=2)
     ap.add_argument("--name", default="prefix_share_books")
+    ap.add_argument("--time", type=int, default=0, help="left-term windows to score both ways")
     a = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     w = book_windows(a.books)
@@ -85,6 +128,7 @@ def main(argv: list[str] | None = None) -> None:
         return tuple(tok([text])[0])
 
     main_seqs, null_seqs = [], []
+    timed = sorted(need)[: a.time]
     for q, c in sorted(need):
         s, left, right = ids(w["sentence"][q]), ids(w["left"][c]), ids(w["right"][c])
         main_seqs.append(scorer.build_ids("left", (None, s, right), left))
@@ -99,9 +143,11 @@ def main(argv: list[str] | None = None) -> None:
     ):
         rows.append({"windows_of": kind, **count(seqs)})
         print(rows[-1], flush=True)
+    tables = {"engine": time_engine(scorer, w, timed)} if timed else {}
     write_results(
         a.name,
         rows,
+        tables=tables,
         meta={
             "command": "python -m bench.bench_prefix_share " + " ".join(argv or sys.argv[1:]),
             "rows_per_query": round(len(need) / a.queries, 2),
