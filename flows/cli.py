@@ -251,8 +251,10 @@ def train_generator(
 ) -> None:
     """Train the generative scorers (Eq. 2) on corpus windows: `ctxsim run --until generator`.
 
-    Resumes mid-epoch from its checkpoint after a crash; the stage's stats give validation
-    perplexity per direction and how often the true context wins."""
+    With `generator.distill_from: smollm2-135m` (and `backbone: tiny-random`) it distils a small
+    scorer from that teacher's next-token distributions. Resumes mid-epoch from its checkpoint
+    after a crash; the stage's stats give validation perplexity per direction, how often the
+    true context wins, and a distilled student's Spearman agreement with its teacher."""
     run(
         config=config,
         root=root,
