@@ -83,12 +83,15 @@ def window_s(arts: dict[str, Any]) -> dict[tuple[int, int], float]:
 
 
 def sample_windows(arts: dict[str, Any], k: int, n: int, seed: int) -> tuple[list, list]:
-    """``n`` seeded (sentence, continuation) windows of the first k samples."""
+    """The first k samples of ``n // k`` seeded sentences: (sentence, continuation) windows
+    grouped as the score stage sees them (one sentence's continuations share its prompt)."""
     sel = arts["select"].read_table(["query_id", "context_id", "position"])
     pos = sel.column("position").to_numpy()
     q = sel.column("query_id").to_numpy()[pos < k]
     c = sel.column("context_id").to_numpy()[pos < k]
-    pick = np.sort(np.random.default_rng(seed).permutation(len(q))[:n])
+    uq = np.unique(q)
+    chosen = np.random.default_rng(seed).permutation(uq)[: max(1, n // k)]
+    pick = np.flatnonzero(np.isin(q, chosen))
     qt = arts["queries"].read_table(["query_id", "text"])
     q_text = dict(
         zip(qt.column("query_id").to_pylist(), qt.column("text").to_pylist(), strict=True)
@@ -225,8 +228,9 @@ def main(argv: list[str] | None = None) -> None:
             "command": "python -m bench.bench_scorer_variants " + " ".join(argv or sys.argv[1:]),
             "pairs": f"{len(gold)} pairs of the reference run (the fixed STSb-dev sample)",
             "k": a.k,
-            "timed_windows": f"{a.windows} seeded (sentence, continuation) windows of the first "
-            f"{a.k} samples, the same for every variant",
+            "timed_windows": f"the first {a.k} samples of {a.windows // a.k} seeded sentences "
+            "(their continuations share the sentence's prompt, as in the score stage), the "
+            "same windows for every variant",
             "labelled_pair_cost": f"{a.pipeline_run}: {other_cpu_per_pair:.3f} CPU-s per pair "
             f"outside score + {windows_per_pair:.2f} windows per pair x the variant's CPU per "
             "window",
