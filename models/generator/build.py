@@ -86,13 +86,16 @@ def tiny_seq2seq(tokenizer: Any, cfg: TinyConfig, seed: int = 0) -> Any:
     return EncoderDecoderModel(encoder=enc, decoder=dec)
 
 
-def tiny_causal(tokenizer: Any, cfg: TinyConfig, seed: int = 0) -> Any:
-    """A randomly initialised Llama-style causal LM sized by ``cfg``."""
+def tiny_causal(
+    tokenizer: Any, cfg: TinyConfig, seed: int = 0, vocab_size: int | None = None
+) -> Any:
+    """A randomly initialised Llama-style causal LM sized by ``cfg`` (``vocab_size``: another
+    model's head size, e.g. a distillation teacher's; default the tokenizer's length)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     conf = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=len(tokenizer) if vocab_size is None else vocab_size,
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,

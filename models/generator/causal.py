@@ -164,40 +164,9 @@ class CausalPrefixScorer(GenerativeScorer):
     def _shared_prompt_logprobs(
         self, prompts: list[Ids], index: list[int], targets: Sequence[Ids]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompts once (left-padded, cache kept), then every target on its prompt's cache."""
-        p_ids, p_mask = _pad(prompts, self.pad, left=True)
-        p_pos = (p_mask.cumsum(1) - 1).clamp(min=0)
-        first = self.model.base_model(
-            input_ids=p_ids.to(self.device),
-            attention_mask=p_mask.to(self.device),
-            position_ids=p_pos.to(self.device),
-            use_cache=True,
-            return_dict=True,
-        )
-        row = torch.as_tensor(index, device=self.device)
-        cache = first.past_key_values
-        cache.reorder_cache(row)  # one cache row per request (rows of a prompt repeated)
-        t_ids, t_mask = _pad(targets, self.pad, left=False)
-        t_pos = p_mask.sum(1)[row.cpu()].unsqueeze(1) + torch.arange(t_ids.shape[1])
-        second = self.model.base_model(
-            input_ids=t_ids.to(self.device),
-            attention_mask=torch.cat([p_mask[row.cpu()], t_mask], 1).to(self.device),
-            position_ids=t_pos.to(self.device),
-            past_key_values=cache,
-            use_cache=True,
-            return_dict=True,
-        )
-        # the prompt's last position predicts target token 0; target position j predicts j + 1
-        hidden = torch.cat(
-            [
-                first.last_hidden_state[:, -1:].index_select(0, row),
-                second.last_hidden_state[:, :-1],
-            ],
-            1,
-        )
-        cap = getattr(self.model.config, "final_logit_softcapping", None)
-        head = self.model.get_output_embeddings()
-        return _target_logprobs(hidden, head, t_ids.to(self.device), t_mask.to(self.device), cap)
+        """Prompts once (left-padded, cache kept), then every target on its prompt's cache: the
+        shared-prefix pass with nothing left of the prompt after the prefix."""
+        return self._shared_prefix_logprobs(prompts, index, [()] * len(targets), targets)
 
     def _shared_prefix_logprobs(
         self,
@@ -219,7 +188,7 @@ class CausalPrefixScorer(GenerativeScorer):
         )
         row = torch.as_tensor(index, device=self.device)
         cache = first.past_key_values
-        cache.reorder_cache(row)
+        cache.reorder_cache(row)  # one cache row per request (rows of a prefix repeated)
         rest = [tuple(s) + tuple(t) for s, t in zip(suffixes, targets, strict=True)]
         r_ids, r_mask = _pad(rest, self.pad, left=False)
         r_pos = p_mask.sum(1)[row.cpu()].unsqueeze(1) + torch.arange(r_ids.shape[1])

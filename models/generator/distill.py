@@ -9,12 +9,13 @@ on its top singular directions, so the vocabulary geometry is not learnt again f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ctxsim.models.generator.build import TinyConfig
+from ctxsim.models.generator.build import TinyConfig, tiny_causal
 from ctxsim.models.generator.causal import CausalPrefixScorer
 
 
@@ -35,25 +36,8 @@ def student_like(
 ) -> CausalPrefixScorer:
     """A randomly initialised Llama-style student with the teacher's tokenizer, templates and
     limits (tied input/output embedding, sized by ``cfg``)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = teacher.tokenizer
-    torch.manual_seed(seed)
-    conf = LlamaConfig(
-        vocab_size=teacher.vocab_size,
-        hidden_size=cfg.hidden_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_heads,
-        intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=cfg.max_positions,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        tie_word_embeddings=True,
-        **cfg.extra,
-    )
-    model = LlamaForCausalLM(conf)
+    tied = replace(cfg, extra={**cfg.extra, "tie_word_embeddings": True})
+    model = tiny_causal(teacher.tokenizer, tied, seed, vocab_size=teacher.vocab_size)
     if svd_init:
         emb = teacher.model.get_input_embeddings().weight
         with torch.no_grad():
@@ -61,7 +45,9 @@ def student_like(
                 teacher_embedding_projection(emb, cfg.hidden_size)
             )
     model.tie_weights()
-    return CausalPrefixScorer(model, tok, teacher.templates, teacher.limits, device=teacher.device)
+    return CausalPrefixScorer(
+        model, teacher.tokenizer, teacher.templates, teacher.limits, device=teacher.device
+    )
 
 
 def distill_loss(
