@@ -34,17 +34,25 @@ def flops_per_s(fn, flops: float, min_cpu: float = 3.0) -> float:
     return flops * n / (time.process_time() - c0)
 
 
-def main(argv: list[str] | None = None) -> None:
+def matmul_speeds() -> dict[str, float]:
+    """FLOP per CPU-second of the scorer's MLP-shaped matmul, float32 and dynamic int8."""
     from torch.ao.quantization import quantize_dynamic
 
-    torch.set_num_threads(1)
     x = torch.randn(TOKENS, D)
     lin = torch.nn.Linear(D, FF, bias=False)
     q = quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
     flops = 2.0 * TOKENS * D * FF
     with torch.inference_mode():
-        fp32 = flops_per_s(lambda: lin(x), flops)
-        int8 = flops_per_s(lambda: q(x), flops)
+        return {
+            "fp32": flops_per_s(lambda: lin(x), flops),
+            "int8": flops_per_s(lambda: q(x), flops),
+        }
+
+
+def main(argv: list[str] | None = None) -> None:
+    torch.set_num_threads(1)
+    speeds = matmul_speeds()
+    fp32, int8 = speeds["fp32"], speeds["int8"]
     share = json.loads((RESULTS_DIR / "prefix_share_books.json").read_text())
     both = next(r for r in share["rows"] if r["windows_of"] == "both")
     pairs = 400  # the count's workload: 200 queries x 2 pairs per query

@@ -24,14 +24,13 @@ A run whose own stages read everything from a cache takes its unit costs from ``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.harness import write_results
+from bench.harness import run_artefacts, write_results
 from ctxsim.models.adaptive_cs import prefix_sets
 from ctxsim.models.metrics import bootstrap_diff_ci
 from ctxsim.models.origin import (
@@ -41,16 +40,9 @@ from ctxsim.models.origin import (
     required_scores,
     spearman_x100,
 )
-from ctxsim.store.artefacts import ArtefactStore
 from ctxsim.tasks.gencontexts import GEN_CONTEXT_BASE
 
 RETRIEVAL = ("index", "retrieve", "discriminator", "screen")
-
-
-def load(root: Path, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    rec = json.loads((root / "runs" / f"{run_id}.json").read_text())
-    store = ArtefactStore(root)
-    return rec, {n: store.require(n, rec["stages"][n]["fingerprint"]) for n in rec["stages"]}
 
 
 def s_view(rec: dict[str, Any], score: Any, view: str) -> np.ndarray:
@@ -82,7 +74,7 @@ def unit_costs(arts: dict[str, Any]) -> dict[str, float]:
 def evaluate_row(
     root: Path, run: str, k: int, view: str, units: dict[str, float]
 ) -> dict[str, Any]:
-    rec, arts = load(root, run)
+    rec, arts = run_artefacts(root, run)
     sel = arts["select"].read_table(["query_id", "context_id", "position"])
     cs = prefix_sets(
         ContextSets.from_rows(
@@ -150,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     units: dict[str, float] = {}
     for run in a.units_from:
-        units |= unit_costs(load(a.root, run)[1])
+        units |= unit_costs(run_artefacts(a.root, run)[1])
     results = {}
     for spec in a.rows:
         name, rest = spec.split("=", 1)

@@ -29,22 +29,14 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from bench.bench_flops_limit import flops_per_s
-from bench.harness import RESULTS_DIR, write_results
+from bench.bench_flops_limit import matmul_speeds
+from bench.harness import RESULTS_DIR, run_artefacts, write_results
 from ctxsim.models.metrics import bootstrap_diff_ci
 from ctxsim.models.origin import ContextSets, ScoreLookup, origin_labels, spearman_x100
 from ctxsim.models.quantize import quantize_int8
 from ctxsim.models.scoring import EngineConfig, ScoringEngine
 from ctxsim.scores.eq3 import INT8_FLOAT_LAYERS
 from ctxsim.scores.loading import load_scorer
-from ctxsim.store.artefacts import ArtefactStore
-
-
-def load(root: Path, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    rec = json.loads((root / "runs" / f"{run_id}.json").read_text())
-    store = ArtefactStore(root)
-    arts = {n: store.require(n, rec["stages"][n]["fingerprint"]) for n in rec["stages"]}
-    return rec, arts
 
 
 def origin_at_k(arts: dict[str, Any], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -159,25 +151,16 @@ def main(argv: list[str] | None = None) -> None:
     other_cpu_per_pair = (prow["cpu_s_to_label"] - score_cpu) / pairs
     windows_per_pair = score_rows / pairs
 
-    x = torch.randn(4096, 576)
-    lin = torch.nn.Linear(576, 1536, bias=False)
-    from torch.ao.quantization import quantize_dynamic
-
-    q = quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
-    with torch.inference_mode():
-        speed = {
-            "fp32": flops_per_s(lambda: lin(x), 2.0 * 4096 * 576 * 1536),
-            "int8": flops_per_s(lambda: q(x), 2.0 * 4096 * 576 * 1536),
-        }
+    speed = matmul_speeds()
 
     named = [tuple(s.split("=", 1)) for s in [a.reference, *a.variants]]
-    ref_rec, ref_arts = load(a.root, named[0][1])
+    ref_rec, ref_arts = run_artefacts(a.root, named[0][1])
     ref_ids, gold, ref_pred = origin_at_k(ref_arts, a.k)
     ref_s = window_s(ref_arts)
     sents, conts = sample_windows(ref_arts, a.k, a.windows, seed=0)
     rows = []
     for name, run in named:
-        rec, arts = load(a.root, run)
+        rec, arts = run_artefacts(a.root, run)
         ids, g, pred = origin_at_k(arts, a.k)
         if not np.array_equal(ids, ref_ids):
             raise SystemExit(f"{run}: not the reference run's pairs")

@@ -301,3 +301,12 @@ def write_results(
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     return jpath, mpath
+
+
+def run_artefacts(root: Path | str, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A finished run's record (ROOT/runs/RUN.json) and every artefact it names, by stage."""
+    from ctxsim.store.artefacts import ArtefactStore
+
+    rec = json.loads((Path(root) / "runs" / f"{run_id}.json").read_text())
+    store = ArtefactStore(root)
+    return rec, {n: store.require(n, rec["stages"][n]["fingerprint"]) for n in rec["stages"]}
