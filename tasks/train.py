@@ -11,13 +11,15 @@ or no training at all; ``train_cpu_seconds`` in the metrics is what each cost.
 
 sentence-transformers' trainer brings evaluation on STSb dev every ``eval_steps`` (or the label
 dev split when no STSb dev is found), keeping the best checkpoint, and mid-epoch resume from the
-checkpoints in ``ctx.cache_dir``. Output: ``files/model`` (a sentence-transformers directory with a
-model card), ``files/metrics.json``, and a table with the evaluation history.
+checkpoints in ``ctx.cache_dir`` (a checkpoint whose save was cut short is dropped; all of them
+are deleted once the model is saved). Output: ``files/model`` (a sentence-transformers directory
+with a model card), ``files/metrics.json``, and a table with the evaluation history.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -375,7 +377,7 @@ class TrainStage(Stage):
                 callbacks=_callbacks(),
             )
             _log_through(trainer, log)
-        resume = any(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else False
+        resume = bool(complete_checkpoints(ckpt_dir, log))
         # the backbone's own dev score: the bar the labels must clear (model card, stats)
         before = evaluator(model) if evaluator is not None and not resume else {}
         if resume:
@@ -388,6 +390,8 @@ class TrainStage(Stage):
         final = before if trainer is None else evaluator(model) if evaluator is not None else {}
         out_dir = ctx.files_dir / "model"
         model.save(str(out_dir))
+        # the model is saved: checkpoints only served a resume, and weigh GBs per backbone
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
         best = trainer.state.best_metric if trainer is not None else None
         if trainer is None and before:
             best = before["dev_spearman_cosine"]
@@ -465,6 +469,21 @@ class TrainStage(Stage):
             lab[dev_idx].tolist(),
             "label.dev",
         )
+
+
+def complete_checkpoints(ckpt_dir: Path, log: Any) -> list[Path]:
+    """The checkpoints a resume can load. The trainer writes ``trainer_state.json`` last, so a
+    save cut short (a full disk, a kill) leaves a folder without it, which the trainer would
+    still pick as the latest and fail to load: such folders are removed, and named in the log."""
+    good = []
+    for d in sorted(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else []:
+        try:
+            json.loads((d / "trainer_state.json").read_text())
+            good.append(d)
+        except (OSError, ValueError):
+            log.warning("train: removing the incomplete checkpoint %s (its save was cut short)", d)
+            shutil.rmtree(d, ignore_errors=True)
+    return good
 
 
 def _log_through(trainer: Any, log: Any) -> None:

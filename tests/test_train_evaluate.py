@@ -338,6 +338,40 @@ def test_train_resumes_after_a_crash(trained, monkeypatch):
     assert info["resumed"] is True and info["steps"] == 6
 
 
+def test_train_skips_a_cut_short_checkpoint_and_cleans_up(trained, monkeypatch):
+    """A save cut short (full disk) leaves a checkpoint without trainer_state.json: the resume
+    takes the last complete one instead of failing on it; a finished stage keeps no checkpoints."""
+    from transformers import TrainerCallback
+
+    import ctxsim.tasks.train as T
+
+    root, store, run, _, sts, label = trained
+
+    class Boom(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 4:
+                raise RuntimeError("simulated crash")
+
+    params = T.TrainParams(
+        max_steps=6, eval_steps=2, batch_size=8, sts_dir=str(sts), tiny_vocab_size=200,
+        max_seq_length=32, lr=3e-4,
+    )  # fmt: skip
+    monkeypatch.setattr(T, "_callbacks", lambda: [Boom()])
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
+    ckpts = sorted(root.rglob("checkpoint-*"))
+    assert ckpts, "the crash left no checkpoint to resume from"
+    broken = ckpts[0].parent / "checkpoint-5"  # later than the good ones, weights only
+    broken.mkdir()
+    (broken / "model.safetensors").write_bytes(b"truncated")
+    monkeypatch.setattr(T, "_callbacks", lambda: [])
+    art, _ = run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
+    info = json.loads((art.files_dir / "metrics.json").read_text())
+    assert info["resumed"] is True and info["steps"] == 6
+    assert not broken.exists()
+    assert not list(root.rglob("checkpoint-*"))  # deleted once the model was saved
+
+
 def test_capped_sets_are_a_seeded_sample_in_file_order():
     """--max-pairs samples pairs across the file (STSb's first rows are all one genre)."""
     from ctxsim.readers.sts import StsSet, sample_pairs
