@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +68,27 @@ def _cpu_s(stage_path: str) -> float | None:
 
 
 def train_arm(
-    config: str, base: list[str], backbone: str, arm: str, run_prefix: str
+    config: str,
+    base: list[str],
+    backbone: str,
+    arm: str,
+    run_prefix: str,
+    arm_sets: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
-    """Run the pipeline through `train` for one arm; its record and metrics.json."""
+    """Run the pipeline through `train` for one arm; its record and metrics.json.
+    ``arm_sets``: overrides for one arm only (its learning rate chosen on dev, say); in
+    ``simcse+ARM`` the SimCSE stage takes simcse's and the second stage ARM's."""
     from ctxsim.flows.pipeline import run_pipeline
 
+    arm_sets = arm_sets or {}
     sets = [*base, f"train.backbone={backbone}"]
     first = arm
     if arm.startswith("simcse+"):  # SimCSE, then the labelled arm from SimCSE's model
         first = arm.split("+", 1)[1]
-        pre = train_arm(config, base, backbone, "simcse", run_prefix)
+        pre = train_arm(config, base, backbone, "simcse", run_prefix, arm_sets)
         sets[-1] = f"train.backbone={pre['model']}"
     sets += [f"train.{k}={v}" for k, v in ARMS[first].items()]
+    sets += arm_sets.get(first, [])
     run_id = f"{run_prefix}-{backbone}-{arm}".replace("+", "-then-")
     rec = run_pipeline(config, sets, None, "train", run_id)
     train = rec["stages"]["train"]["path"]
@@ -95,13 +105,15 @@ def train_arm(
 
 
 def score_model(
-    model_dir: str, sets: list, cache: Path, max_seq_length: int
+    model_dir: str, sets: list, cache: Path, max_seq_length: int, tag: str = ""
 ) -> dict[str, np.ndarray]:
     """Cosine of every pair of every set (cached per model directory and set sizes)."""
     from ctxsim.tasks.evaluate import load_st, score_pairs
 
-    key = f"{Path(model_dir).parent.parent.name}-{sum(len(s) for s in sets)}.npz"
-    path = cache / key
+    key = f"{Path(model_dir).parent.parent.name}-{sum(len(s) for s in sets)}"
+    if tag:  # a subset of the sets (--only): name it so it cannot pass for another subset
+        key += f"-{zlib.crc32(tag.encode()):08x}"
+    path = cache / f"{key}.npz"
     if path.exists():
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
@@ -180,9 +192,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config override")
     ap.add_argument("--backbone", default="minilm")
     ap.add_argument("--arms", nargs="+", default=list(ARMS), help=f"of {list(ARMS)}, simcse+ARM")
+    ap.add_argument(
+        "--arm-set",
+        action="append",
+        default=[],
+        metavar="ARM:KEY=VALUE",
+        help="an override for one arm only, e.g. simcse:train.lr=5e-5 (lr chosen per arm on dev)",
+    )
     ap.add_argument("--run-prefix", default="cmp")
     ap.add_argument("--sts-dir", default="../shared/data/sts")
     ap.add_argument("--max-pairs", type=int, default=None, help="seeded sample per subset")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        help="evaluate only these sets (STS12 ... for a year, STSb.dev ...): an lr search on dev",
+    )
     ap.add_argument("--max-seq-length", type=int, default=128)
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
@@ -196,14 +221,26 @@ def main(argv: list[str] | None = None) -> None:
 
     configure_prefect(load_config(args.config, args.sets).run.root)  # before prefect is imported
     from ctxsim.models import metrics as M
-    from ctxsim.readers.sts import discover, sample_pairs
+    from ctxsim.readers.sts import dataset_key, discover, sample_pairs
     from ctxsim.tasks.evaluate import SEVEN
 
     for arm in args.arms:
         if arm.split("+", 1)[-1] not in ARMS or ("+" in arm and not arm.startswith("simcse+")):
             ap.error(f"unknown arm {arm!r}: use {list(ARMS)} or simcse+ARM")
+    arm_sets: dict[str, list[str]] = {}
+    for spec in args.arm_set:
+        arm, sep, kv = spec.partition(":")
+        if not sep or "=" not in kv or arm not in ARMS:
+            ap.error(f"--arm-set {spec!r}: use ARM:KEY=VALUE with ARM in {list(ARMS)}")
+        arm_sets.setdefault(arm, []).append(kv)
     t0 = time.perf_counter()
-    sets = [sample_pairs(s, args.max_pairs, args.seed) for s in discover(args.sts_dir)]
+    found = discover(args.sts_dir)
+    if args.only:
+        missing = set(args.only) - {dataset_key(s) for s in found}
+        if missing:
+            ap.error(f"--only {sorted(missing)}: not found under {args.sts_dir}")
+        found = [s for s in found if dataset_key(s) in args.only]
+    sets = [sample_pairs(s, args.max_pairs, args.seed) for s in found]
     cache = Path(args.cache)
     name = args.name or f"surrogate_compare_{args.backbone}"
     plot = Path(args.out_dir) / f"{name}_labels.png"
@@ -213,8 +250,11 @@ def main(argv: list[str] | None = None) -> None:
     cis: dict[tuple[str, str, str], dict[str, Any]] = {}
     label_stats: dict[str, Any] = {}
     for arm in args.arms:  # the report is rewritten after every arm: a cut run keeps its rows
-        trained[arm] = train_arm(args.config, args.sets, args.backbone, arm, args.run_prefix)
-        scores = score_model(trained[arm]["model"], sets, cache, args.max_seq_length)
+        trained[arm] = train_arm(
+            args.config, args.sets, args.backbone, arm, args.run_prefix, arm_sets
+        )
+        tag = " ".join(sorted(args.only)) if args.only else ""
+        scores = score_model(trained[arm]["model"], sets, cache, args.max_seq_length, tag)
         preds[arm] = grouped(sets, scores)
         if not label_stats:
             label_stats = label_plot(trained[arm]["label_path"], plot)
@@ -254,7 +294,7 @@ def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, di
         label_cpu = {"ctxsim": eq4_cpu, "tfidf": m.get("label_cpu_seconds", 0.0)}.get(objective, 0)
         row: dict[str, Any] = {"backbone": args.backbone, "arm": arm}
         row.update({k: round(v, 2) for k, v in sp.items()})
-        row["avg"] = round(float(np.mean([sp[k] for k in avg_keys])), 2)
+        row["avg"] = round(float(np.mean([sp[k] for k in avg_keys])), 2) if avg_keys else None
         row["steps"] = m["steps"]
         row["best_dev_during_training"] = (
             round(m["best_dev_spearman"], 2) if m.get("best_dev_spearman") is not None else None
@@ -287,10 +327,11 @@ def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, di
     meta = {
         "config": args.config,
         "overrides": args.sets,
+        "arm_overrides": args.arm_set,
         "label_run": first["metrics"]["label_run"],
         "n_train_pairs": first["metrics"]["n_train_pairs"],
-        "fairness": "same train.* settings (steps, batch, lr, seed) for every arm; SimCSE takes "
-        "the pair arms' steps",
+        "fairness": "same train.* settings (steps, batch, seed; lr too unless arm_overrides "
+        "set it per arm) for every arm; SimCSE takes the pair arms' steps",
         "avg_of": avg_keys,
         "eq4_label_cpu_s": round(eq4_cpu, 1),
         "pair_mining_cpu_s": round(pair_cpu, 1),
