@@ -51,6 +51,19 @@ SELECT_SCHEMA = pa.schema(
 )
 
 
+def generated_ranks(query_id: np.ndarray, sample: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """Each generated slot's rank among its query's slots: sample order, right before left, no
+    gaps (a side not sampled, or an empty sample, leaves none), so that ``source: both`` puts
+    the r-th sample beside the r-th screened context whatever k_left and k_right are."""
+    q = np.asarray(query_id, np.int64)
+    order = np.lexsort((np.asarray(left, np.int64), np.asarray(sample, np.int64), q))
+    sq = q[order]
+    first = np.searchsorted(sq, sq)  # where each query's run starts in the sorted order
+    ranks = np.empty(len(q), np.int64)
+    ranks[order] = np.arange(len(q)) - first
+    return ranks
+
+
 class SelectParams(StageParams):
     max_size: int = Field(8, ge=1)  # |Cs| (paper 500, Table 7)
     strategy: Literal["ranked", "random"] = "ranked"  # random = Sec. 5.4 ablation (2)
@@ -76,7 +89,7 @@ class SelectParams(StageParams):
 
 class SelectStage(Stage):
     name = "select"
-    version = "1"
+    version = "2"  # 2: generated slots ranked 0, 1, 2 ... (were 0, 2, 4 ... without left samples)
     Params = SelectParams
     inputs = ("queries", "contexts", "shard")
     shard_by = "queries"
@@ -189,8 +202,7 @@ class SelectStage(Stage):
         self, ctx: StageContext, p: SelectParams, shard: int, qids: np.ndarray
     ) -> dict[str, np.ndarray]:
         """Candidate columns (query_id, context_id, chunk_id, rank, is_own, generated) from the
-        screen and/or the query's own generated contexts (rank = sample order, right and left
-        samples alternating; empty samples left out)."""
+        screen and/or the query's own generated contexts (rank: ``generated_ranks``)."""
         parts = []
         if p.source != "generate":
             if "screen" not in ctx.upstream:
@@ -225,7 +237,9 @@ class SelectStage(Stage):
                     "query_id": gen.column("query_id").to_numpy(),
                     "context_id": gen.column("context_id").to_numpy(),
                     "chunk_id": gen.column("chunk_id").to_numpy(),
-                    "rank": gen.column("sample").to_numpy().astype(np.int64) * 2 + left,
+                    "rank": generated_ranks(
+                        gen.column("query_id").to_numpy(), gen.column("sample").to_numpy(), left
+                    ),
                     "is_own": np.zeros(n, bool),
                     "generated": np.ones(n, bool),
                 }

@@ -159,6 +159,18 @@ def test_generated_slots_through_select_score_label(backbone, tmp_path) -> None:
     assert np.isfinite(lab.column("label").to_numpy()).all()
 
 
+def test_generated_ranks_have_no_gaps() -> None:
+    """`both` puts sample r beside screen rank r: ranks run 0, 1, 2 ... per query whatever
+    sides were sampled (right-only samples once got 0, 2, 4 ...: 5 retrieved to 3 generated in
+    a |Cs| of 8)."""
+    from ctxsim.tasks.select_contexts import generated_ranks
+
+    q = np.array([5, 5, 5, 5, 2, 2, 2])  # query 5: right only; query 2: both sides, no left 1
+    sample = np.array([3, 0, 2, 1, 0, 0, 1])
+    left = np.array([0, 0, 0, 0, 1, 0, 0])
+    assert generated_ranks(q, sample, left).tolist() == [3, 0, 2, 1, 1, 0, 2]
+
+
 def test_generate_source_needs_the_stage(spine, tmp_path) -> None:
     with pytest.raises(ValueError, match="gencontexts"):
         run_spine(tmp_path, {"select.source": "generate"}, until="select")
