@@ -9,12 +9,17 @@ them), so runs that read samples or scores from the caches are still charged in 
 - retrieval (index, retrieve, discriminator, screen, and select for retrieved contexts): the
   stages' CPU as the run's artefacts recorded it, once per query set;
 - sampling: k samples per sentence x (gencontexts CPU / samples it drew);
-- scoring: the distinct (sentence, context) windows the first k contexts need x (score CPU /
-  windows it computed, cache hits excluded); with PMI, each term's null pass per distinct
-  context is one more window.
+- scoring: the Eq. 3 terms the first k contexts need (each distinct (sentence, context) window
+  x each scored direction whose target is not empty: a generated continuation has no c<), each
+  priced by its kind: a term on a retrieved window (s between c< and c>: every term reads all
+  three) at the CPU per term of a run that scored only retrieved contexts, a term on a generated
+  one (s and one sampled side) at that of a run that scored only generated ones (score CPU /
+  terms it computed, cache hits excluded); with PMI, each term's null pass per distinct context
+  is one more term.
 
-A run whose own stages read everything from a cache takes its unit costs from ``--units-from``
-(a run of the same sampler and scorer that computed them). Usage::
+A run whose own stages read everything from a cache, or that scored both kinds (`both`), takes
+its unit costs from ``--units-from`` (runs of the same sampler and scorer that computed them).
+Usage::
 
     .venv/bin/python -m bench.bench_origin_matched --root /tmp/i17/root \\
         --rows retrieved=retr-cs8-p500@8:raw generated=gen-right-k8-p500@1,2,4,8 \\
@@ -58,16 +63,68 @@ def s_view(rec: dict[str, Any], score: Any, view: str) -> np.ndarray:
     return S
 
 
-def unit_costs(arts: dict[str, Any]) -> dict[str, float]:
-    """CPU-s per drawn sample and per computed window, where the run drew or computed any."""
+def directions(rec: dict[str, Any]) -> list[str]:
+    """The Eq. 3 generative terms a run scored (lambda != 0, as ScoreParams.directions)."""
+    p = rec["config"]["score"]
+    skip = p.get("skip_zero_lambda", True)
+    return [d for d in ("fwd", "left", "right") if float(p[f"lambda_{d}"]) != 0.0 or not skip]
+
+
+def side_sizes(arts: dict[str, Any], cids: np.ndarray) -> dict[str, np.ndarray]:
+    """Whether each context has a left / right side (1 or 0), in the order of ``cids``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cols = ["context_id", "left_sent_ids", "right_sent_ids"]
+    tables = [arts["contexts"].read_table(cols)]
+    if "gencontexts" in arts:
+        tables.append(arts["gencontexts"].read_table(cols))
+    t = pa.concat_tables(tables)
+    t = t.filter(pc.is_in(t.column("context_id"), pa.array(np.unique(cids)))).sort_by("context_id")
+    row = np.searchsorted(t.column("context_id").to_numpy(), cids)
+    return {
+        d: (pc.list_value_length(t.column(f"{d}_sent_ids")).to_numpy() > 0).astype(int)[row]
+        for d in ("left", "right")
+    }
+
+
+def term_counts(
+    rec: dict[str, Any], arts: dict[str, Any], cids: np.ndarray, with_pmi: bool
+) -> dict[str, int]:
+    """Terms of the windows whose contexts are ``cids`` (one entry per window), by context kind;
+    ``with_pmi`` adds each PMI direction's null term once per distinct context."""
+    has = side_sizes(arts, cids)
+    dirs = directions(rec)
+    per_window = sum(np.ones(len(cids), int) if d == "fwd" else has[d] for d in dirs)
+    generated = cids >= GEN_CONTEXT_BASE
+    out = {
+        "retrieved": int(per_window[~generated].sum()),
+        "generated": int(per_window[generated].sum()),
+    }
+    if with_pmi:
+        u, first = np.unique(cids, return_index=True)
+        for d in (d for d in rec["config"]["score"].get("pmi", []) if d in dirs):
+            side = np.ones(len(u), int) if d == "fwd" else has[d][first]
+            gen_u = u >= GEN_CONTEXT_BASE
+            out["retrieved"] += int(side[~gen_u].sum())
+            out["generated"] += int(side[gen_u].sum())
+    return out
+
+
+def unit_costs(rec: dict[str, Any], arts: dict[str, Any]) -> dict[str, float]:
+    """CPU-s per drawn sample and per computed term of one context kind, where the run drew or
+    computed any (a run that scored both kinds gives no term unit: their costs differ ~5x)."""
     out: dict[str, float] = {}
     g = arts.get("gencontexts")
     if g is not None and g.stats.get("sampled", 0) > 0:
         out["sample"] = g.stats["cpu_seconds"] / g.stats["sampled"]
-    s = arts["score"].stats
-    computed = s.get("pairs", 0) - s.get("cache_hits", 0)
-    if computed > 0:
-        out["window"] = s["cpu_seconds"] / computed
+    score = arts["score"]
+    cids = score.read_table(["context_id"]).column("context_id").to_numpy()
+    terms = term_counts(rec, arts, cids, with_pmi=True)
+    kinds = [k for k, n in terms.items() if n > 0]
+    computed = sum(terms.values()) - score.stats.get("cache_hits", 0)
+    if len(kinds) == 1 and computed > 0:
+        out[f"term_{kinds[0]}"] = score.stats["cpu_seconds"] / computed
     return out
 
 
@@ -95,11 +152,9 @@ def evaluate_row(
     pred = origin_labels(cs, s1, s2, lookup)[:, 0]
     n_pairs = len(s1)
     # what k costs
-    own = unit_costs(arts)
-    u = {**units, **own}
-    q, c = required_scores(cs, s1, s2)
-    pmi = rec["config"]["score"].get("pmi", [])
-    windows = len(q) + len(pmi) * len(np.unique(c))
+    u = {**units, **unit_costs(rec, arts)}
+    _, c = required_scores(cs, s1, s2)
+    terms = term_counts(rec, arts, c, with_pmi=True)
     n_queries = len(np.unique(np.concatenate([s1, s2])))
     gen = arts.get("gencontexts")
     samples = 0
@@ -112,9 +167,15 @@ def evaluate_row(
     cost = {
         "retrieval_cpu_s": round(retrieval, 1),
         "samples": samples,
-        "windows": windows,
+        "windows": len(c),
+        "terms_retrieved": terms["retrieved"],
+        "terms_generated": terms["generated"],
         "cpu_s_per_pair": round(
-            (retrieval + samples * u.get("sample", np.nan) + windows * u.get("window", np.nan))
+            (
+                retrieval
+                + samples * u.get("sample", np.nan)
+                + sum(n * u.get(f"term_{k}", np.nan) for k, n in terms.items() if n)
+            )
             / n_pairs,
             3,
         ),
@@ -142,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     units: dict[str, float] = {}
     for run in a.units_from:
-        units |= unit_costs(run_artefacts(a.root, run)[1])
+        units |= unit_costs(*run_artefacts(a.root, run))
     results = {}
     for spec in a.rows:
         name, rest = spec.split("=", 1)
@@ -169,7 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         meta={
             "command": "python -m bench.bench_origin_matched " + " ".join(argv or sys.argv[1:]),
             "what": "Spearman x100 of Eq. 4 (cosine) at |Cs| = k; CPU-s per pair = retrieval "
-            "stages + samples x CPU per sample + windows x CPU per window (module doc); CI: "
+            "stages + samples x CPU per sample + terms x CPU per term of their context kind "
+            "(module doc); CI: "
             "paired BCa 95% of the row minus the reference on the same pairs",
             "unit_costs": {
                 key: {u: round(v, 4) for u, v in r["units"].items()}
