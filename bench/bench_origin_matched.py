@@ -45,6 +45,7 @@ from ctxsim.models.origin import (
     required_scores,
     spearman_x100,
 )
+from ctxsim.scores import ScoreParams
 from ctxsim.tasks.gencontexts import GEN_CONTEXT_BASE
 
 RETRIEVAL = ("index", "retrieve", "discriminator", "screen")
@@ -61,13 +62,6 @@ def s_view(rec: dict[str, Any], score: Any, view: str) -> np.ndarray:
             score.column(f"null_{d}").to_numpy().astype(np.float64)
         )
     return S
-
-
-def directions(rec: dict[str, Any]) -> list[str]:
-    """The Eq. 3 generative terms a run scored (lambda != 0, as ScoreParams.directions)."""
-    p = rec["config"]["score"]
-    skip = p.get("skip_zero_lambda", True)
-    return [d for d in ("fwd", "left", "right") if float(p[f"lambda_{d}"]) != 0.0 or not skip]
 
 
 def side_sizes(arts: dict[str, Any], cids: np.ndarray) -> dict[str, np.ndarray]:
@@ -88,26 +82,23 @@ def side_sizes(arts: dict[str, Any], cids: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def term_counts(
-    rec: dict[str, Any], arts: dict[str, Any], cids: np.ndarray, with_pmi: bool
-) -> dict[str, int]:
-    """Terms of the windows whose contexts are ``cids`` (one entry per window), by context kind;
-    ``with_pmi`` adds each PMI direction's null term once per distinct context."""
+def term_counts(rec: dict[str, Any], arts: dict[str, Any], cids: np.ndarray) -> dict[str, int]:
+    """Terms of the windows whose contexts are ``cids`` (one entry per window), by context kind,
+    with each PMI direction's null term once per distinct context."""
     has = side_sizes(arts, cids)
-    dirs = directions(rec)
+    dirs = ScoreParams(**rec["config"]["score"]).directions()
     per_window = sum(np.ones(len(cids), int) if d == "fwd" else has[d] for d in dirs)
     generated = cids >= GEN_CONTEXT_BASE
     out = {
         "retrieved": int(per_window[~generated].sum()),
         "generated": int(per_window[generated].sum()),
     }
-    if with_pmi:
-        u, first = np.unique(cids, return_index=True)
-        for d in (d for d in rec["config"]["score"].get("pmi", []) if d in dirs):
-            side = np.ones(len(u), int) if d == "fwd" else has[d][first]
-            gen_u = u >= GEN_CONTEXT_BASE
-            out["retrieved"] += int(side[~gen_u].sum())
-            out["generated"] += int(side[gen_u].sum())
+    u, first = np.unique(cids, return_index=True)
+    gen_u = u >= GEN_CONTEXT_BASE
+    for d in (d for d in rec["config"]["score"].get("pmi", []) if d in dirs):
+        side = np.ones(len(u), int) if d == "fwd" else has[d][first]
+        out["retrieved"] += int(side[~gen_u].sum())
+        out["generated"] += int(side[gen_u].sum())
     return out
 
 
@@ -120,7 +111,7 @@ def unit_costs(rec: dict[str, Any], arts: dict[str, Any]) -> dict[str, float]:
         out["sample"] = g.stats["cpu_seconds"] / g.stats["sampled"]
     score = arts["score"]
     cids = score.read_table(["context_id"]).column("context_id").to_numpy()
-    terms = term_counts(rec, arts, cids, with_pmi=True)
+    terms = term_counts(rec, arts, cids)
     kinds = [k for k, n in terms.items() if n > 0]
     computed = sum(terms.values()) - score.stats.get("cache_hits", 0)
     if len(kinds) == 1 and computed > 0:
@@ -154,7 +145,7 @@ def evaluate_row(
     # what k costs
     u = {**units, **unit_costs(rec, arts)}
     _, c = required_scores(cs, s1, s2)
-    terms = term_counts(rec, arts, c, with_pmi=True)
+    terms = term_counts(rec, arts, c)
     n_queries = len(np.unique(np.concatenate([s1, s2])))
     gen = arts.get("gencontexts")
     samples = 0

@@ -308,7 +308,9 @@ def test_clrcmd_loss_trains(trained):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
-def test_train_resumes_after_a_crash(trained, monkeypatch):
+def _train_crashing_at_step_4(trained, monkeypatch, lr: float):
+    """Run the train stage until a simulated crash after step 4 (checkpoints every 2 steps);
+    returns a function that runs it again without the crash and gives its metrics."""
     from transformers import TrainerCallback
 
     import ctxsim.tasks.train as T
@@ -327,46 +329,36 @@ def test_train_resumes_after_a_crash(trained, monkeypatch):
         sts_dir=str(sts),
         tiny_vocab_size=200,
         max_seq_length=32,
-        lr=2e-4,
+        lr=lr,  # one lr per test: its own artefact in the shared store
     )
     monkeypatch.setattr(T, "_callbacks", lambda: [Boom()])
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
-    monkeypatch.setattr(T, "_callbacks", lambda: [])
-    art, _ = run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
-    info = json.loads((art.files_dir / "metrics.json").read_text())
+
+    def resume() -> dict:
+        monkeypatch.setattr(T, "_callbacks", lambda: [])
+        art, _ = run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
+        return json.loads((art.files_dir / "metrics.json").read_text())
+
+    return resume
+
+
+def test_train_resumes_after_a_crash(trained, monkeypatch):
+    info = _train_crashing_at_step_4(trained, monkeypatch, lr=2e-4)()
     assert info["resumed"] is True and info["steps"] == 6
 
 
 def test_train_skips_a_cut_short_checkpoint_and_cleans_up(trained, monkeypatch):
     """A save cut short (full disk) leaves a checkpoint without trainer_state.json: the resume
     takes the last complete one instead of failing on it; a finished stage keeps no checkpoints."""
-    from transformers import TrainerCallback
-
-    import ctxsim.tasks.train as T
-
-    root, store, run, _, sts, label = trained
-
-    class Boom(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw):
-            if state.global_step == 4:
-                raise RuntimeError("simulated crash")
-
-    params = T.TrainParams(
-        max_steps=6, eval_steps=2, batch_size=8, sts_dir=str(sts), tiny_vocab_size=200,
-        max_seq_length=32, lr=3e-4,
-    )  # fmt: skip
-    monkeypatch.setattr(T, "_callbacks", lambda: [Boom()])
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
+    root = trained[0]
+    resume = _train_crashing_at_step_4(trained, monkeypatch, lr=3e-4)
     ckpts = sorted(root.rglob("checkpoint-*"))
     assert ckpts, "the crash left no checkpoint to resume from"
     broken = ckpts[0].parent / "checkpoint-5"  # later than the good ones, weights only
     broken.mkdir()
     (broken / "model.safetensors").write_bytes(b"truncated")
-    monkeypatch.setattr(T, "_callbacks", lambda: [])
-    art, _ = run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
-    info = json.loads((art.files_dir / "metrics.json").read_text())
+    info = resume()
     assert info["resumed"] is True and info["steps"] == 6
     assert not broken.exists()
     assert not list(root.rglob("checkpoint-*"))  # deleted once the model was saved
