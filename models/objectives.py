@@ -107,6 +107,22 @@ def has_dropout(model: Any) -> bool:
     return False
 
 
+def dropout_config(config: dict[str, Any], p: float) -> dict[str, float]:
+    """Config overrides that set every dropout probability of a transformers config to ``p``
+    (``hidden_dropout_prob``, ``attention_probs_dropout_prob``, ``attention_dropout``, ...):
+    SimCSE needs a noisy forward pass, and Gemma-3 ships with its only dropout at 0. Keys left
+    unset (``classifier_dropout: None``) stay unset."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"train.dropout must be in [0, 1), got {p}")
+    return {
+        k: float(p)
+        for k, v in config.items()
+        if ("dropout" in k or k.endswith("pdrop"))
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+    }
+
+
 def steps_for(n_examples: int, batch_size: int, epochs: float) -> int:
     """Optimizer steps of ``epochs`` passes over ``n_examples`` (the trainer's count, drop_last
     off): the budget every objective gets when ``max_steps`` is not set."""

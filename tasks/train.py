@@ -32,6 +32,7 @@ from ctxsim.models.objectives import (
     LossName,
     Objective,
     build_loss,
+    dropout_config,
     has_dropout,
     steps_for,
     tfidf_cosine,
@@ -83,6 +84,9 @@ class TrainParams(StageParams):
     dev_set: str = "STSb.dev"
     max_dev_pairs: int | None = None
     freeze_embeddings: bool = False
+    # every dropout probability of the backbone (None keeps its own): SimCSE's noise, and
+    # Gemma-3 ships with dropout 0 (models.objectives.dropout_config)
+    dropout: float | None = Field(None, ge=0.0, lt=1.0)
     bf16: bool = True  # used on CUDA only
     # CLRCMD (loss = clrcmd)
     clrcmd_temperature: float = 0.05
@@ -111,7 +115,7 @@ class TrainParams(StageParams):
 
 
 #: keys added after the stage's version 2, with the default that reproduces version 2's output
-_ADDED_KEYS: dict[str, Any] = {"objective": "ctxsim"}
+_ADDED_KEYS: dict[str, Any] = {"objective": "ctxsim", "dropout": None}
 
 
 def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:
@@ -161,16 +165,26 @@ def resolve_backbone(name: str) -> str:
     return str(resolve_model(name))
 
 
-def build_model(backbone_path: str, max_seq_length: int, device: str):
-    """SentenceTransformer = Transformer(backbone) + mean Pooling (Sec. 3.4); ST dirs load as is."""
+def build_model(backbone_path: str, max_seq_length: int, device: str, dropout: float | None = None):
+    """SentenceTransformer = Transformer(backbone) + mean Pooling (Sec. 3.4); ST dirs load as is.
+    ``dropout`` overrides every dropout probability of the backbone's config (None keeps them)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
 
+    config_kwargs = None
+    if dropout is not None:
+        from transformers import AutoConfig
+
+        st_dir = (Path(backbone_path) / "modules.json").exists()
+        cfg_dir = _transformer_dir(Path(backbone_path)) if st_dir else backbone_path
+        config_kwargs = dropout_config(AutoConfig.from_pretrained(cfg_dir).to_dict(), dropout)
     if (Path(backbone_path) / "modules.json").exists():
-        model = SentenceTransformer(backbone_path, device=device)
+        model = SentenceTransformer(backbone_path, device=device, config_kwargs=config_kwargs)
         model.max_seq_length = max_seq_length
         return model
-    tr = st_models.Transformer(backbone_path, max_seq_length=max_seq_length)
+    tr = st_models.Transformer(
+        backbone_path, max_seq_length=max_seq_length, config_kwargs=config_kwargs
+    )
     tok = tr.tokenizer
     if tok.pad_token is None:  # decoder-only backbones (Gemma, SmolLM) ship without one
         tok.pad_token = tok.eos_token or tok.unk_token
@@ -178,6 +192,14 @@ def build_model(backbone_path: str, max_seq_length: int, device: str):
     dim = getattr(tr, "get_embedding_dimension", None) or tr.get_word_embedding_dimension
     pool = st_models.Pooling(dim(), pooling_mode="mean")
     return SentenceTransformer(modules=[tr, pool], device=device)
+
+
+def _transformer_dir(st_dir: Path) -> str:
+    """The folder of a sentence-transformers directory's Transformer module (its config.json)."""
+    for module in json.loads((st_dir / "modules.json").read_text()):
+        if module.get("type", "").endswith("Transformer"):
+            return str(st_dir / module.get("path", ""))
+    return str(st_dir)
 
 
 def _history_rows(log_history: list[dict[str, Any]], metric: str | None) -> pa.Table:
@@ -305,7 +327,7 @@ class TrainStage(Stage):
             backbone_path = str(build_tiny_backbone(texts, ctx.files_dir / "backbone", p, seed))
         else:
             backbone_path = resolve_backbone(p.backbone)
-        model = build_model(backbone_path, p.max_seq_length, device)
+        model = build_model(backbone_path, p.max_seq_length, device, p.dropout)
         # the card's Hub widget examples cost a pass over the data and print their own bar
         model.model_card_data.generate_widget_examples = False
         if p.freeze_embeddings:
@@ -320,7 +342,10 @@ class TrainStage(Stage):
         }
         loss = None if p.objective == "none" else build_loss(p.objective, p.loss, model, clrcmd)
         if p.objective == "simcse" and not has_dropout(model):
-            log.warning("train: %s has no dropout: SimCSE's positives are identical", p.backbone)
+            log.warning(
+                "train: %s has no dropout: SimCSE's positives are identical (set train.dropout)",
+                p.backbone,
+            )
 
         evaluator, metric = None, None
         if dev is not None:
