@@ -42,7 +42,8 @@ ARMS: dict[str, dict[str, str]] = {
     "ctxsim-CoSENT": {"objective": "ctxsim", "loss": "cosent", "label_scale": "none"},
     "ctxsim-AnglE": {"objective": "ctxsim", "loss": "angle", "label_scale": "none"},
 }
-REFERENCES = ("ctxsim-L2", "simcse")
+#: every arm gets paired CIs against these (the paper's loss, the label-free peer, the backbone)
+REFERENCES = ("ctxsim-L2", "simcse", "none")
 #: Eq. 4 labels cost these stages on top of the pairs (the rest is pair mining, shared);
 #: gencontexts only where select.source generates contexts
 LABEL_STAGES = ("generator", "gencontexts", "score", "label")
@@ -312,6 +313,13 @@ def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, di
                     cis[(arm, ref, k)] = bootstrap(
                         g, pa_, pb, n_resamples=args.resamples, seed=args.seed
                     )
+            if avg_keys and (arm, ref, "avg") not in cis:  # one interval for the average
+                cis[(arm, ref, "avg")] = M.bootstrap_avg_diff_ci(
+                    {k: (preds[arm][k][1], preds[arm][k][0], preds[ref][k][0]) for k in avg_keys},
+                    n_resamples=args.resamples,
+                    seed=args.seed,
+                )
+            for k in keys + (["avg"] if avg_keys else []):
                 ci = cis[(arm, ref, k)]
                 ci_rows.append(
                     {

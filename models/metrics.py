@@ -4,7 +4,8 @@ intervals for the difference of two systems, and the hard splits of Wieting et a
 * "all": one correlation over the concatenated subsets of a year (SimCSE / CLRCMD Table 1);
   "mean": the mean of per-subset correlations (SentEval, DynaMax). Both are reported, labelled.
 * Paired bootstrap with bias-corrected and accelerated intervals (Efron 1987) for
-  ``r(A, gold) - r(B, gold)`` as in Zhelezniak et al. (2019), Appendix D.
+  ``r(A, gold) - r(B, gold)`` as in Zhelezniak et al. (2019), Appendix D; a stratified
+  percentile bootstrap for the difference of averages over several sets.
 * Hard splits (Wieting et al. 2020, Sec. 4.3): symmetric word error rate
   ``SWER = WER(s1, s2)/2 + WER(s2, s1)/2``; "hard_high_gold" = gold in [4, 5] and SWER in the top
   20% (their Hard-), "hard_low_gold" = gold in [0, 1] and SWER in the bottom 20% (their Hard+),
@@ -121,6 +122,53 @@ def bootstrap_diff_ci(
         "n_resamples": n_resamples,
         "significant": bool(lo > 0 or hi < 0),
     }
+
+
+def bootstrap_avg_diff_ci(
+    sets: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]],
+    metric: str = "spearman",
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Paired, stratified percentile bootstrap CI of the *average over sets* of
+    ``corr(A, gold) - corr(B, gold)`` x100; ``sets`` maps a name to (gold, a, b).
+
+    Each set's triplets are resampled within that set (its size kept), so a 5-set average such
+    as SimCSE's "avg" gets one interval. Percentile, not BCa: the jackknife BCa needs has no
+    single sample to leave out across independent strata."""
+    if metric not in ("spearman", "pearson"):
+        raise ValueError(f"metric must be spearman or pearson, got {metric!r}")
+    if not sets:
+        raise ValueError("no sets to average")
+    rng = np.random.default_rng(seed)
+    deltas, boot = [], np.zeros(n_resamples)
+    for name, (gold, pred_a, pred_b) in sets.items():
+        g, a, b = (np.asarray(v, float) for v in (gold, pred_a, pred_b))
+        if not len(g) == len(a) == len(b):
+            raise ValueError(f"{name}: lengths differ: gold {len(g)}, a {len(a)}, b {len(b)}")
+        deltas.append(_delta(g[None], a[None], b[None], metric)[0])
+        for lo in range(0, n_resamples, 250):  # 250 resamples at a time bound the memory
+            idx = rng.integers(0, len(g), size=(min(250, n_resamples - lo), len(g)))
+            boot[lo : lo + len(idx)] += _delta(g[idx], a[idx], b[idx], metric)
+    boot /= len(sets)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = (float(q) for q in np.quantile(boot, [alpha, 1.0 - alpha]))
+    return {
+        "delta": float(np.mean(deltas)),
+        "ci_low": lo,
+        "ci_high": hi,
+        "confidence": confidence,
+        "n_resamples": n_resamples,
+        "significant": bool(lo > 0 or hi < 0),
+    }
+
+
+def _delta(g: np.ndarray, a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
+    """Row-wise corr(a, g) - corr(b, g), x100."""
+    if metric == "spearman":
+        g, a, b = (stats.rankdata(v, axis=-1) for v in (g, a, b))
+    return (_corr_axis(a, g, -1) - _corr_axis(b, g, -1)) * 100.0
 
 
 def words(text: str) -> list[str]:

@@ -62,3 +62,30 @@ def test_dynamax_by_hand():
     y2 = np.array([[1.0, 1.0]])
     # U = [e1; e1+e2; ... stacked]: fx = [1, 1], fy = [1, 2] -> 2/3
     assert dynamax_jaccard(x, y2) == pytest.approx(2 / 3)
+
+
+def test_avg_diff_ci_is_the_mean_of_per_set_deltas_with_a_stratified_interval():
+    from ctxsim.models.metrics import bootstrap_avg_diff_ci, spearman
+
+    rng = np.random.default_rng(1)
+    sets = {}
+    for name, n in (("A", 300), ("B", 120)):
+        gold = rng.normal(size=n)
+        good = gold + rng.normal(scale=0.5, size=n)
+        poor = gold + rng.normal(scale=2.0, size=n)
+        sets[name] = (gold, good, poor)
+    ci = bootstrap_avg_diff_ci(sets, n_resamples=600, seed=0)
+    want = np.mean([spearman(a, g) - spearman(b, g) for g, a, b in sets.values()])
+    assert ci["delta"] == pytest.approx(want)
+    assert 0 < ci["ci_low"] < ci["delta"] < ci["ci_high"] and ci["significant"]
+    assert bootstrap_avg_diff_ci(sets, n_resamples=600, seed=0) == ci  # one seed, one interval
+    same = {k: (g, a, a) for k, (g, a, _) in sets.items()}
+    flat = bootstrap_avg_diff_ci(same, n_resamples=300)
+    assert flat["delta"] == flat["ci_low"] == flat["ci_high"] == 0 and not flat["significant"]
+
+
+def test_avg_diff_ci_names_the_set_whose_lengths_differ():
+    from ctxsim.models.metrics import bootstrap_avg_diff_ci
+
+    with pytest.raises(ValueError, match="STS13: lengths differ"):
+        bootstrap_avg_diff_ci({"STS13": ([1.0, 2.0, 3.0], [1.0, 2.0], [1.0, 2.0, 3.0])})
