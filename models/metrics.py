@@ -89,9 +89,7 @@ def bootstrap_diff_ci(
         raise ValueError(f"lengths differ: gold {len(g)}, a {len(a)}, b {len(b)}")
 
     def statistic(gg: np.ndarray, aa: np.ndarray, bb: np.ndarray, axis: int = -1) -> np.ndarray:
-        if metric == "spearman":
-            gg, aa, bb = (stats.rankdata(v, axis=axis) for v in (gg, aa, bb))
-        return (_corr_axis(aa, gg, axis) - _corr_axis(bb, gg, axis)) * 100.0
+        return _delta(gg, aa, bb, metric, axis)
 
     delta = float(statistic(g, a, b))
     if np.array_equal(a, b):  # identical systems: the difference is exactly 0 in every resample
@@ -164,11 +162,11 @@ def bootstrap_avg_diff_ci(
     }
 
 
-def _delta(g: np.ndarray, a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
-    """Row-wise corr(a, g) - corr(b, g), x100."""
+def _delta(g: np.ndarray, a: np.ndarray, b: np.ndarray, metric: str, axis: int = -1) -> np.ndarray:
+    """corr(a, g) - corr(b, g) along ``axis``, x100 (ranks first for Spearman)."""
     if metric == "spearman":
-        g, a, b = (stats.rankdata(v, axis=-1) for v in (g, a, b))
-    return (_corr_axis(a, g, -1) - _corr_axis(b, g, -1)) * 100.0
+        g, a, b = (stats.rankdata(v, axis=axis) for v in (g, a, b))
+    return (_corr_axis(a, g, axis) - _corr_axis(b, g, axis)) * 100.0
 
 
 def words(text: str) -> list[str]:

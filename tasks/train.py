@@ -171,14 +171,14 @@ def build_model(backbone_path: str, max_seq_length: int, device: str, dropout: f
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
 
+    st_dir = (Path(backbone_path) / "modules.json").exists()
     config_kwargs = None
     if dropout is not None:
         from transformers import AutoConfig
 
-        st_dir = (Path(backbone_path) / "modules.json").exists()
         cfg_dir = _transformer_dir(Path(backbone_path)) if st_dir else backbone_path
         config_kwargs = dropout_config(AutoConfig.from_pretrained(cfg_dir).to_dict(), dropout)
-    if (Path(backbone_path) / "modules.json").exists():
+    if st_dir:
         model = SentenceTransformer(backbone_path, device=device, config_kwargs=config_kwargs)
         model.max_seq_length = max_seq_length
         return model
