@@ -128,7 +128,11 @@ def run(
     if json_out:
         typer.echo(json.dumps(record, indent=2, default=str))
     else:
+        from ctxsim.flows.run_summary import summary_lines
+
         _print_run(record)
+        for line in summary_lines(record, config, root):
+            typer.echo(line)
 
 
 def _runner_connection_hint(exc: BaseException, runner: str, address: str) -> str:
