@@ -20,6 +20,7 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -247,6 +248,28 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def git_commit() -> str | None:
+    """The checkout's commit (``-dirty`` when tracked files differ from it), None outside git:
+    recorded by `write_results` so a result names the code that produced it."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
 def write_results(
     name: str,
     rows: list[dict[str, Any]],
@@ -257,12 +280,15 @@ def write_results(
     """Write ``<out_dir>/<name>.json`` and ``<name>.md`` (machine info at the top).
 
     ``rows`` is the main table; ``tables`` optional extra named tables (e.g. accuracy next to
-    speed); ``meta`` free-form run settings (corpus, sizes, command line). Written atomically
+    speed); ``meta`` free-form run settings (corpus, sizes, command line), to which the git
+    commit of the checkout is added (``git_commit``, see `git_commit`). Written atomically
     (temp file + rename) so an interrupted run never leaves half a result.
     """
     out = Path(out_dir) if out_dir is not None else RESULTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     meta = dict(meta or {})
+    if "git_commit" not in meta and (commit := git_commit()):
+        meta["git_commit"] = commit  # bench/results/INDEX.md reads it
     machine = machine_info()
     doc = {
         "name": name,

@@ -1,0 +1,190 @@
+"""Write bench/results/INDEX.md: every result file with its command, commit, date, status and
+where the documentation cites it.
+
+    python -m bench.results_index            # rewrite bench/results/INDEX.md
+    python -m bench.results_index --check    # exit 1 when a result file is missing from it
+
+Results are rewritten in place and siblings accumulate, so a reader cannot tell from the folder
+which file is current. The index says so: a result moved under `bench/results/superseded/` is
+superseded, by the file and for the reason `superseded/SUPERSEDED.json` records; every other one
+is current. The command comes from the result's JSON (`meta.command`, written by
+`harness.write_results`), the commit from the JSON (`meta.git_commit`, recorded since the index
+exists) or else from git (the last commit that changed the file), the date from git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+INDEX = RESULTS / "INDEX.md"
+SUPERSEDED_DIR = RESULTS / "superseded"
+SUPERSEDED = SUPERSEDED_DIR / "SUPERSEDED.json"
+#: where results are cited: the front door, the docs, the configs' comments, the bench README
+CITING = ["README.md", "docs/*.md", "configs/*.yaml", "bench/README.md"]
+_CITED = re.compile(r"(?:\.\.\.)?[\w*.-]*\w\.(?:md|json|png)\b")
+_MD_COMMAND = re.compile(r"\*\*command\*\*: (.+)")
+
+
+def result_files() -> list[Path]:
+    """Every file under bench/results except the index and the superseded register."""
+    skip = {INDEX, SUPERSEDED}
+    return sorted(p for p in RESULTS.rglob("*") if p.is_file() and p not in skip)
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+def _json_of(path: Path) -> dict:
+    sibling = path if path.suffix == ".json" else path.with_suffix(".json")
+    if path.suffix == ".png":  # <name>_labels.png belongs to <name>.json
+        sibling = path.with_name(path.name.removesuffix("_labels.png") + ".json")
+    try:
+        doc = json.loads(sibling.read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def command_of(path: Path) -> str:
+    doc = _json_of(path)
+    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    cmd = meta.get("command") or doc.get("command")
+    if cmd:
+        return " ".join(cmd) if isinstance(cmd, list) else str(cmd)
+    md = path.with_suffix(".md")
+    if md.exists():
+        text = md.read_text(errors="replace")
+        m = _MD_COMMAND.search(text)
+        if m:
+            return m.group(1).strip().strip("`")
+    return ""
+
+
+def commit_and_date(path: Path) -> tuple[str, str]:
+    doc = _json_of(path)
+    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    recorded = meta.get("git_commit") or doc.get("git_commit")
+    log = _git("log", "-1", "--follow", "--format=%h %ad", "--date=short", "--", str(path))
+    commit, _, date = log.partition(" ")
+    if recorded:
+        commit = str(recorded)[:12]
+    return commit or "not committed", date or "not committed"
+
+
+def citations() -> dict[str, list[tuple[str, str]]]:
+    """Cited name or pattern -> [(citing file, name as written)]."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for pattern in CITING:
+        for f in sorted(REPO.glob(pattern)):
+            for token in set(_CITED.findall(f.read_text(errors="replace"))):
+                name = token.rsplit("/", 1)[-1]
+                name = "*" + name[3:] if name.startswith("...") else name
+                out.setdefault(name, []).append((str(f.relative_to(REPO)), token))
+    return out
+
+
+def cited_in(path: Path, cites: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """The documents citing ``path`` (by its name, its .md/.json sibling, or a pattern)."""
+    stem = path.name.removesuffix("_labels.png") if path.suffix == ".png" else path.stem
+    names = {path.name, f"{stem}.md", f"{stem}.json"}
+    where: set[str] = set()
+    for pattern, places in cites.items():
+        if any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            where.update(p for p, _ in places)
+    return sorted(where)
+
+
+def superseded_register() -> dict[str, dict[str, str]]:
+    if not SUPERSEDED.exists():
+        return {}
+    return json.loads(SUPERSEDED.read_text())
+
+
+def status_of(path: Path, register: dict[str, dict[str, str]]) -> str:
+    if SUPERSEDED_DIR not in path.parents:
+        return "current"
+    entry = register.get(path.name)
+    if entry is None:
+        raise SystemExit(f"{path} is under superseded/ but not in {SUPERSEDED.name}")
+    return f"superseded by `{entry['by']}`: {entry['why']}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render() -> str:
+    cites = citations()
+    register = superseded_register()
+    files = result_files()
+    rows = []
+    for path in files:
+        rel = path.relative_to(RESULTS).as_posix()
+        commit, date = commit_and_date(path)
+        cmd = command_of(path)
+        rows.append(
+            f"| `{rel}` | {_cell(status_of(path, register))} | {date} | `{commit}` | "
+            + (f"`{_cell(cmd)}`" if cmd else "not recorded")
+            + f" | {', '.join(cited_in(path, cites)) or '-'} |"
+        )
+    n_sup = sum(SUPERSEDED_DIR in p.parents for p in files)
+    head = [
+        "# Index of results",
+        "",
+        "Generated by `python -m bench.results_index`; do not edit by hand (`tests/test_docs.py`",
+        "fails when a file in `bench/results/` is missing here). Status: *current*, or superseded",
+        "(moved to `superseded/`, with the file that replaces it and why, from",
+        "`superseded/SUPERSEDED.json`). Commit: recorded by `harness.write_results`, or else the",
+        "last commit that changed the file; date: that commit's. Cited in: README, docs, configs",
+        "and `bench/README.md` naming the file (or its .md/.json sibling). The figures themselves",
+        "are discussed in `docs/results.md`.",
+        "",
+        f"{len(files)} files: {len(files) - n_sup} current, {n_sup} superseded.",
+        "",
+        "| file | status | date | commit | command | cited in |",
+        "|---|---|---|---|---|---|",
+    ]
+    return "\n".join(head + rows) + "\n"
+
+
+def missing_from_index() -> list[str]:
+    """Result files the index does not list (a new result written without regenerating it)."""
+    text = INDEX.read_text() if INDEX.exists() else ""
+    listed = set(re.findall(r"^\| `([^`]+)` \|", text, flags=re.M))
+    rels = (p.relative_to(RESULTS).as_posix() for p in result_files())
+    return [rel for rel in rels if rel not in listed]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a result is not indexed")
+    args = ap.parse_args()
+    if args.check:
+        missing = missing_from_index()
+        if missing:
+            print(f"not in {INDEX}: {', '.join(missing)}", file=sys.stderr)
+            print("run: python -m bench.results_index", file=sys.stderr)
+            return 1
+        return 0
+    INDEX.write_text(render())
+    print(f"wrote {INDEX}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
