@@ -79,7 +79,10 @@ def commit_and_date(path: Path) -> tuple[str, str]:
     doc = _json_of(path)
     meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
     recorded = meta.get("git_commit") or doc.get("git_commit")
-    log = _git("log", "-1", "--follow", "--format=%h %ad", "--date=short", "--", str(path))
+    # the last change of content: a file moved under superseded/ is looked up at its old path
+    # (git's --follow guesses renames between look-alike results, so it is not used)
+    where = RESULTS / path.name if SUPERSEDED_DIR in path.parents else path
+    log = _git("log", "-1", "--diff-filter=AM", "--format=%h %ad", "--date=short", "--", str(where))
     commit, _, date = log.partition(" ")
     if recorded:
         commit = str(recorded)[:12]
