@@ -35,3 +35,15 @@ def test_write_results_records_the_commit(tmp_path: Path) -> None:
     if recorded:  # a git checkout
         assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", recorded)
         assert recorded in mpath.read_text()
+
+
+def test_bench_readme_names_every_module_and_make_bench_runs_every_speed_benchmark() -> None:
+    from bench.run_all import BENCHES
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    readme = (bench / "README.md").read_text()
+    modules = {f"bench.{p.stem}" for p in bench.glob("bench_*.py")}
+    unnamed = sorted(m for m in modules if f"`{m}`" not in readme)
+    assert not unnamed, f"bench/README.md does not name {unnamed}"
+    speed = readme.split("## Speed benchmarks", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"`(bench\.bench_\w+)`", speed)) == set(BENCHES)
