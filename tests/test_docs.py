@@ -1,0 +1,59 @@
+"""The documentation cannot rot: mkdocs builds it strictly (every page, link and anchor), the
+generated stage reference matches the code, and the README's links point at files that exist."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_mkdocs_build_is_strict_clean(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="mkdocs is not installed (pip install -e '.[dev]')")
+    res = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert (tmp_path / "index.html").exists()
+
+
+def test_stage_reference_is_generated_from_the_code() -> None:
+    res = subprocess.run(
+        [sys.executable, "docs/gen_stages.py", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.xfail(
+    not (REPO / "docs" / "domain.md").exists(),
+    reason="docs/domain.md, linked from the README's 'Adapt an encoder' section, is written by "
+    "the domain-adaptation work; once it exists this runs as a plain test",
+    strict=True,
+)
+def test_readme_is_a_front_door_whose_links_resolve() -> None:
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    local = [t.split("#")[0] for t in links if not re.match(r"[a-z]+:|#", t)]
+    assert local
+    missing = [t for t in local if not (REPO / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"
+    anchors = [t[1:] for t in links if t.startswith("#")]
+    headings = {
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", text, flags=re.M)
+    }
+    assert not set(anchors) - headings, set(anchors) - headings
