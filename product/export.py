@@ -7,7 +7,9 @@ are the label stage's (train/dev/test, or eval for given pairs), rows unchanged.
 
 Everything is written into a temporary directory beside DIR and renamed into place at the end:
 an error leaves nothing behind, and nothing is written outside DIR and that sibling. A non-empty
-DIR is refused unless ``overwrite``.
+DIR is refused unless ``overwrite``, and ``overwrite`` replaces only a previous export (one holding
+the marker file every export writes), never the artefact root, a directory containing it or the
+current working directory.
 """
 
 from __future__ import annotations
@@ -48,18 +50,46 @@ FIGURES = (
 )
 
 
+#: written into every export; ``--overwrite`` replaces only a directory that holds it
+EXPORT_MARKER = ".ctxsim-export.json"
+
+
 class ExportError(ValueError):
     """The export cannot be written (target not empty, not writable, run incomplete)."""
 
 
 # ---- the target directory ----------------------------------------------------------------------
-def check_target(out: Path, overwrite: bool) -> None:
-    """Fail before writing anything: DIR must be a directory that is empty (or ``overwrite``),
-    or not exist in a parent that does; the parent must take a new directory."""
+def _contains(outer: Path, inner: Path) -> bool:
+    """Whether ``inner`` is ``outer`` or lies under it (both resolved: links followed)."""
+    outer, inner = outer.resolve(), inner.resolve()
+    return inner == outer or outer in inner.parents
+
+
+def check_target(out: Path, overwrite: bool, protected: Path | None = None) -> None:
+    """Fail before writing anything: DIR must be a directory that is empty, or not exist in a
+    parent that does; the parent must take a new directory. ``overwrite`` replaces only a
+    previous export (it holds ``EXPORT_MARKER``), never ``protected`` (the artefact root), a
+    directory containing it, or the current working directory or one containing it."""
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ExportError(f"--out {out} is not empty; pass --overwrite to replace its contents")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ExportError(f"--out {out} is not empty; pass --overwrite to replace its contents")
+        if protected is not None and _contains(out, protected):
+            raise ExportError(
+                f"--out {out} contains the artefact root {protected}; --overwrite replaces only "
+                "a previous export, refused"
+            )
+        if _contains(out, Path.cwd()):
+            raise ExportError(
+                f"--out {out} is the current directory or contains it; --overwrite replaces only "
+                "a previous export, refused"
+            )
+        if not (out / EXPORT_MARKER).is_file():
+            raise ExportError(
+                f"--out {out} is not a previous ctxsim export (no {EXPORT_MARKER}); --overwrite "
+                "replaces only an export, refused: choose an empty or new directory"
+            )
     parent = out.parent
     if not parent.is_dir():
         raise ExportError(f"--out {out}: its parent directory {parent} does not exist")
@@ -70,10 +100,10 @@ def check_target(out: Path, overwrite: bool) -> None:
 
 
 @contextlib.contextmanager
-def staged_dir(out: Path, overwrite: bool) -> Iterator[Path]:
+def staged_dir(out: Path, overwrite: bool, protected: Path | None = None) -> Iterator[Path]:
     """A fresh directory beside ``out`` to write into; renamed to ``out`` on success, removed on
     failure. A replaced ``out`` is moved aside first and deleted only after the rename."""
-    check_target(out, overwrite)
+    check_target(out, overwrite, protected)
     tmp = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:8]}"
     try:
         tmp.mkdir()
@@ -434,7 +464,8 @@ def export_run(
     if fmt not in FORMATS:
         raise ExportError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     out = Path(out).expanduser().absolute()
-    check_target(out, overwrite)  # before any reading: a refused export costs nothing
+    protected = Path(store.root)
+    check_target(out, overwrite, protected)  # before any reading: a refused export costs nothing
     record, arts = run_artefacts(store, run_id)
     label = arts["label"].read_table()
     splits = split_tables(label)
@@ -442,7 +473,7 @@ def export_run(
     if contamination.get("error_setting") and contamination.get("contaminated"):
         raise_if_contaminated(contamination, "label.contamination.error")
     meta = card_metadata(record, arts, label, splits, fmt, contamination, license_)
-    with staged_dir(out, overwrite) as tmp:
+    with staged_dir(out, overwrite, protected) as tmp:
         write_rows(splits, tmp, fmt)
         figures: list[tuple[str, str]] = []
         for stage, name, caption in FIGURES:
@@ -455,6 +486,9 @@ def export_run(
             card_markdown(meta, arts, figures, contamination, fmt), encoding="utf-8"
         )
         (tmp / "contamination.json").write_text(json.dumps(contamination, indent=2))
+        (tmp / EXPORT_MARKER).write_text(
+            json.dumps({"run_id": run_id, "format": fmt, "exporter": "ctxsim"}, indent=2)
+        )
     return {
         "out": str(out),
         "format": fmt,

@@ -240,8 +240,10 @@ def test_export_refuses_non_empty_or_unwritable_targets_and_writes_nothing(
     with pytest.raises(ex.ExportError, match="not empty; pass --overwrite"):
         ex.export_run(store, "tiny", full, "parquet")
     assert [p.name for p in full.iterdir()] == ["keep.txt"]
-    ex.export_run(store, "tiny", full, "parquet", overwrite=True)
-    assert not (full / "keep.txt").exists() and (full / "README.md").is_file()
+    # --overwrite never wipes a directory that is not a previous export
+    with pytest.raises(ex.ExportError, match="not a previous ctxsim export"):
+        ex.export_run(store, "tiny", full, "parquet", overwrite=True)
+    assert [p.name for p in full.iterdir()] == ["keep.txt"]
     # a failure half-way leaves neither DIR nor the staging directory beside it
     monkeypatch.setattr(ex, "write_rows", lambda *a: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
@@ -362,3 +364,36 @@ def test_export_of_given_pairs_has_one_eval_split_and_the_origin_table(tmp_path)
     want = f"| STSb.dev | 14 | {arts['label'].stats['spearman_all.STSb.dev']} |"
     assert "## Origin similarity against gold" in body and want in body
     assert "Not checked: given pairs are evaluation pairs" in body
+
+
+def test_overwrite_replaces_only_a_previous_export_never_the_root_or_cwd(
+    tiny_run, tmp_path, monkeypatch
+):
+    """Item 1 of the hostile-input round: `--overwrite` pointed at the artefact root, its
+    parent or the working directory is refused in one line and deletes nothing."""
+    from ctxsim.product import export as ex
+
+    store, _, _ = tiny_run
+    root = Path(store.root)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    for target in (root, root.parent):
+        with pytest.raises(ex.ExportError, match="artefact root"):
+            ex.export_run(store, "tiny", target, "parquet", overwrite=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("mine")
+    monkeypatch.chdir(work)
+    with pytest.raises(ex.ExportError, match="current directory"):
+        ex.export_run(store, "tiny", Path("."), "parquet", overwrite=True)
+    with pytest.raises(ex.ExportError, match="current directory"):
+        ex.export_run(store, "tiny", work.parent, "parquet", overwrite=True)
+    assert (work / "notes.txt").read_text() == "mine"
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+    # a previous export is replaced (its marker says what it is)
+    out = tmp_path / "ds"
+    ex.export_run(store, "tiny", out, "parquet")
+    assert (out / ex.EXPORT_MARKER).is_file()
+    (out / "stale.txt").write_text("old")
+    ex.export_run(store, "tiny", out, "jsonl", overwrite=True)
+    assert not (out / "stale.txt").exists() and (out / "README.md").is_file()
+    assert json.loads((out / ex.EXPORT_MARKER).read_text())["format"] == "jsonl"
