@@ -352,7 +352,15 @@ def origin(
 )
 def evaluate(
     model: Annotated[str, typer.Argument(help="sentence-transformers model dir or registry name")],
-    sts_dir: Annotated[Path | None, typer.Option("--sts-dir", help="STS sets to discover")] = None,
+    sts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-dir",
+            "--sts-dir",
+            help="folder whose evaluation files are all found and scored: STS sets, pair "
+            "classification (*.pairs.tsv) and question-answer retrieval (*_qa.jsonl)",
+        ),
+    ] = None,
     ists_dir: Annotated[Path | None, typer.Option("--ists-dir", help="iSTS 2016 gold")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out-dir", help="report.md and plots")] = None,
     max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per subset")] = None,
@@ -368,7 +376,9 @@ def evaluate(
     ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits and iSTS F1 for one model."""
+    """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits, iSTS F1, and the domain
+    tasks (pair classification AP/accuracy/F1, retrieval nDCG@10/MRR@10/Recall@100) for one
+    model, with paired bootstrap intervals against each --baseline."""
     from ctxsim.flows.cli_errors import set_verbose, user_errors
     from ctxsim.flows.preflight import check_eval_dirs
     from ctxsim.store.stage import resolve_device
@@ -376,7 +386,7 @@ def evaluate(
 
     set_verbose(verbose)
     if sts_dir is None and ists_dir is None:
-        _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches them)")
+        _fail("give --eval-dir and/or --ists-dir (ctxsim data download sts DIR fetches STS sets)")
     baselines: dict[str, str | None] = {}
     given: dict[str, tuple[str, str]] = {}
     for spec in baseline or []:
@@ -453,6 +463,7 @@ def data_download(
 )
 def plan(
     config: ConfigOpt = None,
+    root: RootOpt = None,
     set_: SetOpt = None,
     until: Annotated[str | None, typer.Option("--until", help="plan up to this stage")] = None,
     sample_fraction: Annotated[
@@ -472,9 +483,12 @@ def plan(
     json_out: JsonOpt = False,
 ) -> None:
     """Predict per-stage CPU (or GPU) seconds, disk and memory of a config from a seeded pilot
-    on a sample of its corpus (run on a temporary root; nothing of it is kept)."""
-    from ctxsim.flows.config import ConfigError
-    from ctxsim.flows.plan import format_plan, predict, run_pilot
+    on a sample of its corpus (run on a temporary root; nothing of it is kept, nothing is
+    written under the artefact root)."""
+    from ctxsim.flows.cli_errors import user_errors
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.plan import format_plan, plan_stages, predict, run_pilot
+    from ctxsim.flows.preflight import check_corpus, check_model_packages, check_sts
 
     if config is None:
         config = Path("configs/quickstart.yaml")
@@ -483,12 +497,16 @@ def plan(
     import os
 
     os.environ["TQDM_DISABLE"] = "1"
-    try:
+    with user_errors(2):  # before the pilot: bad config, corpus paths, STS folders, packages
+        full = load_config(config, list(set_ or []), root)
+        plan_stages(full, until)
+        check_corpus(full)
+        check_sts(full)
+        check_model_packages(full)
+    with user_errors(2):
         cfg, pilot = run_pilot(
-            config, list(set_ or []), sample_fraction, pilot_queries, until=until
+            config, list(set_ or []), sample_fraction, pilot_queries, until=until, run_root=root
         )
-    except (ConfigError, ValueError, FileNotFoundError) as e:
-        _fail(str(e))
     if save_pilot is not None:
         from ctxsim.flows.plan import pilot_to_json
 

@@ -100,9 +100,12 @@ def load_config(
     overrides: list[str] | None = None,
     root: str | None = None,
     stages: list[str] | None = None,
+    with_sections: list[str] | None = None,
 ) -> PipelineConfig:
     """Read, override and validate a config. ``stages`` restricts the sections kept (default:
-    every stage section present in the file; a file with no stage sections runs every stage)."""
+    every stage section present in the file; a file with no stage sections runs every stage).
+    ``with_sections``: stage sections to keep (with their defaults) even when the file has no
+    such section (a derived config of the same stages, e.g. `ctxsim plan`'s pilot)."""
     source = str(path) if path else "<defaults>"
     raw: dict[str, Any] = {}
     if path is not None:
@@ -132,7 +135,7 @@ def load_config(
         run = RunParams(**(raw.get("run") or {}))
     except ValidationError as e:
         raise ConfigError(_format_error(source, "run", e, overridden)) from None
-    present = [s for s in STAGES if s in raw] or list(STAGES)
+    present = [s for s in STAGES if s in raw or s in (with_sections or ())] or list(STAGES)
     names = [s for s in present if stages is None or s in stages]
     parsed: dict[str, BaseModel] = {}
     for name in names:

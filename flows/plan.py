@@ -221,6 +221,17 @@ def run_measured(cfg: PipelineConfig, stages: list[str] | None = None) -> dict[s
     return out
 
 
+def plan_stages(full: PipelineConfig, until: str | None) -> list[str]:
+    """The stages a plan of ``full`` pilots (up to ``until``); a config it cannot plan is a
+    ConfigError (checked before any work)."""
+    if "shard" not in full.stages:
+        raise ConfigError(f"{full.source}: plan needs the shard stage (it samples its corpus)")
+    names = _stages_until(full, until)
+    if "queries" in names and full.stages["queries"].source != "corpus":
+        raise ConfigError(f"{full.source}: plan supports queries.source=corpus only")
+    return names
+
+
 def run_pilot(
     cfg_path: str | Path | None,
     overrides: list[str] | None = None,
@@ -230,14 +241,14 @@ def run_pilot(
     pilot_train_steps: int = 20,
     root: str | Path | None = None,
     until: str | None = None,
+    run_root: str | None = None,
 ) -> tuple[PipelineConfig, Pilot]:
-    """Run the two seeded pilots of a config on a temporary (or given) root."""
-    full = load_config(cfg_path, overrides)
-    if "shard" not in full.stages or "queries" not in full.stages:
-        raise ConfigError(f"{full.source}: plan needs the shard and queries stages")
-    if full.stages["queries"].source != "corpus":
-        raise ConfigError(f"{full.source}: plan supports queries.source=corpus only")
-    names = _stages_until(full, until)
+    """Run the two seeded pilots of a config on a temporary (or given) root. ``run_root``
+    overrides the config's ``run.root`` (``--root``); the pilots never write there. Without a
+    query stage among the planned ones (``--until shard``), one pilot (its queries: 0, 0)."""
+    full = load_config(cfg_path, overrides, run_root)
+    names = plan_stages(full, until)
+    with_queries = "queries" in names
     tmp = tempfile.TemporaryDirectory(prefix="ctxsim-plan-") if root is None else None
     base = Path(tmp.name if tmp else root)  # type: ignore[arg-type]
     try:
@@ -247,8 +258,9 @@ def run_pilot(
         pilot_sets = list(overrides or []) + [
             f"shard.paths={json.dumps(paths)}",
             "shard.n_shards=1",
-            "queries.n_shards=1",
         ]
+        if with_queries:
+            pilot_sets.append("queries.n_shards=1")
         if "generator" in full.stages:  # its evaluation scales by windows scored: fewer here
             g = full.stages["generator"]
             pilot_sets += [
@@ -259,16 +271,24 @@ def run_pilot(
         _warm_imports()
         base_rss = _RssSampler.rss_mb()
         runs = []
-        for k, q in enumerate((pilot_queries, 2 * pilot_queries)):
-            cfg = load_config(cfg_path, [*pilot_sets, f"queries.n_corpus={q}"], str(base / "a"))
+        # the pilot config keeps the full config's sections, also those it has only by default
+        # (a file without stage sections runs every stage; the overrides above name two)
+        sections = full.stage_names
+        for k, q in enumerate((pilot_queries, 2 * pilot_queries) if with_queries else (0,)):
+            sets = [*pilot_sets, f"queries.n_corpus={q}"] if with_queries else pilot_sets
+            cfg = load_config(cfg_path, sets, str(base / "a"), with_sections=sections)
             # the second pilot re-runs what the queries change; evaluate's cost does not
             todo = names if k == 0 else [n for n in names if n != "evaluate"]
             runs.append(run_measured(cfg, todo))
+        if len(runs) == 1:  # nothing follows the queries: one pilot is both points
+            runs.append(runs[0])
         pilot = Pilot(
             corpus_ratio=full_bytes / max(sample_bytes, 1),
             sample_bytes=sample_bytes,
             full_bytes=full_bytes,
-            queries=(runs[0]["queries"].rows, runs[1]["queries"].rows),
+            queries=(
+                (runs[0]["queries"].rows, runs[1]["queries"].rows) if with_queries else (0, 0)
+            ),
             base_rss_mb=base_rss,
             pilot_eval=pilot_eval,
             runs=(runs[0], runs[1]),
@@ -329,8 +349,9 @@ def _units(
     """(basis, pilot units, full units) of a stage, from one pilot run."""
     m = run[name]
     p = cfg.stages[name]
-    q_full = float(cfg.stages["queries"].n_corpus)
-    q_pilot = float(max(run["queries"].rows, 1))
+    # the query stages' quantities (a plan --until a corpus stage has no queries)
+    q_full = float(cfg.stages["queries"].n_corpus) if "queries" in cfg.stages else 0.0
+    q_pilot = float(max(run["queries"].rows, 1)) if "queries" in run else 1.0
     if name in CORPUS_STAGES:
         return "corpus bytes", float(pilot.sample_bytes), float(pilot.full_bytes)
     if name in CONSTANT_STAGES:
@@ -420,7 +441,7 @@ def predict(
     from ctxsim.tasks import load_stage
 
     r1, r2 = pilot.runs
-    q_shards = int(cfg.stages["queries"].n_shards)
+    q_shards = int(cfg.stages["queries"].n_shards) if "queries" in cfg.stages else 1
     rows: list[StagePlanRow] = []
     tok_per_row = 0.0
     if "score" in r2 and r2["score"].rows:
@@ -520,10 +541,14 @@ def _round(d: dict[str, Any]) -> dict[str, Any]:
 def format_plan(plan: dict[str, Any]) -> str:
     """The plan as a fixed-width table."""
     p = plan["pilot"]
+    queries = (
+        f"{p['queries'][0]} and {p['queries'][1]} queries"
+        if any(p["queries"])
+        else "no query stage"
+    )
     lines = [
         f"plan for {plan['config']}: pilot on {p['sample_bytes']:,} of {p['full_bytes']:,} "
-        f"corpus bytes (x{p['corpus_ratio']}), {p['queries'][0]} and {p['queries'][1]} queries, "
-        f"{p['cpu_s']} CPU-s",
+        f"corpus bytes (x{p['corpus_ratio']}), {queries}, {p['cpu_s']} CPU-s",
         f"{'stage':<14}{'basis':<20}{'units':>14}{'cpu_s':>12}{'gpu_s':>11}{'disk_mb':>10}"
         f"{'peak_rss_mb':>13}",
     ]

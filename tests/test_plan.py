@@ -155,3 +155,48 @@ def test_cli_plan_needs_corpus_queries(tmp_path: Path):
     cfg.write_text("shard:\n  paths: ['x']\nqueries:\n  source: sts\n")
     res = CliRunner().invoke(app, ["plan", "--config", str(cfg)])
     assert res.exit_code == 2 and "queries.source=corpus" in res.output
+
+
+def test_cli_plan_until_a_corpus_stage_takes_root_and_an_empty_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`--until shard` has no query stage (was KeyError 'queries'); an empty config file runs
+    every stage by default, and its pilot keeps them all (was a KeyError on a missing section);
+    `--root` is taken like every other command's, and the pilot writes nothing there."""
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    root = tmp_path / "root"
+    sets = ["--set", f"shard.paths=['{SAMPLE}']"]
+    res = CliRunner().invoke(
+        app,
+        ["plan", "--config", str(REPO / "configs" / "quickstart.yaml"), "--until", "shard"]
+        + sets
+        + ["--root", str(root)],
+    )
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "no query stage" in lines[0]
+    assert [ln.split()[0] for ln in lines[2:-1]] == ["shard"]
+    assert not root.exists()
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    monkeypatch.chdir(REPO)  # the default shard.paths: the bundled sample
+    res = CliRunner().invoke(app, ["plan", "--config", str(empty), "--until", "queries"])
+    assert res.exit_code == 0, res.output
+    assert [ln.split()[0] for ln in res.output.splitlines()[2:-1]] == [
+        "shard",
+        "contexts",
+        "queries",
+    ]
+
+
+def test_load_config_keeps_sections_the_file_has_only_by_default(tmp_path: Path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_config(empty).stage_names == list(load_config(None).stage_names)
+    # an override names one section: alone, it would be the only stage of the config
+    assert load_config(empty, ["shard.n_shards=1"]).stage_names == ["shard"]
+    kept = load_config(empty, ["shard.n_shards=1"], with_sections=["shard", "contexts"])
+    assert kept.stage_names == ["shard", "contexts"]
