@@ -146,6 +146,15 @@ def load_config(
             parsed[name] = load_stage(name).Params(**section)
         except ValidationError as e:
             raise ConfigError(_format_error(source, name, e, overridden)) from None
+    for name, params in parsed.items():  # sections this one needs, before any work
+        needs = getattr(params, "required_sections", None)
+        for section, (key, why) in (needs() if needs else {}).items():
+            if section not in present:
+                loc = f"{name}.{key}"
+                raise ConfigError(
+                    f"{_origin_of(loc, source, overridden)}: {loc}: {why}; the config has no "
+                    f"`{section}:` section"
+                )
     for name, params in parsed.items():
         try:
             params.link(parsed)  # type: ignore[attr-defined]

@@ -81,6 +81,18 @@ class SelectParams(StageParams):
     # candidates: screened corpus contexts, the `gencontexts` samples, or both (module doc)
     source: Literal["retrieve", "generate", "both"] = "retrieve"
 
+    def required_sections(self) -> dict[str, tuple[str, str]]:
+        """Sections the config must have for these settings: {section: (key, why)} (checked
+        by flows/config.py before any stage runs)."""
+        if self.source == "retrieve":
+            return {}
+        return {
+            "gencontexts": (
+                "source",
+                f"{self.source!r} takes the contexts the `gencontexts` stage samples",
+            )
+        }
+
     def link(self, sections: dict[str, StageParams]) -> None:
         if self.order_by == "score" and self.scoring is None:
             score = sections.get("score")

@@ -104,3 +104,33 @@ def test_select_ordered_by_s_links_the_score_section_and_the_generator():
     # `--until select` trains the generator only when select needs it
     assert "generator" in select_stages(by_s, "select")
     assert "generator" not in select_stages(plain, "select")
+
+
+def test_select_from_generated_contexts_needs_the_gencontexts_section(tmp_path: Path):
+    """A check between sections, made when the config is validated: before any stage runs
+    (it was a traceback from `select`, after every stage before it), one line naming the
+    origin of the setting."""
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    quick = REPO / "configs" / "quickstart.yaml"
+    for source in ("generate", "both"):
+        with pytest.raises(ConfigError) as e:
+            load_config(quick, [f"select.source={source}"])
+        msg = str(e.value)
+        assert msg.startswith(f"--set select.source={source}: select.source: '{source}' takes")
+        assert "no `gencontexts:` section" in msg and "\n" not in msg
+    p = tmp_path / "c.yaml"
+    p.write_text("shard: {}\nselect:\n  source: generate\n")
+    with pytest.raises(ConfigError, match=rf"^{p}: select\.source: 'generate'"):
+        load_config(p)
+    p.write_text("shard: {}\nselect:\n  source: generate\ngencontexts: {k_right: 2}\n")
+    load_config(p)  # with the section: fine
+    load_config(quick, ["select.source=retrieve"])
+    root = tmp_path / "root"
+    res = CliRunner().invoke(
+        app, ["run", "--config", str(quick), "--set", "select.source=generate", "--root", str(root)]
+    )
+    assert res.exit_code == 2 and "no `gencontexts:` section" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not root.exists()  # no work done
