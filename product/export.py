@@ -142,6 +142,20 @@ def run_artefacts(store: ArtefactStore, run_id: str) -> tuple[dict[str, Any], di
     return record, arts
 
 
+def read_labels(art: Artefact, run_id: str) -> pa.Table:
+    """The label table, refused when a label is NaN or infinite: a dataset must not publish
+    them (the label stage lets through at most ``label.max_nonfinite_fraction``)."""
+    label = art.read_table()
+    lab = label.column("label").to_numpy(zero_copy_only=False).astype(np.float64)
+    bad = int((~np.isfinite(lab)).sum())
+    if bad:
+        raise ExportError(
+            f"run {run_id}: {bad} of {len(lab)} labels in {art.path} are not finite (NaN or "
+            "inf); not exported: fix what left those pairs without contexts and re-run label"
+        )
+    return label
+
+
 def split_tables(label: pa.Table) -> dict[str, pa.Table]:
     """The label table by split, in train/dev/test/eval order, rows in artefact order."""
     splits = label.column("split").to_pylist()
@@ -467,7 +481,7 @@ def export_run(
     protected = Path(store.root)
     check_target(out, overwrite, protected)  # before any reading: a refused export costs nothing
     record, arts = run_artefacts(store, run_id)
-    label = arts["label"].read_table()
+    label = read_labels(arts["label"], run_id)
     splits = split_tables(label)
     contamination = run_contamination(record, arts, label, sts_dir)
     if contamination.get("error_setting") and contamination.get("contaminated"):

@@ -53,6 +53,7 @@ from ctxsim.product.diagnostics import (
     report_markdown,
 )
 from ctxsim.scores.views import labels_at, read_cs_sizes, score_views
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SPLITS = ("train", "dev", "test")
@@ -75,6 +76,10 @@ class LabelParams(StageParams):
     warn_band_width: float = Field(0.05, ge=0)
     # the STS test-set contamination check of mined pairs (product/contamination.py)
     contamination: ContaminationParams = Field(default_factory=ContaminationParams)
+    # fail the stage when more than this share of the labels is NaN or infinite (a pair whose
+    # context sets share no scored context); all of them always fails. A check, not an input of
+    # the output: kept out of the fingerprint. `ctxsim export` refuses any non-finite label.
+    max_nonfinite_fraction: float = Field(0.01, ge=0.0, le=1.0, exclude=True)
 
     def link(self, sections: dict[str, StageParams]) -> None:
         c = self.contamination
@@ -161,6 +166,29 @@ def report_name(dataset: str, subset: str) -> str:
     """Evaluation-set name: a year's subsets form one set (STS12), splits are sets of their own
     (STSb.dev, SICK-R.trial)."""
     return f"{dataset}.{subset}" if subset in SPLIT_SUBSETS else dataset
+
+
+class NonFiniteLabelsError(InputError):
+    """Too many labels are NaN or infinite: the settings left pairs without scored contexts."""
+
+
+def check_finite(stats: dict[str, Any], max_fraction: float, queries_empty: Any = None) -> None:
+    """Raise when all labels, or more than ``max_fraction`` of them, are not finite (from the
+    stage's ``pairs`` and ``pairs_nan``); ``queries_empty``, the select stage's count of
+    queries without any context, is the usual cause and is named."""
+    n, bad = int(stats.get("pairs", 0)), int(stats.get("pairs_nan", 0))
+    if n == 0 or bad == 0 or (bad < n and bad <= max_fraction * n):
+        return
+    cause = (
+        f"select left {queries_empty} queries without any context (queries_empty)"
+        if queries_empty
+        else "a pair whose two sentences have no context gets NaN"
+    )
+    raise NonFiniteLabelsError(
+        f"label: {bad} of {n} labels are not finite (NaN or inf), more than "
+        f"label.max_nonfinite_fraction={max_fraction}; {cause}: widen what select can take "
+        "(select.source, gencontexts.k_right/k_left, retrieve.top_k, screen.keep)"
+    )
 
 
 class LabelStage(Stage):
@@ -280,6 +308,15 @@ class LabelStage(Stage):
         self._plot(ctx, table, given)
         stats.update(self._diagnostics(ctx, p, table, given))
         return table, stats
+
+    def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        """The shards' stats; fails (nothing published) on too many non-finite labels. Here, not
+        in the shard task: the threshold is kept out of the fingerprint and of the params a
+        shard task gets, and the written shard is reused when only the threshold changes."""
+        total = super().summarize(ctx, shard_stats)
+        empty = ctx.upstream["select"].stats.get("queries_empty")
+        check_finite(total, ctx.params.max_nonfinite_fraction, empty)
+        return total
 
     # ---- reporting ----------------------------------------------------------------------------
     def _stats(

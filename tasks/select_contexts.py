@@ -97,6 +97,14 @@ class SelectParams(StageParams):
         if self.order_by == "score" and self.scoring is None:
             score = sections.get("score")
             self.scoring = score if isinstance(score, ScoreParams) else ScoreParams()
+        gen = sections.get("gencontexts")
+        if self.source == "generate" and gen is not None:
+            if getattr(gen, "k_right", 1) == 0 and getattr(gen, "k_left", 0) == 0:
+                raise ValueError(
+                    "select.source 'generate' with gencontexts.k_right=0 and k_left=0 can select "
+                    "no context (every label would be NaN): sample a side (k_right or k_left > 0) "
+                    "or use select.source: both or retrieve"
+                )
 
 
 class SelectStage(Stage):

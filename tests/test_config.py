@@ -134,3 +134,14 @@ def test_select_from_generated_contexts_needs_the_gencontexts_section(tmp_path: 
     )
     assert res.exit_code == 2 and "no `gencontexts:` section" in res.output
     assert len(res.output.strip().splitlines()) == 1 and not root.exists()  # no work done
+
+
+def test_a_config_that_can_select_no_context_is_an_error():
+    """Generated contexts only, and none sampled on either side: every label would be NaN (it
+    ran to "completed" with 600 NaN labels)."""
+    quick = REPO / "configs" / "quickstart.yaml"
+    sets = ["gencontexts.k_right=0", "gencontexts.k_left=0"]
+    with pytest.raises(ConfigError, match="section 'select': .*can select no context"):
+        load_config(quick, [*sets, "select.source=generate"])
+    load_config(quick, [*sets, "select.source=both"])  # the screened contexts remain
+    load_config(quick, ["gencontexts.k_right=0", "gencontexts.k_left=1", "select.source=generate"])

@@ -157,7 +157,7 @@ def _publish(store, name: str, table: pa.Table, stats: dict | None = None, files
     return store.publish(name, fp, 1, {"stats": stats or {}, "timings": {"total_seconds": 2.0}})
 
 
-def _fake_world(tmp_path, given: bool, drop_one: bool = False):
+def _fake_world(tmp_path, given: bool, drop_one: bool = False, no_cs: tuple[int, ...] = ()):
     """8 sentences in two topics; a sentence 'fits' contexts of its own topic better."""
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.tasks.label import required_score_table
@@ -175,15 +175,14 @@ def _fake_world(tmp_path, given: bool, drop_one: bool = False):
             "shard": np.zeros(n, np.int32),
         }
     )
-    sel_rows = [(q, 100 * topic[q] + k + q % 3, k) for q in range(n) for k in range(4)]
+    sel_rows = [
+        (q, 100 * topic[q] + k + q % 3, k) for q in range(n) for k in range(4) if q not in no_cs
+    ]
     sel = pa.table(
-        dict(
-            zip(
-                ["query_id", "context_id", "position"],
-                map(list, zip(*sel_rows, strict=False)),
-                strict=False,
-            )
-        )
+        {
+            name: pa.array([r[i] for r in sel_rows], pa.int64())
+            for i, name in enumerate(["query_id", "context_id", "position"])
+        }
     )
     pa_pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
     gold = [4.0 if topic[a] == topic[b] else 0.5 for a, b in pa_pairs]
@@ -221,7 +220,7 @@ def _fake_world(tmp_path, given: bool, drop_one: bool = False):
         score = score.slice(1)
     arts = {
         "queries": _publish(store, "queries", queries, {"n_shards": 1}),
-        "select": _publish(store, "select", sel),
+        "select": _publish(store, "select", sel, {"queries_empty": len(no_cs)}),
         "pairs": _publish(store, "pairs", pairs),
         "score": _publish(store, "score", score),
     }
@@ -282,6 +281,27 @@ def test_label_stage_mined_pairs_and_missing_scores(tmp_path) -> None:
     store2, arts2, _ = _fake_world(tmp_path / "b", given=False, drop_one=True)
     with pytest.raises(KeyError, match="no score"):
         _run_label(store2, arts2)
+
+
+def test_label_stage_fails_on_non_finite_labels(tmp_path) -> None:
+    """Pairs whose sentences have no context set get NaN labels: all of them NaN, or more than
+    label.max_nonfinite_fraction, fails the stage (it published 600 NaN labels, "completed")."""
+    from ctxsim.store.errors import InputError
+
+    store, arts, _ = _fake_world(tmp_path, given=False, no_cs=tuple(range(8)))
+    with pytest.raises(
+        InputError, match=r"^label: 28 of 28 labels are not finite.*select left 8 queries without"
+    ):
+        _run_label(store, arts, max_nonfinite_fraction=1.0)  # all of them: always an error
+    assert store.latest("label") is None
+    # sentences 0 and 1 without contexts: their pair (1 of 28, 3.6%) has none at all
+    store, arts, _ = _fake_world(tmp_path / "b", given=False, no_cs=(0, 1))
+    with pytest.raises(InputError, match=r"1 of 28 labels .*max_nonfinite_fraction=0.01"):
+        _run_label(store, arts)
+    art = _run_label(store, arts, max_nonfinite_fraction=0.05)
+    assert art.stats["pairs_nan"] == 1
+    # the threshold is a check, not an input of the labels: the same fingerprint
+    assert _run_label(store, arts, max_nonfinite_fraction=0.5).fingerprint == art.fingerprint
 
 
 def test_rescale_labels_keeps_order_and_spans_unit_range():

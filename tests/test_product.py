@@ -397,3 +397,23 @@ def test_overwrite_replaces_only_a_previous_export_never_the_root_or_cwd(
     ex.export_run(store, "tiny", out, "jsonl", overwrite=True)
     assert not (out / "stale.txt").exists() and (out / "README.md").is_file()
     assert json.loads((out / ex.EXPORT_MARKER).read_text())["format"] == "jsonl"
+
+
+def test_export_refuses_non_finite_labels_in_one_line(tmp_path):
+    """A label artefact with a NaN label (let through by label.max_nonfinite_fraction) is not
+    exported: one line naming the run and the count, nothing written (it wrote them, exit 0)."""
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    store, arts, _ = _fake_world(tmp_path / "w", given=False, no_cs=(0, 1))
+    arts["label"] = _run_label(store, arts, max_nonfinite_fraction=0.05)
+    stages = {k: {"fingerprint": a.fingerprint} for k, a in arts.items()}
+    store.write_run("nan", {"run_id": "nan", "config": {"run": {}}, "stages": stages})
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["export", "nan", "--out", str(out), "--root", str(store.root)])
+    assert res.exit_code == 1 and not out.exists()
+    assert res.output.strip().splitlines() == [
+        f"error: run nan: 1 of 28 labels in {arts['label'].path} are not finite (NaN or inf); "
+        "not exported: fix what left those pairs without contexts and re-run label"
+    ]
