@@ -21,6 +21,32 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def utf8_problem(text: str, name: str) -> str | None:
+    """Why an argument is not UTF-8 text (bytes that are not UTF-8 reach Python as lone
+    surrogates), naming the argument and the first bad byte; None when it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        ch = text[e.start]
+        byte = f"byte 0x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else repr(ch)
+        return f"{name} is not valid UTF-8 text ({byte} at character {e.start}); pass UTF-8"
+    return None
+
+
+def contamination_line(summary: dict[str, Any]) -> str:
+    """The console's line on the contamination check: the count, or "not checked" and why (the
+    reason the card gives, from the export's contamination.json)."""
+    if summary.get("contaminated") is not None:
+        return f"contaminated sentences: {summary['contaminated']}"
+    why = "no report written"
+    try:
+        report = json.loads((Path(summary["out"]) / "contamination.json").read_text())
+        why = report.get("skipped") or why
+    except (OSError, ValueError):
+        pass
+    return f"contamination: not checked ({why})"
+
+
 def latest_labelled_run(store: Any) -> str:
     """The most recent completed run that has a label stage."""
     for rec in reversed(store.list_runs()):
@@ -76,7 +102,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(
             f"exported run {summary['run_id']} to {summary['out']} ({summary['format']}): "
             + ", ".join(f"{s}={n}" for s, n in summary["splits"].items())
-            + f"; contaminated sentences: {summary['contaminated']}"
+            + f"; {contamination_line(summary)}"
         )
 
     @app.command(
@@ -88,7 +114,7 @@ def register(app: typer.Typer) -> None:
         run_id: Annotated[
             str | None, typer.Option("--run", help="run id (default: latest labelled run)")
         ] = None,
-        top: Annotated[int, typer.Option("--top", help="contexts per table")] = 5,
+        top: Annotated[int, typer.Option("--top", min=1, help="contexts per table")] = 5,
         config: ConfigOpt = None,
         root: RootOpt = None,
         json_out: JsonOpt = False,
@@ -100,6 +126,10 @@ def register(app: typer.Typer) -> None:
         from ctxsim.product.explain import explain_pair, render_table
         from ctxsim.store.artefacts import ArtefactStore, StoreError
 
+        for name, text in (("S1 (the first sentence)", s1), ("S2 (the second sentence)", s2)):
+            problem = utf8_problem(text, name)
+            if problem:
+                _fail(problem)
         try:
             store = ArtefactStore(_root_of(config, root))
             rid = run_id or latest_labelled_run(store)

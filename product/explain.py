@@ -202,6 +202,8 @@ def explain_pair(
     store: ArtefactStore, run_id: str, s1: str, s2: str, top: int = 5
 ) -> dict[str, Any]:
     """Both sentences' S over C = Cs1 + Cs2, the label, and each context's share of it."""
+    if top < 1:
+        raise ValueError(f"top={top}: give at least 1 context per table")
     t0 = time.perf_counter()
     record = store.read_run(run_id)
     arts = {k: store.require(k, st["fingerprint"]) for k, st in record["stages"].items()}

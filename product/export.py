@@ -218,7 +218,12 @@ def run_contamination(
     if srcs == {"given"} and sts_dir is None:
         return {"skipped": "given pairs are evaluation pairs (Origin), not a dataset"}
     if not where or not Path(where).is_dir():
-        return {"skipped": f"no STS directory ({where!r}); pass --sts-dir"}
+        rel = (
+            f", read relative to the working directory {Path.cwd()}"
+            if where and not Path(where).expanduser().is_absolute()
+            else ""
+        )
+        return {"skipped": f"no STS directory ({where!r}{rel}); pass --sts-dir"}
     texts = label.column("s1").to_pylist() + label.column("s2").to_pylist()
     if "queries" in arts:
         texts += arts["queries"].read_table(["text"]).column("text").to_pylist()

@@ -1,0 +1,64 @@
+"""The newer commands under hostile input (issue 31): each case gives one clear line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ctxsim.flows.cli import app
+from tests.test_label import _fake_world, _run_label
+
+
+def _one_line(res) -> str:
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1, res.output
+    return lines[0]
+
+
+def test_explain_names_the_argument_that_is_not_utf8(tmp_path):
+    # bytes that are not UTF-8 reach Python's argv as lone surrogates (surrogateescape)
+    bad = b"caf\xe9 au lait".decode("utf-8", "surrogateescape")
+    root = ["--root", str(tmp_path)]
+    res = CliRunner().invoke(app, ["explain", "A fine sentence.", bad, *root])
+    assert res.exit_code == 2
+    assert _one_line(res) == (
+        "error: S2 (the second sentence) is not valid UTF-8 text (byte 0xe9 at character 3); "
+        "pass UTF-8"
+    )
+    res = CliRunner().invoke(app, ["explain", bad, "fine", *root])
+    assert res.exit_code == 2 and "S1 (the first sentence)" in res.output
+
+
+def test_explain_refuses_a_top_below_one(tmp_path):
+    from ctxsim.product.explain import explain_pair
+    from ctxsim.store.artefacts import ArtefactStore
+
+    res = CliRunner().invoke(app, ["explain", "a b c", "d e f", "--top", "-1"])
+    assert res.exit_code == 2 and "Invalid value for '--top'" in res.output
+    assert "greater than or equal to 1" in res.output
+    with pytest.raises(ValueError, match="top=0"):
+        explain_pair(ArtefactStore(tmp_path), "any", "a", "b", top=0)
+
+
+def test_export_says_not_checked_and_why_on_the_console_and_the_card(tmp_path, monkeypatch):
+    """The run's STS folder is relative: from another working directory it is not found, and
+    the console said `contaminated sentences: None` while the card said "Not checked"."""
+    store, arts, _ = _fake_world(tmp_path / "w", given=False)
+    arts["label"] = _run_label(store, arts)
+    stages = {k: {"fingerprint": a.fingerprint} for k, a in arts.items()}
+    config = {"run": {}, "label": {"contamination": {"sts_dir": "data/sts"}}}
+    store.write_run("r", {"run_id": "r", "config": config, "stages": stages})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["export", "r", "--out", str(out), "--root", str(store.root)])
+    assert res.exit_code == 0, res.output
+    why = f"no STS directory ('data/sts', read relative to the working directory {elsewhere})"
+    line = _one_line(res)
+    assert line.endswith(f"; contamination: not checked ({why}; pass --sts-dir)")
+    assert "None" not in line
+    assert f"Not checked: {why}; pass --sts-dir." in (out / "README.md").read_text()
+    assert json.loads((out / "contamination.json").read_text())["skipped"].startswith(why)
