@@ -16,13 +16,20 @@ with the pair goes through the run's `queries` (source sts), `retrieve`, `screen
 with the run's settings and artefacts (index, discriminator, generator are reused by
 fingerprint); its artefacts are published on the run's root like any other, keyed by the texts,
 so explaining the same pair again computes nothing.
+
+A read-only artefact root is only read: what
+explain would cache there (the new-query stages, the score cache's new terms) goes to a
+temporary folder, dropped afterwards, and the result says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +68,35 @@ def decompose(
         return label, -(d**2) / len(d), np.abs(d)
     n1, n2 = max(int(first.sum()), 1), max(int((~first).sum()), 1)
     return label, np.where(first, d / n1, -d / n2), np.abs(d)
+
+
+def root_writable(root: Path) -> bool:
+    """Whether a file can be created in the artefact root (writing is the test: ``os.access``
+    says yes to root on a read-only mount)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
+@contextlib.contextmanager
+def _work_store(store: ArtefactStore) -> Iterator[tuple[ArtefactStore, str | None]]:
+    """Where explain writes what it computes: the run's root, or a temporary store when the
+    root is read-only (then a note for the result)."""
+    if root_writable(Path(store.root)):
+        yield store, None
+        return
+    with tempfile.TemporaryDirectory(prefix="ctxsim-explain-root-") as tmp:
+        yield (
+            ArtefactStore(Path(tmp)),
+            (
+                f"artefact root {store.root} is read-only: S computed without its score cache and "
+                "new-query stages in a temporary folder, nothing cached"
+            ),
+        )
 
 
 def _params(record: dict[str, Any], stage: str) -> Any:
@@ -204,6 +240,17 @@ def explain_pair(
     """Both sentences' S over C = Cs1 + Cs2, the label, and each context's share of it."""
     if top < 1:
         raise ValueError(f"top={top}: give at least 1 context per table")
+    with _work_store(store) as (work, note):
+        result = _explain(store, work, run_id, s1, s2, top)
+    if note:
+        result["note"] = note
+    return result
+
+
+def _explain(
+    store: ArtefactStore, work: ArtefactStore, run_id: str, s1: str, s2: str, top: int
+) -> dict[str, Any]:
+    """explain_pair, reading the run from ``store`` and writing what it computes to ``work``."""
     t0 = time.perf_counter()
     record = store.read_run(run_id)
     arts = {k: store.require(k, st["fingerprint"]) for k, st in record["stages"].items()}
@@ -222,7 +269,7 @@ def explain_pair(
     where = {t: arts for t in texts if t in qid_of}
     ids = {t: qid_of[t] for t in texts if t in qid_of}
     if unseen:
-        new = _new_query_sets(store, record, arts, unseen)
+        new = _new_query_sets(work, record, arts, unseen)
         nq = new["queries"].read_table(["query_id", "text"])
         new_of = dict(
             zip(nq.column("text").to_pylist(), nq.column("query_id").to_pylist(), strict=True)
@@ -240,7 +287,7 @@ def explain_pair(
     uniq = np.unique(c_all)
     vec, score_stats = [], []
     for t in texts:
-        s, st = _scores(store, record, where[t], ids[t], t, uniq)
+        s, st = _scores(work, record, where[t], ids[t], t, uniq)
         vec.append(s[np.searchsorted(uniq, c_all)])
         score_stats.append({"forward_calls": st["forward_calls"], "cache_hits": st["cache_hits"]})
     label, contrib, disagree = decompose(vec[0], vec[1], first, how)
@@ -335,4 +382,6 @@ def render_table(result: dict[str, Any], width: int = 70) -> str:
                 f"{src.get('document')} §{src.get('section_id')}"
             )
             lines.append(f"{'':>52}{cut(r.get('left', '') + ' ___ ' + r.get('right', ''), width)}")
+    if result.get("note"):
+        lines += ["", f"note: {result['note']}"]
     return "\n".join(lines)

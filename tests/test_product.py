@@ -417,3 +417,43 @@ def test_export_refuses_non_finite_labels_in_one_line(tmp_path):
         f"error: run nan: 1 of 28 labels in {arts['label'].path} are not finite (NaN or inf); "
         "not exported: fix what left those pairs without contexts and re-run label"
     ]
+
+
+def _tree(root: Path) -> list[tuple[str, int, int]]:
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+    )
+
+
+def test_explain_on_a_read_only_root_works_and_writes_nothing_there(tiny_run, monkeypatch):
+    """It was a 46-line traceback (OSError writing _cache/explain/...): now the new-query
+    stages and new scores go to a temporary folder, and the result says so in one line."""
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+    from ctxsim.product import explain as ex
+
+    store, _, _ = tiny_run
+    root = Path(store.root)
+    before = _tree(root)
+    # as root, permission bits do not stop a write: the probe is told what a read-only mount
+    # would answer (the snapshot below is what shows that nothing is written)
+    monkeypatch.setattr(ex, "root_writable", lambda path: False)
+    if os.geteuid() != 0:
+        for p in [root, *root.rglob("*")]:
+            if p.is_dir():
+                p.chmod(0o555)
+        monkeypatch.undo()
+    try:
+        a, b = "Rain fell on the tin roof all night.", "The kettle whistled in the kitchen."
+        res = CliRunner().invoke(app, ["explain", a, b, "--run", "tiny", "--root", str(root)])
+    finally:
+        for p in [root, *root.rglob("*")]:
+            if p.is_dir():
+                p.chmod(0o755)
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().splitlines()[-1] == (
+        f"note: artefact root {root} is read-only: S computed without its score cache and "
+        "new-query stages in a temporary folder, nothing cached"
+    )
+    assert _tree(root) == before
