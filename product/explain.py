@@ -17,7 +17,9 @@ with the run's settings and artefacts (index, discriminator, generator are reuse
 fingerprint); its artefacts are published on the run's root like any other, keyed by the texts,
 so explaining the same pair again computes nothing.
 
-A read-only artefact root is only read: what
+Limits: a sentence the run did not label is held to the limit the run held its own query
+sentences to (``queries.max_tokens``): a longer one is refused in one line (the scorer would
+otherwise cut it silently at its sentence budget). A read-only artefact root is only read: what
 explain would cache there (the new-query stages, the score cache's new terms) goes to a
 temporary folder, dropped afterwards, and the result says so.
 """
@@ -96,6 +98,24 @@ def _work_store(store: ArtefactStore) -> Iterator[tuple[ArtefactStore, str | Non
                 f"artefact root {store.root} is read-only: S computed without its score cache and "
                 "new-query stages in a temporary folder, nothing cached"
             ),
+        )
+
+
+def check_sentence_length(record: dict[str, Any], text: str, name: str) -> None:
+    """Refuse a sentence longer than the run's own queries could be (``queries.max_tokens``,
+    counted as the shard stage counts them)."""
+    from ctxsim.models.sentences import count_tokens
+
+    section = record.get("config", {}).get("queries")
+    if section is None:
+        return
+    limit = _params(record, "queries").max_tokens
+    n = count_tokens(text)
+    if n > limit:
+        raise ValueError(
+            f"{name} has {n:,} tokens, more than this run's queries.max_tokens={limit} (the "
+            "limit its own sentences were held to; the scorer would cut it silently): explain "
+            "a shorter sentence"
         )
 
 
@@ -266,6 +286,9 @@ def _explain(
         qid_of.setdefault(text, qid)
     texts = [s1, s2]
     unseen = [t for t in dict.fromkeys(texts) if t not in qid_of]
+    for name, t in (("S1 (the first sentence)", s1), ("S2 (the second sentence)", s2)):
+        if t in unseen:
+            check_sentence_length(record, t, name)
     where = {t: arts for t in texts if t in qid_of}
     ids = {t: qid_of[t] for t in texts if t in qid_of}
     if unseen:

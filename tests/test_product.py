@@ -457,3 +457,30 @@ def test_explain_on_a_read_only_root_works_and_writes_nothing_there(tiny_run, mo
         "new-query stages in a temporary folder, nothing cached"
     )
     assert _tree(root) == before
+
+
+def test_explain_refuses_a_sentence_longer_than_the_runs_own(tiny_run):
+    """A 5,000-word sentence got `label=0.855680` (the scorer cut it silently); it is held to
+    queries.max_tokens, the limit of the run's own sentences, before any work."""
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    store, record, _ = tiny_run
+    root = Path(store.root)
+    before = _tree(root)
+    limit = record["config"]["queries"]["max_tokens"]
+    long = " ".join(["word"] * 5000) + "."
+    res = CliRunner().invoke(
+        app, ["explain", "A short sentence here.", long, "--run", "tiny", "--root", str(root)]
+    )
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines() == [
+        f"error: S2 (the second sentence) has 5,001 tokens, more than this run's "
+        f"queries.max_tokens={limit} (the limit its own sentences were held to; the scorer "
+        "would cut it silently): explain a shorter sentence"
+    ]
+    assert _tree(root) == before
+    ok = " ".join(["word"] * (limit - 1)) + "."  # at the limit: explained
+    res = CliRunner().invoke(app, ["explain", ok, "Short.", "--run", "tiny", "--root", str(root)])
+    assert res.exit_code == 0, res.output
