@@ -94,6 +94,9 @@ def table_sections(
                 f"{where}: row {i} of column {p.parquet_text_column!r} is "
                 f"{type(text).__name__}, not a string"
             )
+        if text is None:  # counted per file: the shard stage warns (or fails: null_cells)
+            counts["null_text_cells"] += 1
+            counts[f"null_text_cells:{where}"] += 1
         paras = blocks(text or "")
         doc_key = f"{where}:{docs[i] if docs is not None else i}"
         sec_key = f"{doc_key}#{sections[i] if sections is not None else i}"

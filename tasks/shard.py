@@ -52,6 +52,10 @@ class ShardParams(StageParams):
     parquet_doc_column: str | None = None
     parquet_section_column: str | None = None
     empty_files: Literal["skip", "error"] = "skip"  # skip: counted in the stats as empty_files
+    # a null text cell (Parquet / HF): skip drops its row, counted (null_text_cells) and warned
+    # about; error fails the stage naming the files. A check, not an input of the output: out
+    # of the fingerprint (checked in summarize, where the full settings are)
+    null_cells: Literal["skip", "error"] = Field("skip", exclude=True)
     encoding_errors: Literal["strict", "replace"] = "strict"
     splitter: str = "blingfire"
     min_tokens: int = Field(3, ge=1)
@@ -236,6 +240,35 @@ def _file_index(doc_key: str, files: list[str], start: int) -> int:
     return -1
 
 
+def _null_cells(total: dict[str, Any], p: ShardParams, log: Any) -> None:
+    """Null text cells (table corpora): their rows hold no text, so the kept-text shares cannot
+    see them. A warning naming the files, or with ``null_cells: error`` an error."""
+    per_file = {
+        k.split(":", 1)[1]: int(v)
+        for k, v in total.items()
+        if k.startswith("null_text_cells:") and v
+    }
+    if not per_file:
+        return
+    where = ", ".join(f"{name} ({n})" for name, n in sorted(per_file.items())[:5])
+    more = f" and {len(per_file) - 5} more files" if len(per_file) > 5 else ""
+    n = sum(per_file.values())
+    col = p.parquet_text_column
+    if p.null_cells == "error":
+        raise CorpusInputError(
+            f"{where}{more}: {n} null cell(s) in text column {col!r} (shard.null_cells: error; "
+            "skip drops their rows and counts them)"
+        )
+    log.warning(
+        "shard: dropped %d rows whose text column %r is null (not counted in the kept-text "
+        "shares; shard.null_cells: error fails on them) in: %s%s",
+        n,
+        col,
+        where,
+        more,
+    )
+
+
 class ShardStage(Stage):
     name = "shard"
     version = "2"  # 2: over-long paragraphs are split instead of dropped
@@ -329,7 +362,11 @@ class ShardStage(Stage):
             "kept_chars": sum(f[1] for f in per_file.values()),
             "files": per_file,  # not summed (a dict): checked and reported by summarize
             # Corpus-wide counts are seen by every shard: report them once, from shard 0.
-            **{k: v for k, v in counts.items() if shard == 0 or not k.startswith("empty_")},
+            **{
+                k: v
+                for k, v in counts.items()
+                if shard == 0 or not k.startswith(("empty_", "null_text_cells"))
+            },
         }
         return table, stats
 
@@ -381,6 +418,7 @@ class ShardStage(Stage):
                 shown,
                 more,
             )
+        _null_cells(total, p, log)
         low = sorted(
             (n for n in files if share(files[n]) < p.min_kept_share), key=lambda n: share(files[n])
         )

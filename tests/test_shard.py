@@ -82,6 +82,36 @@ def test_parquet_reader(tmp_path: Path):
     assert table.num_rows == 6 and art.stats["empty_documents"] == 1
 
 
+def test_parquet_null_text_cells_are_counted_warned_and_can_fail(tmp_path: Path, caplog):
+    """A null text cell dropped its document with the console saying the file kept 100% of its
+    text (only `empty_documents: 1` in the stats): now counted, warned about by file, and with
+    shard.null_cells: error an error naming the file and the column."""
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"body": [DOC, None, DOC.replace("Anna", "Eva")]}), path)
+    common = dict(paths=[str(path)], parquet_text_column="body", n_shards=2)
+    with caplog.at_level("WARNING"):
+        table, art = run_shard(tmp_path, **common)
+    assert table.num_rows == 12 and art.stats["null_text_cells"] == 1  # once, not per shard
+    assert art.stats[f"null_text_cells:{path}"] == 1
+    warned = [r.getMessage() for r in caplog.records if "null" in r.getMessage()]
+    assert warned == [
+        "shard: dropped 1 rows whose text column 'body' is null (not counted in the kept-text "
+        f"shares; shard.null_cells: error fails on them) in: {path} (1)"
+    ]
+    with pytest.raises(CorpusInputError) as e:
+        run_shard(tmp_path / "strict", **common, null_cells="error")
+    assert str(e.value) == (
+        f"{path} (1): 1 null cell(s) in text column 'body' (shard.null_cells: error; skip drops "
+        "their rows and counts them)"
+    )
+    # a check, not an input of the sentences: the fingerprint stays that of the skip run
+    store = ArtefactStore(tmp_path / "root")
+    plan = plan_stage(
+        ShardStage(), ShardParams(**common, null_cells="error"), RunParams(), store, {}
+    )
+    assert plan.fingerprint == art.fingerprint
+
+
 def test_non_utf8_names_file_and_byte_offset(tmp_path: Path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Fine words here today.\n\nBroken \xff byte in this line.")
