@@ -24,6 +24,26 @@ if not os.environ.get("PREFECT_API_URL") and "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = _prefect_home
     atexit.register(shutil.rmtree, _prefect_home, ignore_errors=True)
 
+#: the home digest cache (store/artefacts.py content_digest) a run without the override writes
+HOME_DIGESTS = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxsim" / "digests.json"
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Tests share no state through the home directory: content_digest's cache of input file
+    hashes (``~/.cache/ctxsim/digests.json``) points into this session's temporary folder, for
+    every test and the processes they start (set before any other session fixture runs)."""
+    old = os.environ.get("CTXSIM_DIGEST_CACHE")
+    os.environ["CTXSIM_DIGEST_CACHE"] = str(tmp_path_factory.mktemp("digests") / "digests.json")
+    yield Path(os.environ["CTXSIM_DIGEST_CACHE"])
+    if old is None:
+        os.environ.pop("CTXSIM_DIGEST_CACHE", None)
+    else:
+        os.environ["CTXSIM_DIGEST_CACHE"] = old
+
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "docs.jsonl"
 

@@ -171,3 +171,30 @@ def test_runs_skips_a_truncated_run_record_with_a_warning(tmp_path: Path, caplog
     assert res.exit_code == 0, res.output
     assert "run good: done" in res.stdout and "cut" not in res.stdout
     assert any(str(cut) in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)
+
+
+def test_digests_go_to_the_sessions_cache_not_the_home_directory(tmp_path: Path):
+    """content_digest wrote ~/.cache/ctxsim/digests.json from every test: tests.conftest points
+    it into the session's temporary folder (tests must not share state through home)."""
+    import os
+
+    from ctxsim.store.artefacts import content_digest
+    from tests.conftest import HOME_DIGESTS
+
+    def stamp() -> tuple[int, int] | None:
+        return (
+            (HOME_DIGESTS.stat().st_size, HOME_DIGESTS.stat().st_mtime_ns)
+            if (HOME_DIGESTS.exists())
+            else None
+        )
+
+    before = stamp()
+    f = tmp_path / "corpus.txt"
+    f.write_text("a file no test hashed before")
+    digest = content_digest(f)
+    assert stamp() == before
+    private = Path(os.environ["CTXSIM_DIGEST_CACHE"])
+    assert private.resolve() != HOME_DIGESTS.resolve() and Path.home() / ".cache" not in (
+        private.resolve().parents
+    )
+    assert digest in json.loads(private.read_text()).values()
