@@ -81,28 +81,55 @@ def test_vectorised_equals_naive_loop_and_missing_score_is_an_error() -> None:
         origin_labels(cs, pairs[:, 0], pairs[:, 1], drop)
 
 
-def test_each_score_is_computed_once_and_reused() -> None:
-    """A counting fake model scores exactly the unique (s, c) pairs; labelling calls it no more."""
+def test_each_score_is_computed_once_and_reused(tmp_path) -> None:
+    """A counting fake scoring engine goes through the code that computes S for the label
+    stage: the (s, c) rows `required_scores` asks for (each once), scored by the score stage's
+    `_generate_rows` with its score cache. Each window is scored exactly once, labelling reads
+    every score from the lookup, and a second run of the same rows calls the engine no more."""
+    from ctxsim.scores.eq3 import _generate_rows
+    from ctxsim.store.score_cache import ScoreCache
+
     rng = np.random.default_rng(1)
     rows = [(qq, int(cc), pp) for qq in range(30) for pp, cc in enumerate(rng.choice(50, 6, False))]
     q, c, p = map(np.array, zip(*rows, strict=True))
     cs = ContextSets.from_rows(q, c, p)
     pairs = np.array([(a, b) for a in range(30) for b in range(a + 1, 30)])[:200]
-    calls: Counter = Counter()
+    sentence = {i: f"sentence number {i}" for i in range(30)}
+    left = {i: f"the context before {i}" for i in range(50)}
 
-    def model(qs: np.ndarray, cs_: np.ndarray) -> np.ndarray:
-        for key in zip(qs.tolist(), cs_.tolist(), strict=True):
-            calls[key] += 1
-        return -np.sin(qs * 0.37 + cs_ * 1.3) - 2.0
+    class CountingEngine:
+        def __init__(self) -> None:
+            self.calls: Counter = Counter()
 
-    rq, rc = required_scores(cs, pairs[:, 0], pairs[:, 1])
-    lookup = ScoreLookup(rq, rc, model(rq, rc))
+        def score(self, lefts, sents, rights, directions):
+            for key in zip(lefts, sents, rights, strict=True):
+                self.calls[key] += 1
+            n = np.array([len(a) + 3 * len(b) for a, b in zip(lefts, sents, strict=True)])
+            return {d: (-np.sin(n * 0.37) - 2.0).astype(np.float32) for d in directions}
+
+    def scored(engine: CountingEngine, cache: ScoreCache) -> tuple[ScoreLookup, int]:
+        rq, rc = required_scores(cs, pairs[:, 0], pairs[:, 1])
+        lefts = np.array([left[int(x)] for x in rc], dtype=object)
+        sents = np.array([sentence[int(x)] for x in rq], dtype=object)
+        rights = np.array([""] * len(rq), dtype=object)
+        got, hits = _generate_rows(engine, cache, lefts, sents, rights, ["left"])
+        return ScoreLookup(rq, rc, got["left"]), hits
+
+    engine = CountingEngine()
+    cache = ScoreCache(tmp_path, "fake")
+    lookup, hits = scored(engine, cache)
+    assert hits == 0 and set(engine.calls.values()) == {1}  # no (s, c) scored twice
+    per_pair = 2 * 12 * len(pairs)  # each pair: 2 sentences x |C| = 6 + 6 contexts
+    assert len(engine.calls) < per_pair  # reuse across pairs: far fewer than per-pair scoring
     labels = origin_labels(cs, pairs[:, 0], pairs[:, 1], lookup)
-    assert set(calls.values()) == {1}  # no (s, c) scored twice
-    naive_needed = sum(2 * (len(cs.sizes([a])) and 12) for a, _ in pairs)  # 2 x |C| per pair
-    assert len(calls) < naive_needed  # reuse across pairs: far fewer than per-pair scoring
     assert lookup.n_lookups == 2 * 12 * len(pairs)  # every lookup reads a stored score
     assert np.isfinite(labels).all()
+    # the same rows again (a relabel): everything from the cache, the engine is not called
+    before = sum(engine.calls.values())
+    again, hits = scored(engine, cache)
+    assert sum(engine.calls.values()) == before and hits == len(engine.calls)
+    np.testing.assert_array_equal(origin_labels(cs, pairs[:, 0], pairs[:, 1], again), labels)
+    rq, rc = required_scores(cs, pairs[:, 0], pairs[:, 1])
     with pytest.raises(ValueError, match="duplicate"):
         ScoreLookup(np.r_[rq, rq[:1]], np.r_[rc, rc[:1]], np.zeros(len(rq) + 1))
 

@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -105,15 +106,37 @@ def test_garbage_lease_file_counts_as_expired(tmp_path: Path) -> None:
     lease.release()
 
 
-def test_heartbeat_keeps_a_short_lease_alive(tmp_path: Path) -> None:
+def test_heartbeat_keeps_a_short_lease_alive(tmp_path: Path, monkeypatch) -> None:
+    """Driven by the heartbeat's own beats, not by a sleep racing the TTL: wait (generously)
+    for three renewals, each at least ttl/3 after the one before, then stop the beats and read
+    the record: it was renewed past the moment an unrenewed lease would have gone stale. A
+    beat delayed under load arrives late, and the test waits for it; only a lost renewal
+    (a stall of 2 TTL-thirds, 2 s) fails it."""
+    beats: list[bool] = []
+    done = threading.Event()
+    renew = Lease.renew
+
+    def counted(self: Lease) -> bool:
+        ok = renew(self)
+        beats.append(ok)
+        if len(beats) == 3 or not ok:
+            self._stop.set()  # the heartbeat ends after this beat: the record stays as written
+            done.set()
+        return ok
+
+    monkeypatch.setattr(Lease, "renew", counted)
     path = tmp_path / "hb.lease"
-    a = Lease(path, ttl=0.6)
+    a = Lease(path, ttl=3.0)
     assert a.try_acquire()
     first = json.loads(path.read_text())["expires_at"]
-    time.sleep(1.5)  # > 2 TTLs: without renewal it would be stale now
-    assert json.loads(path.read_text())["expires_at"] > first
-    assert not Lease(path, ttl=0.6).try_acquire()
+    assert done.wait(timeout=120), "the heartbeat never renewed the lease"
+    assert beats == [True, True, True]
+    info = json.loads(path.read_text())
+    assert info["owner"] == a.owner
+    assert info["expires_at"] >= first + a.ttl  # alive past its first expiry
+    assert not is_stale(info, now=first)  # at that moment a competitor could not take it
     a.release()
+    assert not path.exists()
 
 
 def test_renew_notices_a_lost_lease_and_release_keeps_the_new_owners(tmp_path: Path) -> None:

@@ -105,8 +105,8 @@ def test_plan_matches_a_measured_quickstart_run(tmp_path: Path):
     """The plan of a shrunk quickstart (through `label`) against the same config run in full.
 
     Work units are deterministic (seeded sample, seeded run): queries exactly, the rest within
-    the factors below. CPU seconds are compared only within a factor of 4 on the total; they
-    are measured back to back in one process, so machine load affects both alike.
+    the factors below. CPU seconds are not asserted (they follow the machine's load): the
+    predicted-to-measured CPU ratio is bench/bench_plan.py's to report.
     """
     sets = [
         f"shard.paths=['{SAMPLE}']",
@@ -132,9 +132,6 @@ def test_plan_matches_a_measured_quickstart_run(tmp_path: Path):
         assert 1 / factor <= ratio <= factor, (stage, pred[stage]["rows"], measured[stage].rows)
     ratio = pred["score"]["rows"] / measured["score"].rows
     assert 1 / 2 <= ratio <= 2, (pred["score"]["rows"], measured["score"].rows)
-    cpu_pred = plan["total"]["cpu_s"]
-    cpu_meas = sum(m.cpu_s for m in measured.values())
-    assert 1 / 4 <= cpu_pred / cpu_meas <= 4, (cpu_pred, cpu_meas)
 
 
 def test_cli_plan_rejects_gpus_without_throughput():
