@@ -352,7 +352,15 @@ def origin(
 )
 def evaluate(
     model: Annotated[str, typer.Argument(help="sentence-transformers model dir or registry name")],
-    sts_dir: Annotated[Path | None, typer.Option("--sts-dir", help="STS sets to discover")] = None,
+    sts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-dir",
+            "--sts-dir",
+            help="folder whose evaluation files are all found and scored: STS sets, pair "
+            "classification (*.pairs.tsv) and question-answer retrieval (*_qa.jsonl)",
+        ),
+    ] = None,
     ists_dir: Annotated[Path | None, typer.Option("--ists-dir", help="iSTS 2016 gold")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out-dir", help="report.md and plots")] = None,
     max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per subset")] = None,
@@ -368,7 +376,9 @@ def evaluate(
     ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits and iSTS F1 for one model."""
+    """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits, iSTS F1, and the domain
+    tasks (pair classification AP/accuracy/F1, retrieval nDCG@10/MRR@10/Recall@100) for one
+    model, with paired bootstrap intervals against each --baseline."""
     from ctxsim.flows.cli_errors import set_verbose, user_errors
     from ctxsim.flows.preflight import check_eval_dirs
     from ctxsim.store.stage import resolve_device
@@ -376,7 +386,7 @@ def evaluate(
 
     set_verbose(verbose)
     if sts_dir is None and ists_dir is None:
-        _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches them)")
+        _fail("give --eval-dir and/or --ists-dir (ctxsim data download sts DIR fetches STS sets)")
     baselines: dict[str, str | None] = {}
     given: dict[str, tuple[str, str]] = {}
     for spec in baseline or []:

@@ -98,11 +98,20 @@ def check_sts(cfg: PipelineConfig) -> None:
 def check_eval_dirs(sts_dir: str | Path | None, ists_dir: str | Path | None) -> None:
     """``ctxsim evaluate``'s folders exist and hold data: an empty result must not look like a
     finished evaluation."""
+    from ctxsim.readers.domain import discover_domain
     from ctxsim.readers.ists import discover_ists
     from ctxsim.readers.sts import discover
 
+    def any_eval_set(path: Path) -> bool:  # STS sets, or the domain tasks' files (malformed: raise)
+        return bool(discover(path)) or any(discover_domain(path))
+
     for flag, where, find, what in (
-        ("--sts-dir", sts_dir, discover, "STS data sets (<DATASET>.<subset>.tsv or originals)"),
+        (
+            "--eval-dir",
+            sts_dir,
+            any_eval_set,
+            "evaluation sets (STS <DATASET>.<subset>.tsv or originals, *.pairs.tsv, *_qa.jsonl)",
+        ),
         ("--ists-dir", ists_dir, discover_ists, "iSTS domains (*.wa with chunk files)"),
     ):
         if where is None:

@@ -8,6 +8,11 @@ sentences and the same CPU another way (issue 18):
 - ``simcse``: unsupervised SimCSE (Gao et al. 2021): each sentence of those pairs is its own
   positive, dropout is the noise, the other sentences of the batch are the negatives
   (sentence-transformers' ``MultipleNegativesRankingLoss``, scale 20 = temperature 0.05);
+- ``tsdae``: TSDAE (Wang et al. 2021): each sentence of those pairs, with 60% of its words deleted,
+  is encoded and a decoder tied to the encoder must rebuild the sentence from that one vector
+  (sentence-transformers' ``DenoisingAutoEncoderLoss``);
+- ``joint``: ctxsim's labelled pairs and SimCSE's positives in one training (sentence-transformers
+  multi-dataset training: each batch comes from one of the two, in proportion to their sizes);
 - ``none``: the untrained backbone.
 
 Labelled objectives take one of sentence-transformers' regression/ranking losses: ``cosine`` is the
@@ -23,11 +28,26 @@ from typing import Any, Literal
 
 import numpy as np
 
-Objective = Literal["ctxsim", "simcse", "tfidf", "none"]
+Objective = Literal["ctxsim", "simcse", "tfidf", "tsdae", "joint", "none"]
 LossName = Literal["cosine", "cosent", "angle", "clrcmd"]
 
 #: SimCSE's temperature 0.05 as sentence-transformers' similarity scale (Gao et al. 2021, Sec. 3)
 SIMCSE_SCALE = 20.0
+#: TSDAE's deletion noise: the share of words deleted (Wang et al. 2021, Sec. 3: 0.6 was best)
+TSDAE_DELETE_RATIO = 0.6
+
+
+def delete_words(text: str, ratio: float, rng: np.random.Generator) -> str:
+    """TSDAE's noise: each whitespace-separated word is kept with probability 1 - ``ratio``; at
+    least one word stays. (sentence-transformers' default uses nltk's tokenizer, whose data is a
+    download; whitespace words keep the noise offline and reproducible.)"""
+    words = text.split()
+    if not words:
+        return text
+    keep = rng.random(len(words)) >= ratio
+    if not keep.any():
+        keep[rng.integers(len(words))] = True
+    return " ".join(w for w, k in zip(words, keep, strict=True) if k)
 
 
 def tfidf_cosine(s1: Sequence[str | None], s2: Sequence[str | None]) -> np.ndarray:
@@ -63,6 +83,13 @@ def training_columns(
     if objective == "simcse":
         pool = sentence_pool(s1, s2)
         return {"anchor": pool, "positive": list(pool)}
+    if objective == "tsdae":
+        pool = sentence_pool(s1, s2)
+        rng = np.random.default_rng(0)
+        return {
+            "damaged": [delete_words(x, TSDAE_DELETE_RATIO, rng) for x in pool],
+            "original": pool,
+        }
     if objective in ("ctxsim", "tfidf"):
         if targets is None or len(targets) != len(s1):
             raise ValueError("labelled objectives need one target per pair")
@@ -74,12 +101,27 @@ def training_columns(
     raise ValueError(f"objective {objective!r} has no training data")
 
 
-def build_loss(objective: Objective, loss: LossName, model: Any, clrcmd: dict[str, Any]) -> Any:
-    """The sentence-transformers loss module for an objective (``clrcmd``: CLRCMDLoss's kwargs)."""
+def build_loss(
+    objective: Objective,
+    loss: LossName,
+    model: Any,
+    clrcmd: dict[str, Any],
+    backbone_path: str | None = None,
+) -> Any:
+    """The sentence-transformers loss module for an objective (``clrcmd``: CLRCMDLoss's kwargs;
+    ``backbone_path``: the checkpoint TSDAE's decoder starts from)."""
     from sentence_transformers import losses
 
     if objective == "simcse":
         return losses.MultipleNegativesRankingLoss(model, scale=SIMCSE_SCALE)
+    if objective == "tsdae":
+        # the decoder starts from the encoder's own checkpoint and shares its weights (the
+        # TSDAE paper's setting)
+        if backbone_path is None:
+            raise ValueError("objective 'tsdae' needs the backbone checkpoint for its decoder")
+        return losses.DenoisingAutoEncoderLoss(
+            model, decoder_name_or_path=backbone_path, tie_encoder_decoder=True
+        )
     if loss == "cosine":
         return losses.CosineSimilarityLoss(model)
     if loss == "cosent":

@@ -225,6 +225,8 @@ def discover(root: str | Path) -> list[StsSet]:
         raise FileNotFoundError(f"STS directory {root} does not exist")
     sets: dict[tuple[str, str], StsSet] = {}
     for tsv in sorted(root.rglob("*.tsv")):
+        if tsv.name.endswith(".pairs.tsv"):  # pair classification (readers/domain.py)
+            continue
         parts = tsv.name[: -len(".tsv")].split(".", 1)
         if len(parts) != 2:
             continue

@@ -34,6 +34,17 @@ class StageParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    #: keys added after a stage's artefacts exist, with the default that reproduces the older
+    #: output: left out of the dump (and so the fingerprint) while at that default
+    added_defaults: ClassVar[dict[str, Any]] = {}
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        out = super().model_dump(**kwargs)
+        for key, default in self.added_defaults.items():
+            if key in out and out[key] == default:
+                del out[key]
+        return out
+
     def link(self, sections: dict[str, StageParams]) -> None:
         """Fill settings this stage shares with another section (called once all sections of a
         config are parsed); the filled values are part of this stage's fingerprint."""

@@ -11,7 +11,7 @@ screen, score, ...) fans out over the same shards.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -27,10 +27,15 @@ class QueriesParams(StageParams):
     min_tokens: int = Field(4, ge=1)
     max_tokens: int = Field(60, ge=1)
     only_context_centres: bool = True  # sample sentences that have a full context of their own
+    # share of the corpus queries drawn from the first paragraph of a section (with
+    # shard.lead_fields: MedQuAD's questions), the rest from the others; None: uniform over all
+    lead_share: float | None = Field(None, ge=0.0, le=1.0)
     sts_dir: str | None = None
     sts_sets: list[str] = Field(default_factory=lambda: ["STSb.dev"])  # fnmatch on dataset.subset
     max_pairs_per_set: int | None = Field(None, ge=1)  # seeded subsample, for quick probes
     n_shards: int = Field(2, ge=1, le=4096)
+
+    added_defaults: ClassVar[dict[str, Any]] = {"lead_share": None}
 
 
 QUERY_SCHEMA = pa.schema(
@@ -96,7 +101,8 @@ class QueriesStage(Stage):
     def _corpus(
         self, ctx: StageContext, p: QueriesParams, rng: np.random.Generator
     ) -> tuple[list[str], list[int | None], list[str]]:
-        sents = ctx.input("shard").read_table(["sent_id", "text", "n_tokens"]).sort_by("sent_id")
+        cols = ["sent_id", "text", "n_tokens"] + (["para_idx"] if p.lead_share is not None else [])
+        sents = ctx.input("shard").read_table(cols).sort_by("sent_id")
         ids = sents.column("sent_id").to_numpy()
         ntok = sents.column("n_tokens").to_numpy()
         ok = (ntok >= p.min_tokens) & (ntok <= p.max_tokens)
@@ -106,7 +112,19 @@ class QueriesStage(Stage):
         candidates = np.flatnonzero(ok)
         if len(candidates) == 0:
             raise ValueError("queries: no corpus sentence passes the length bounds")
-        take = np.sort(rng.choice(candidates, size=min(p.n_corpus, len(candidates)), replace=False))
+        if p.lead_share is None:
+            take = rng.choice(candidates, size=min(p.n_corpus, len(candidates)), replace=False)
+        else:
+            lead = sents.column("para_idx").to_numpy()[candidates] == 0
+            n_lead = min(int(round(p.n_corpus * p.lead_share)), int(lead.sum()))
+            n_body = min(p.n_corpus - n_lead, int((~lead).sum()))
+            take = np.concatenate(
+                [
+                    rng.choice(candidates[lead], size=n_lead, replace=False),
+                    rng.choice(candidates[~lead], size=n_body, replace=False),
+                ]
+            )
+        take = np.sort(take)
         texts = sents.column("text").take(pa.array(take)).to_pylist()
         return texts, [int(i) for i in ids[take]], ["corpus"] * len(take)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field
@@ -42,6 +42,9 @@ class ShardParams(StageParams):
     text_field: str = "text"
     paragraphs_field: str = "paragraphs"
     doc_field: str | None = "book"  # consecutive records with the same value form one document
+    # string fields put before a record's paragraphs, one paragraph each (MedQuAD: the question
+    # before its answer, so the question has the answer as right context)
+    lead_fields: list[str] = Field(default_factory=list)
     section_field: str | None = "section"
     # Plain text: one document per file, or documents separated by blank lines.
     text_mode: Literal["file", "blank_lines"] = "file"
@@ -69,6 +72,8 @@ class ShardParams(StageParams):
     # of the output: kept out of the fingerprint, so changing it recomputes nothing.
     min_kept_share: float = Field(0.25, ge=0.0, le=1.0, exclude=True)
     n_shards: int = Field(2, ge=1, le=4096)
+
+    added_defaults: ClassVar[dict[str, Any]] = {"lead_fields": []}
 
 
 @dataclass
@@ -202,6 +207,19 @@ def _jsonl_sections(path: Path, p: ShardParams, counts: Counter) -> Iterator[Sec
                     f"{path}:{lineno}: record has neither "
                     f"{p.paragraphs_field!r} nor {p.text_field!r}"
                 )
+            leads = []
+            for field in p.lead_fields:
+                value = rec.get(field)
+                if value is None:
+                    continue
+                if not isinstance(value, str):
+                    raise CorpusInputError(
+                        f"{path}:{lineno}: lead field {field!r} must be a string"
+                    )
+                if value.strip():
+                    leads.append(value.strip())
+            if leads and paras:
+                paras = leads + paras
             if not paras:
                 counts["empty_documents"] += 1
                 continue

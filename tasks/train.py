@@ -275,7 +275,7 @@ class TrainStage(Stage):
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         import torch
-        from datasets import Dataset
+        from datasets import Dataset, DatasetDict
         from sentence_transformers import (
             SentenceTransformerTrainer,
             SentenceTransformerTrainingArguments,
@@ -310,11 +310,21 @@ class TrainStage(Stage):
         raw = tfidf_cosine(t1, t2) if p.objective == "tfidf" else lab[idx]
         targets = rescale_labels(raw, p.label_scale)
         label_cpu = time.process_time() - cpu0 if p.objective == "tfidf" else 0.0
-        columns = {} if p.objective == "none" else training_columns(p.objective, t1, t2, targets)
-        train_ds = Dataset.from_dict(columns)
+        if p.objective == "joint":  # ctxsim's pairs and SimCSE's positives, one training
+            train_ds = DatasetDict(
+                {
+                    "ctxsim": Dataset.from_dict(training_columns("ctxsim", t1, t2, targets)),
+                    "simcse": Dataset.from_dict(training_columns("simcse", t1, t2, targets)),
+                }
+            )
+        else:
+            columns = (
+                {} if p.objective == "none" else training_columns(p.objective, t1, t2, targets)
+            )
+            train_ds = Dataset.from_dict(columns)
         max_steps = p.max_steps
-        if p.objective == "simcse" and max_steps <= 0:  # the pair objectives' optimizer steps
-            max_steps = steps_for(len(idx), p.batch_size, p.epochs)
+        if p.objective in ("simcse", "tsdae", "joint") and max_steps <= 0:
+            max_steps = steps_for(len(idx), p.batch_size, p.epochs)  # the pair objectives' steps
 
         dev = self._dev_set(ctx, p, s1, s2, split, lab)
         device = ctx.device
@@ -340,8 +350,16 @@ class TrainStage(Stage):
             "sparse": p.clrcmd_sparse,
             "chunk_size": p.clrcmd_chunk_size,
         }
-        loss = None if p.objective == "none" else build_loss(p.objective, p.loss, model, clrcmd)
-        if p.objective == "simcse" and not has_dropout(model):
+        if p.objective == "joint":
+            loss = {
+                "ctxsim": build_loss("ctxsim", p.loss, model, clrcmd),
+                "simcse": build_loss("simcse", p.loss, model, clrcmd),
+            }
+        elif p.objective == "none":
+            loss = None
+        else:
+            loss = build_loss(p.objective, p.loss, model, clrcmd, backbone_path)
+        if p.objective in ("simcse", "joint") and not has_dropout(model):
             log.warning(
                 "train: %s has no dropout: SimCSE's positives are identical (set train.dropout)",
                 p.backbone,
@@ -429,7 +447,11 @@ class TrainStage(Stage):
             "label_run": label_art.fingerprint,
             "label_column": p.label_column,
             "n_train_pairs": int(len(idx)),
-            "n_train_examples": len(train_ds),
+            "n_train_examples": (
+                sum(len(d) for d in train_ds.values())
+                if isinstance(train_ds, DatasetDict)
+                else len(train_ds)
+            ),
             "n_dev_pairs": int(len(dev[2])) if dev is not None else 0,
             "dev_set": dev[3] if dev is not None else None,
             "steps": int(trainer.state.global_step) if trainer is not None else 0,

@@ -257,3 +257,58 @@ def test_train_dropout_makes_simcse_views_differ(tmp_path):
     quiet.save(str(tmp_path / "st"))  # an ST directory, reloaded with noise switched on
     reloaded = build_model(str(tmp_path / "st"), 16, "cpu", dropout=0.3)
     assert reloaded[0].auto_model.config.hidden_dropout_prob == 0.3 and views_differ(reloaded)
+
+
+def test_tsdae_deletes_words_and_rebuilds_them_through_a_tied_decoder(tmp_path):
+    """TSDAE's data is the distinct sentences with 60% of the words deleted (at least one kept,
+    reproducibly); training moves the encoder (its weights differ from the backbone's)."""
+    from safetensors.numpy import load_file
+
+    from ctxsim.models.objectives import delete_words, sentence_pool, training_columns
+
+    s1, s2 = [p[0] for p in PAIRS], [p[1] for p in PAIRS]
+    cols = training_columns("tsdae", s1, s2, None)
+    assert cols["original"] == sentence_pool(s1, s2)
+    assert cols == training_columns("tsdae", s1, s2, None)  # same noise every time
+    n_kept = n_all = 0
+    for damaged, original in zip(cols["damaged"], cols["original"], strict=True):
+        kept, words = damaged.split(), original.split()
+        assert 1 <= len(kept) <= len(words)
+        it = iter(words)
+        assert all(w in it for w in kept)  # an ordered subsequence of the original words
+        n_kept, n_all = n_kept + len(kept), n_all + len(words)
+    assert n_kept / n_all < 0.7  # 60% deleted in expectation
+    rng = np.random.default_rng(0)
+    assert delete_words("one", 0.99, rng) == "one"
+
+    art = _train(tmp_path, objective="tsdae", max_steps=6)
+    info = json.loads((art.files_dir / "metrics.json").read_text())
+    assert info["objective"] == "tsdae" and info["steps"] == 6
+    moved = load_file(str(next((art.files_dir / "model").rglob("*.safetensors"))))
+    start = load_file(str(next((art.files_dir / "backbone").rglob("*.safetensors"))))
+    shared = [k for k in moved if k.split(".", 1)[-1] in {s.split(".", 1)[-1] for s in start}]
+    assert shared
+    assert any(
+        not np.array_equal(moved[k], start[k2])
+        for k in moved
+        for k2 in start
+        if k2.split(".", 1)[-1] == k.split(".", 1)[-1] and moved[k].shape == start[k2].shape
+    )
+
+
+def test_joint_trains_on_both_the_labelled_pairs_and_simcse_positives(tmp_path):
+    """`joint`: one training over two datasets (ctxsim CoSENT pairs and SimCSE's sentences);
+    its steps cover both (8 pairs + 9 sentences at batch 4: 2 + 3 batches an epoch)."""
+    art = _train(
+        tmp_path,
+        objective="joint",
+        loss="cosent",
+        label_scale="none",
+        max_steps=-1,
+        epochs=1.0,
+        batch_size=4,
+    )
+    info = json.loads((art.files_dir / "metrics.json").read_text())
+    assert info["objective"] == "joint"
+    assert info["steps"] == 2  # the budget of the pair objectives at these settings
+    assert _margin(art.files_dir / "model") != _margin(art.files_dir / "backbone")

@@ -300,3 +300,59 @@ def test_fingerprint_follows_content_not_mtime(tmp_path: Path, monkeypatch):
     (src / "b.txt").write_text(DOC.replace("Anna", "Marie"))  # same size, new content
     assert fp() != first
     assert json.loads((tmp_path / "digests.json").read_text())  # digests are remembered
+
+
+def test_lead_fields_put_the_question_before_its_answer_and_queries_mix_them(tmp_path: Path):
+    """MedQuAD-style records: with shard.lead_fields the question is the first paragraph of its
+    section (so its right context is the answer); queries.lead_share draws that share of the
+    queries from first paragraphs. Both keys stay out of the fingerprint at their defaults."""
+    from ctxsim.tasks.queries import QueriesParams, QueriesStage
+
+    recs = [
+        {
+            "doc": f"d{i}",
+            "section": f"{i}-1",
+            "question": f"What causes disease number {i} in adults ?",
+            "paragraphs": [
+                f"Disease {i} is caused by a gene change. It affects the liver and the kidneys."
+            ],
+        }
+        for i in range(10)
+    ]
+    path = tmp_path / "qa.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    common = {"paths": [str(path)], "doc_field": "doc", "section_field": "section", "n_shards": 1}
+    plain, _ = run_shard(tmp_path / "a", **common)
+    assert "What causes disease number 0 in adults ?" not in plain.column("text").to_pylist()
+    store = ArtefactStore(tmp_path / "b")
+    run = RunParams()
+    shard, _ = run_stage_locally(
+        plan_stage(ShardStage(), ShardParams(**common, lead_fields=["question"]), run, store, {})
+    )
+    table = shard.read_table().sort_by("sent_id")
+    first = table.slice(0, 3).to_pylist()
+    assert [r["text"] for r in first] == [
+        "What causes disease number 0 in adults ?",
+        "Disease 0 is caused by a gene change.",
+        "It affects the liver and the kidneys.",
+    ]
+    assert [r["para_idx"] for r in first] == [0, 1, 1]
+    assert len({r["section_id"] for r in first}) == 1
+    ctx_art, _ = run_stage_locally(
+        plan_stage(ContextsStage(), ContextsParams(), run, store, {"shard": shard})
+    )
+    ups = {"shard": shard, "contexts": ctx_art}
+
+    def queries(**kw):
+        params = QueriesParams(n_corpus=10, only_context_centres=False, min_tokens=3, **kw)
+        art, _ = run_stage_locally(plan_stage(QueriesStage(), params, run, store, ups))
+        return art.read_table().column("text").to_pylist()
+
+    mixed = queries(lead_share=0.5)
+    assert sum(t.startswith("What causes") for t in mixed) == 5
+    assert all(t.startswith("What causes") for t in queries(lead_share=1.0))
+    assert not any(t.startswith("What causes") for t in queries(lead_share=0.0))
+    # defaults leave the dumps (and so every existing fingerprint) as they were
+    assert "lead_fields" not in ShardParams().model_dump()
+    assert "lead_share" not in QueriesParams().model_dump()
+    assert "lead_fields" in ShardParams(lead_fields=["question"]).model_dump()

@@ -17,7 +17,9 @@ from ctxsim.models.ists import (
     ists_f1,
 )
 from ctxsim.models.objectives import tfidf_cosine
+from ctxsim.readers.domain import discover_domain
 from ctxsim.readers.sts import StsSet, dataset_key, discover, sample_pairs
+from ctxsim.tasks.evaluate.domain import domain_report, evaluate_domain
 from ctxsim.tasks.evaluate.encoders import (
     backbone_vectors,
     dynamax_scores,
@@ -133,17 +135,21 @@ def evaluate_model(
             sample_pairs(s, max_pairs_per_subset, seed)
             for s in discover(Path(sts_dir).expanduser())
         ]
-    if not sets:
+    pair_sets, qa_sets = discover_domain(sts_dir) if sts_dir is not None else ([], [])
+    if not sets and not pair_sets and not qa_sets:
         msg = DATA_HINT.format(where=sts_dir)
         log.warning(msg)
         result["warnings"] = [msg]
 
     surrogate = load_st(model_path, device, max_seq_length)
     preds: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (system, similarity) -> set -> pred
+    encoders: dict[str, Any] = {}  # the domain tasks score every system side by side
     for system, path in _systems(model_path, baselines).items():
         if system in ("dynamax", "tfidf"):
             continue
         model = surrogate if system == "surrogate" else load_st(path, device, max_seq_length)
+        if pair_sets or qa_sets:
+            encoders[system] = model
         for s in sets:
             sc = score_pairs(model, s.s1, s.s2, batch_size, similarities)
             for sim, v in sc.items():
@@ -288,7 +294,24 @@ def evaluate_model(
     elif ists_dir is not None:
         log.warning("evaluate: ists_dir %s does not exist; iSTS skipped", ists_dir)
 
+    if pair_sets or qa_sets:
+        if "tfidf" in baselines:
+            encoders["tfidf"] = None
+        result["domain"] = evaluate_domain(
+            encoders,
+            pair_sets,
+            qa_sets,
+            batch_size=batch_size,
+            bootstrap_resamples=bootstrap_resamples,
+            confidence=confidence,
+            seed=seed,
+            log=log,
+        )
+    encoders.clear()
+
     result["n_sets"] = len(sets)
+    if pair_sets or qa_sets:
+        result["n_domain_sets"] = len(pair_sets) + len(qa_sets)
     result = _nan_to_none(result)
     result["rows"] = _nan_to_none(rows)
     if out_dir is not None:
@@ -297,7 +320,10 @@ def evaluate_model(
         (out / "results.json").write_text(
             json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2)
         )
-        (out / "report.md").write_text(render_report(result, per_system, hard_idx))
+        report = render_report(result, per_system, hard_idx)
+        if result.get("domain"):
+            report = report.rstrip("\n") + "\n\n" + domain_report(result["domain"])
+        (out / "report.md").write_text(report)
         if sets:
             try:
                 write_plots(out, surrogate, sets, preds.get(("surrogate", "cosine"), {}))

@@ -172,4 +172,11 @@ class EvaluateStage(Stage):
                 stats[f"ists.{dom}.{sim}.f1_ali_equi"] = v["f1_ali_equi"]
         for split, v in res.get("hard", {}).items():
             stats[f"hard.{split}.spearman"] = v["spearman"]
+        domain = res.get("domain", {})
+        for name, by_sys in domain.get("pairs", {}).items():
+            for metric in ("ap", "accuracy", "f1"):
+                stats[f"pairs.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
+        for name, by_sys in domain.get("retrieval", {}).items():
+            for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
+                stats[f"retrieval.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
         return table, {k: v for k, v in stats.items() if v is not None}

@@ -1,0 +1,244 @@
+"""Adapt an encoder to a corpus without labels: ctxsim's labels against the label-free peers.
+
+Every arm is the `train` stage of one run of the same config (``ctxsim run --until train``): the
+same label artefact (its sentences are every arm's data), backbone, optimizer steps, batch size
+and seed; only ``train.objective`` / ``train.loss`` differ, and each arm may take its own learning
+rate (``--arm-set ARM:train.lr=...``, chosen on the dev tasks). Arms: the backbone as downloaded
+(``none``), SimCSE and TSDAE on the corpus sentences, TF-IDF labels and ctxsim labels (CoSENT) on
+the mined pairs, and ``joint`` (ctxsim CoSENT + SimCSE in one multi-dataset training).
+
+Each model is scored on every domain file under ``--eval-dir`` (pair classification AP, retrieval
+nDCG@10 / MRR@10: tasks/evaluate/domain.py) and on STSb dev (Spearman x100); each arm gets paired
+bootstrap intervals against the reference arms (``none``, ``simcse``, ``tsdae``). CPU-seconds of
+labels come from the run's manifests (Eq. 4 = generator + gencontexts + score + label stages;
+pair mining apart), of training from the trainer.
+
+Usage::
+
+    .venv/bin/python -m bench.bench_domain_adapt --config configs/medquad.yaml \\
+        --arms none simcse tsdae tfidf-CoSENT ctxsim-CoSENT joint --name domain_medquad
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.harness import RESULTS_DIR, write_results
+
+#: arm name -> train overrides
+ARMS: dict[str, dict[str, str]] = {
+    "none": {"objective": "none"},
+    "simcse": {"objective": "simcse"},
+    "tsdae": {"objective": "tsdae"},
+    "tfidf-CoSENT": {"objective": "tfidf", "loss": "cosent", "label_scale": "none"},
+    "ctxsim-CoSENT": {"objective": "ctxsim", "loss": "cosent", "label_scale": "none"},
+    "joint": {"objective": "joint", "loss": "cosent", "label_scale": "none"},
+}
+REFERENCES = ("none", "simcse", "tsdae")
+LABEL_STAGES = ("generator", "gencontexts", "score", "label")
+PAIR_STAGES = ("shard", "contexts", "queries", "select", "pairs")
+
+
+def _cpu_s(stage_path: str) -> float:
+    m = Path(stage_path) / "_MANIFEST.json"
+    if not m.exists():
+        return 0.0
+    return float(json.loads(m.read_text()).get("stats", {}).get("cpu_seconds", 0.0))
+
+
+def train_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[str]) -> dict:
+    """Run the pipeline through `train` for one arm; its record, model and metrics."""
+    from ctxsim.flows.pipeline import run_pipeline
+
+    sets = [*base, *(f"train.{k}={v}" for k, v in ARMS[arm].items()), *extra]
+    rec = run_pipeline(config, sets, None, "train", f"{prefix}-{arm}")
+    train = rec["stages"]["train"]["path"]
+    return {
+        "record": rec,
+        "model": str(Path(train) / "files" / "model"),
+        "metrics": json.loads((Path(train) / "files" / "metrics.json").read_text()),
+    }
+
+
+def score_arm(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int) -> dict:
+    """Per-pair cosines, per-query retrieval metrics and STS cosines of one model (cached)."""
+    from ctxsim.models import domain_metrics as D
+    from ctxsim.tasks.evaluate import load_st, score_pairs
+    from ctxsim.tasks.evaluate.domain import pair_scores, qa_similarity
+
+    key = f"{Path(model_dir).parent.parent.name}-{max_seq}"
+    path = cache / f"{key}.npz"
+    if path.exists():
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    model = load_st(model_dir, "cpu", max_seq) if model_dir != "tfidf" else None
+    out: dict[str, np.ndarray] = {}
+    for ps in pair_sets:
+        out[f"pairs/{ps.name}"] = pair_scores(model, ps, 64)
+    for qa in qa_sets:
+        per = D.retrieval_per_query(qa_similarity(model, qa, 64), qa.relevant)
+        for metric, v in per.items():
+            out[f"qa/{qa.name}/{metric}"] = v
+    for s in sts:
+        if model is None:
+            from ctxsim.models.objectives import tfidf_cosine
+
+            out[f"sts/{s.name}"] = tfidf_cosine(s.s1, s.s2)
+        else:
+            out[f"sts/{s.name}"] = score_pairs(model, s.s1, s.s2, 64, ("cosine",))["cosine"]
+    cache.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **out)
+    return out
+
+
+def summarise(scores: dict, pair_sets, qa_sets, sts) -> dict[str, float]:
+    from ctxsim.models import domain_metrics as D
+    from ctxsim.models import metrics as M
+
+    row: dict[str, float] = {}
+    for ps in pair_sets:
+        v = D.pair_classification_scores(scores[f"pairs/{ps.name}"], ps.labels)
+        row[f"{ps.name} AP"] = round(v["ap"], 2)
+        row[f"{ps.name} F1"] = round(v["f1"], 2)
+    for qa in qa_sets:
+        for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
+            row[f"{qa.name} {metric}"] = round(float(np.mean(scores[f"qa/{qa.name}/{metric}"])), 2)
+    for s in sts:
+        row[f"{s.name} spearman"] = round(M.spearman(scores[f"sts/{s.name}"], s.gold), 2)
+    return row
+
+
+def intervals(a: dict, b: dict, pair_sets, qa_sets, sts, n: int, seed: int) -> dict[str, str]:
+    from ctxsim.models import domain_metrics as D
+    from ctxsim.models import metrics as M
+
+    out: dict[str, str] = {}
+
+    def fmt(ci: dict) -> str:
+        return f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
+
+    for ps in pair_sets:
+        k = f"pairs/{ps.name}"
+        out[f"{ps.name} AP"] = fmt(D.ap_diff_ci(ps.labels, a[k], b[k], n, 0.95, seed))
+    for qa in qa_sets:
+        k = f"qa/{qa.name}/ndcg_at_10"
+        out[f"{qa.name} nDCG@10"] = fmt(D.mean_diff_ci(a[k], b[k], n, 0.95, seed))
+    for s in sts:
+        k = f"sts/{s.name}"
+        out[f"{s.name}"] = fmt(M.bootstrap_diff_ci(s.gold, a[k], b[k], "spearman", n, 0.95, seed))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="configs/medquad.yaml")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="config override")
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), help=f"of {list(ARMS)}")
+    ap.add_argument("--arm-set", action="append", default=[], metavar="ARM:KEY=VALUE")
+    ap.add_argument("--with-tfidf", action="store_true", help="TF-IDF 1-2 grams as a row too")
+    ap.add_argument("--run-prefix", default="domain")
+    ap.add_argument("--eval-dir", default="../shared/data/domain")
+    ap.add_argument("--sts-dir", default="../shared/data/sts")
+    ap.add_argument("--sts-sets", nargs="*", default=["STSb.dev"])
+    ap.add_argument("--max-seq-length", type=int, default=256)
+    ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", default="data/cache/domain_adapt")
+    ap.add_argument("--out-dir", default=str(RESULTS_DIR))
+    ap.add_argument("--name", default="domain_medquad")
+    args = ap.parse_args(argv)
+
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.prefect_env import configure_prefect
+
+    configure_prefect(load_config(args.config, args.sets).run.root)
+    from ctxsim.readers.domain import discover_domain
+    from ctxsim.readers.sts import discover
+
+    arm_sets: dict[str, list[str]] = {}
+    for spec in args.arm_set:
+        arm, sep, kv = spec.partition(":")
+        if not sep or "=" not in kv or arm not in ARMS:
+            ap.error(f"--arm-set {spec!r}: use ARM:KEY=VALUE with ARM in {list(ARMS)}")
+        arm_sets.setdefault(arm, []).append(kv)
+    for arm in args.arms:
+        if arm not in ARMS:
+            ap.error(f"unknown arm {arm!r}: use {list(ARMS)}")
+    pair_sets, qa_sets = discover_domain(args.eval_dir)
+    if not pair_sets and not qa_sets:
+        ap.error(f"--eval-dir {args.eval_dir}: no *.pairs.tsv or *_qa.jsonl found")
+    sts = [s for s in discover(args.sts_dir) if s.name in set(args.sts_sets)]
+    t0 = time.perf_counter()
+    cache = Path(args.cache)
+    rows: list[dict[str, Any]] = []
+    scores: dict[str, dict] = {}
+    if args.with_tfidf:
+        scores["tfidf 1-2 grams"] = score_arm(
+            "tfidf", pair_sets, qa_sets, sts, cache, args.max_seq_length
+        )
+        rows.append(
+            {
+                "arm": "tfidf 1-2 grams",
+                **summarise(scores["tfidf 1-2 grams"], pair_sets, qa_sets, sts),
+            }
+        )
+    label_cpu = pair_cpu = None
+    ci_rows: list[dict[str, Any]] = []
+    for arm in args.arms:
+        t = train_arm(args.config, args.sets, arm, args.run_prefix, arm_sets.get(arm, []))
+        stages = t["record"]["stages"]
+        if label_cpu is None:
+            label_cpu = sum(_cpu_s(stages[s]["path"]) for s in LABEL_STAGES if s in stages)
+            pair_cpu = sum(_cpu_s(stages[s]["path"]) for s in PAIR_STAGES if s in stages)
+        scores[arm] = score_arm(t["model"], pair_sets, qa_sets, sts, cache, args.max_seq_length)
+        m = t["metrics"]
+        rows.append(
+            {
+                "arm": arm,
+                **summarise(scores[arm], pair_sets, qa_sets, sts),
+                "lr": m.get("lr"),
+                "steps": m.get("steps"),
+                "train CPU-s": round(float(m.get("train_cpu_seconds") or 0.0), 1),
+                "model": t["model"],
+            }
+        )
+        ci_rows = [
+            {
+                "arm": a,
+                "vs": ref,
+                **intervals(
+                    scores[a], scores[ref], pair_sets, qa_sets, sts, args.resamples, args.seed
+                ),
+            }
+            for a in scores
+            for ref in REFERENCES
+            if ref in scores and a != ref and a in ARMS
+        ]
+        meta = {
+            "command": "python -m bench.bench_domain_adapt "
+            + " ".join(sys.argv[1:] if argv is None else argv),
+            "config": args.config,
+            "sets": args.sets,
+            "arm_sets": arm_sets,
+            "eval": {p.name: len(p) for p in pair_sets}
+            | {q.name: f"{len(q)} questions, {len(q.answers)} answers" for q in qa_sets}
+            | {s.name: len(s) for s in sts},
+            "label_cpu_seconds (generator+gencontexts+score+label)": round(label_cpu or 0.0, 1),
+            "pair_cpu_seconds (shard..pairs)": round(pair_cpu or 0.0, 1),
+            "labelled_pairs": stages["label"].get("rows"),
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
+        write_results(
+            args.name, rows, meta, args.out_dir, tables={"paired bootstrap 95% CI": ci_rows}
+        )
+
+
+if __name__ == "__main__":
+    main()
