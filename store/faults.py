@@ -7,6 +7,10 @@ to hit only runs on that artefact root), computing that shard raises
 or with ``"kind": "delay", "seconds": 60`` sleeps first (a window to SIGKILL a run mid-stage).
 Delete the file and retry the run: finished shards are reused, the failed one is computed.
 Unset (the default) it costs one ``os.environ`` lookup per shard.
+
+Retry drills: every attempt at the armed shard appends a line to ``<fault file>.attempts``, and
+``"times": N`` makes the fault fire on the first N attempts only (a transient fault that a
+retry gets past; unset: every attempt).
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ def maybe_fail(stage: str, shard: int, root: str | Path | None = None) -> None:
     if spec.get("stage") != stage or int(spec.get("shard", -1)) != shard:
         return
     if spec.get("root") and (root is None or Path(spec["root"]).resolve() != Path(root).resolve()):
+        return
+    log = Path(f"{path}.attempts")
+    with open(log, "a") as fh:  # one line per attempt (a retry drill counts them)
+        fh.write(f"{os.getpid()}\n")
+    times = spec.get("times")
+    if times is not None and len(log.read_text().splitlines()) > int(times):
         return
     if spec.get("kind") == "delay":
         import time
