@@ -8,10 +8,19 @@ last layer is cached in ``ctx.cache_dir`` as ``.npy`` (computed once per fingerp
 lock, shared by every shard). Each query sentence is encoded once; a (query, context) pair then
 costs one tanh layer of size ``head_hidden`` (models/discriminator.py). The top ``keep`` contexts
 of each query are kept for the context-set stage, ties broken by context id.
+
+The cache is checksummed like the score cache (store/score_cache.py): ``sha256sums.json``,
+written after the arrays, holds each file's sha256, checked before the arrays are used. A cache
+that fails the check (a flipped byte, a file missing or unreadable, or no checksums: written
+before them) is moved aside to ``<key>.corrupt-<id>`` with a warning and computed again, so a
+corrupt cache never reaches a screen artefact.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +33,8 @@ from pydantic import Field
 from ctxsim.models.discriminator import CoherenceDiscriminator, encode_sequences, encode_texts
 from ctxsim.models.retrieval import select_topk
 from ctxsim.scores.loading import Encoder, load_discriminator
-from ctxsim.store.artefacts import fingerprint
-from ctxsim.store.atomic import atomic_path
+from ctxsim.store.artefacts import fingerprint, sha256_file
+from ctxsim.store.atomic import atomic_path, write_json_atomic
 from ctxsim.store.lease import shard_lease
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
@@ -48,9 +57,59 @@ class ScreenParams(StageParams):
     score_batch: int = Field(65_536, ge=1)  # (query, context) pairs per last-layer call
 
 
+#: each cache file's sha256, written after the arrays
+CACHE_SUMS = "sha256sums.json"
+#: files this process has hashed, by (size, mtime, ctime): a write changes the ctime even when
+#: the mtime is put back, so only an untouched file skips the re-hash
+_VERIFIED: dict[Path, tuple[int, int, int]] = {}
+
+
 def _save_npy(path: Path, arr: np.ndarray) -> None:
     with atomic_path(path, suffix=".npy") as tmp:
         np.save(tmp, arr)
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def cache_problem(cache: Path, paths: list[Path]) -> str | None:
+    """None when every cache file matches the sha256 written with it; else what is wrong."""
+    try:
+        sums = json.loads((cache / CACHE_SUMS).read_text())
+    except FileNotFoundError:
+        return f"no {CACHE_SUMS} (written before checksums, or by a writer that died)"
+    except (OSError, ValueError) as e:
+        return f"{CACHE_SUMS} unreadable ({e})"
+    for p in paths:
+        try:
+            stamp = _stamp(p)
+            if _VERIFIED.get(p) == stamp:
+                continue
+            if sha256_file(p) != sums.get(p.name):
+                return f"{p.name}: sha256 mismatch"
+            _VERIFIED[p] = stamp
+        except OSError as e:
+            return f"{p.name}: unreadable ({e.strerror or e})"
+    return None
+
+
+def _move_aside(cache: Path, problem: str, logger: Any) -> None:
+    """Rename a failed cache folder out of the way (kept for a look), warn, and recreate it."""
+    dest = cache.with_name(f"{cache.name}.corrupt-{uuid.uuid4().hex[:8]}")
+    try:
+        os.replace(cache, dest)
+    except FileNotFoundError:  # moved aside by a concurrent reader
+        pass
+    else:
+        logger.warning(
+            "screen context cache %s: %s; moved to %s, it will be computed again",
+            cache,
+            problem,
+            dest,
+        )
+    cache.mkdir(parents=True, exist_ok=True)
 
 
 def context_cache(
@@ -78,12 +137,22 @@ def context_cache(
     cache = ctx.store.cache_dir("screen-contexts", key)
     names = ("context_ids", "chunk_ids", "centre_sent_ids", "context_part")
     paths = [cache / f"{n}.npy" for n in names]
-    if not all(p.exists() for p in paths):
+
+    def problem() -> str | None:
+        if not any(p.exists() for p in paths) and not (cache / CACHE_SUMS).exists():
+            return "missing"  # not computed yet
+        return cache_problem(cache, paths)
+
+    if problem() is not None:  # checked again under the lease: a writer may be at work
         with shard_lease(ctx.store.root, "screen-contexts", key, 0):
-            if not all(p.exists() for p in paths):  # not computed by the previous holder
+            why = problem()  # None: computed whole by the previous holder
+            if why is not None:
+                if why != "missing":
+                    _move_aside(cache, why, ctx.logger)
                 arrays = _compute_cache(ctx, model, encode, max_tokens, batch_size)
                 for p, a in zip(paths, arrays, strict=True):
                     _save_npy(p, a)
+                write_json_atomic(cache / CACHE_SUMS, {p.name: sha256_file(p) for p in paths})
     out = [np.load(p, mmap_mode="r", allow_pickle=False) for p in paths]
     return out[0], out[1], out[2], out[3]
 

@@ -102,3 +102,65 @@ def test_outside_queries_and_cache_reuse(screened, tmp_path) -> None:
     assert len(caches) == 1
     n_ctx = screened["contexts"].num_rows
     assert np.load(caches[0], mmap_mode="r").shape[0] == n_ctx
+
+
+def test_a_corrupt_context_cache_is_moved_aside_and_computed_again(tmp_path, monkeypatch, caplog):
+    """Float32 bytes flipped in the cached context part (mtime put back) were trusted: the
+    screen artefact was republished under the same fingerprint with a third of its rows
+    changed. The cache is checksummed: a mismatch (or a cache without checksums) is moved
+    aside with a warning and computed again; an intact one is reused."""
+    import logging
+    import os
+    from types import SimpleNamespace
+
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.tasks import screen
+
+    computed: list[int] = []
+
+    def compute(ctx, model, encode, max_tokens, batch_size):
+        computed.append(1)
+        ids = np.arange(40, dtype=np.int64)
+        return (
+            ids,
+            ids // 4,
+            ids + 1000,
+            np.linspace(-1, 1, 40 * 3, dtype=np.float32).reshape(40, 3),
+        )
+
+    monkeypatch.setattr(screen, "_compute_cache", compute)
+    inputs = {
+        n: SimpleNamespace(fingerprint=f"{n}-fp") for n in ("contexts", "shard", "discriminator")
+    }
+    ctx = SimpleNamespace(
+        store=ArtefactStore(tmp_path),
+        input=inputs.__getitem__,
+        logger=logging.getLogger("ctxsim.test.screen"),
+    )
+
+    def load():
+        return [np.array(a) for a in screen.context_cache(ctx, None, None, 32, 8)]
+
+    first = load()
+    assert computed == [1] and load()[3].tobytes() == first[3].tobytes() and computed == [1]
+    (cache,) = tmp_path.glob("_cache/screen-contexts/*")
+    part = cache / "context_part.npy"
+    st = part.stat()
+    raw = bytearray(part.read_bytes())
+    raw[-40:] = bytes(b ^ 0xFF for b in raw[-40:])  # flip the last ten float32 values
+    part.write_bytes(bytes(raw))
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime kept
+    with caplog.at_level("WARNING"):
+        again = load()
+    assert computed == [1, 1]  # computed again, not read
+    assert again[3].tobytes() == first[3].tobytes()
+    warned = [r.getMessage() for r in caplog.records]
+    assert any(f"{cache}: context_part.npy: sha256 mismatch; moved to" in m for m in warned)
+    aside = list(cache.parent.glob(f"{cache.name}.corrupt-*"))
+    assert len(aside) == 1 and (aside[0] / "context_part.npy").read_bytes() == bytes(raw)
+    # a cache written before the checksums cannot be checked: computed again as well
+    (cache / screen.CACHE_SUMS).unlink()
+    load()
+    assert computed == [1, 1, 1] and (cache / screen.CACHE_SUMS).is_file()
+    load()
+    assert computed == [1, 1, 1]
