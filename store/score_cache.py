@@ -37,9 +37,10 @@ from ctxsim.store.stage import get_logger
 KEY_BYTES = 16
 _CHECKSUMMED = re.compile(r"^[0-9a-f]{64}\.parquet$")
 SCHEMA = pa.schema([("key", pa.binary(KEY_BYTES)), ("value", pa.float32())])
-#: files this process has hashed, by (size, mtime): a score shard reads the cache once per term,
-#: and a file named by its content only changes when something rewrites it (a new mtime)
-_VERIFIED: dict[Path, tuple[int, int]] = {}
+#: files this process has hashed, by (size, mtime, ctime): a score shard reads the cache once per
+#: term, and a file named by its content only changes when something rewrites it (a new ctime,
+#: even when the mtime is put back)
+_VERIFIED: dict[Path, tuple[int, int, int]] = {}
 
 
 def window_keys(lefts: Sequence[str], sentences: Sequence[str], rights: Sequence[str]) -> list:
@@ -83,39 +84,52 @@ class ScoreCache:
         """Add scores as one new file (written aside, then renamed into place)."""
         if not keys:
             return
-        d = self.dir / direction
-        d.mkdir(parents=True, exist_ok=True)
         table = pa.table(
             {"key": pa.array(keys, pa.binary(KEY_BYTES)), "value": np.asarray(values, np.float32)},
             schema=SCHEMA,
         )
-        tmp = d / f".{uuid.uuid4().hex}.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, d / f"{sha256_file(tmp)}.parquet")
+        write_checksummed(self.dir / direction, table)
 
     @staticmethod
     def _read_checked(f: Path) -> pa.Table | None:
-        """The file's rows if its bytes match the sha256 in its name; otherwise move it aside to
-        ``<name>.corrupt`` (out of the ``*.parquet`` glob), warn, and return None."""
-        try:
-            stamp = (f.stat().st_size, f.stat().st_mtime_ns)
-            if not _CHECKSUMMED.match(f.name):
-                problem = "no checksum in its name (written before checksums)"
-            elif _VERIFIED.get(f) != stamp and sha256_file(f) != f.name.removesuffix(".parquet"):
-                problem = "sha256 mismatch"
-            else:
-                _VERIFIED[f] = stamp
-                return pq.read_table(f, schema=SCHEMA)
-        except FileNotFoundError:  # moved aside by a concurrent reader
-            return None
-        except (OSError, pa.ArrowException) as e:
-            problem = f"unreadable ({e})"
-        dest = f.with_name(f"{f.name}.corrupt")
-        try:
-            os.replace(f, dest)
-        except FileNotFoundError:
-            return None
-        get_logger("ctxsim.score_cache").warning(
-            "score cache file %s: %s; moved to %s, its scores will be recomputed", f, problem, dest
-        )
+        return read_checksummed(f, SCHEMA, "score cache file", "its scores")
+
+
+def write_checksummed(d: Path, table: pa.Table) -> Path:
+    """Write ``table`` as a new Parquet file in ``d`` named by the sha256 of its bytes (written
+    aside, then renamed into place: concurrent writers never clash, readers see whole files)."""
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{uuid.uuid4().hex}.tmp"
+    pq.write_table(table, tmp)
+    dest = d / f"{sha256_file(tmp)}.parquet"
+    os.replace(tmp, dest)
+    return dest
+
+
+def read_checksummed(f: Path, schema: pa.Schema, what: str, recomputed: str) -> pa.Table | None:
+    """The rows of a file written by :func:`write_checksummed` if its bytes match the sha256 in
+    its name; otherwise move it aside to ``<name>.corrupt`` (out of the ``*.parquet`` glob),
+    warn (``what`` names the cache, ``recomputed`` what is computed again), and return None."""
+    try:
+        st = f.stat()
+        stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if not _CHECKSUMMED.match(f.name):
+            problem = "no checksum in its name (written before checksums)"
+        elif _VERIFIED.get(f) != stamp and sha256_file(f) != f.name.removesuffix(".parquet"):
+            problem = "sha256 mismatch"
+        else:
+            _VERIFIED[f] = stamp
+            return pq.read_table(f, schema=schema)
+    except FileNotFoundError:  # moved aside by a concurrent reader
         return None
+    except (OSError, pa.ArrowException) as e:
+        problem = f"unreadable ({e})"
+    dest = f.with_name(f"{f.name}.corrupt")
+    try:
+        os.replace(f, dest)
+    except FileNotFoundError:
+        return None
+    get_logger("ctxsim.score_cache").warning(
+        "%s %s: %s; moved to %s, %s will be recomputed", what, f, problem, dest, recomputed
+    )
+    return None

@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import Field
 
-from ctxsim.store.atomic import atomic_path
+from ctxsim.store.score_cache import read_checksummed, write_checksummed
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 GEN_CONTEXT_BASE = 1 << 50
@@ -99,7 +97,9 @@ def sample_seed(run_seed: int, template: str, sentence: str, j: int) -> int:
 
 class SampleCache:
     """Sampled texts of one model, keyed by (template, settings, prompt sentence, seed); one
-    parquet file per writer, renamed into place (as store/score_cache.py)."""
+    parquet file per writer, named by its sha256 and checked on every read (as
+    store/score_cache.py): a file that fails the check, or predates the checksums, is moved
+    aside to ``<name>.corrupt`` with a warning and its samples are drawn again."""
 
     SCHEMA = pa.schema([("key", pa.binary(16)), ("text", pa.string())])
 
@@ -118,7 +118,9 @@ class SampleCache:
         wanted = pa.array(keys, pa.binary(16))
         hits: dict[bytes, str] = {}
         for f in sorted(self.dir.glob("*.parquet")):
-            t = pq.read_table(f, schema=self.SCHEMA)
+            t = read_checksummed(f, self.SCHEMA, "gencontexts sample cache file", "its samples")
+            if t is None:
+                continue
             t = t.filter(pc.is_in(t.column("key"), value_set=wanted))
             hits.update(zip(t.column("key").to_pylist(), t.column("text").to_pylist(), strict=True))
         return hits
@@ -126,10 +128,8 @@ class SampleCache:
     def put(self, keys: list[bytes], texts: list[str]) -> None:
         if not keys:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
         table = pa.table({"key": pa.array(keys, pa.binary(16)), "text": texts}, schema=self.SCHEMA)
-        with atomic_path(self.dir / f"{uuid.uuid4().hex}.parquet") as tmp:
-            pq.write_table(table, tmp)
+        write_checksummed(self.dir, table)
 
 
 def _model_identity(model: str) -> tuple[str, str]:

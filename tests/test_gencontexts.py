@@ -184,3 +184,38 @@ def test_generated_side_needs_its_lambda() -> None:
     with pytest.raises(ConfigError, match="gencontexts.k_right > 0 needs score.lambda_right"):
         load_config(REPO / "configs" / "quickstart.yaml", sets)
     load_config(REPO / "configs" / "generated.yaml")  # the shipped config is consistent
+
+
+def test_a_corrupt_sample_cache_file_is_moved_aside_not_trusted(tmp_path, caplog) -> None:
+    """The gencontexts sample cache is checksummed like the score cache: a file whose bytes no
+    longer match the sha256 in its name (or one written before the checksums) is moved aside
+    with a warning, and its samples count as missing (drawn again), never read."""
+    import hashlib
+    import os
+
+    from ctxsim.tasks.gencontexts import SampleCache
+
+    cache = SampleCache(tmp_path, "some-model")
+    keys = [SampleCache.key("right", "{}", f"sentence {i}", i) for i in range(20)]
+    texts = [f"a sampled continuation number {i}." for i in range(20)]
+    cache.put(keys, texts)
+    assert cache.get(keys) == dict(zip(keys, texts, strict=True))
+    (f,) = cache.dir.glob("*.parquet")
+    assert f.name == f"{hashlib.sha256(f.read_bytes()).hexdigest()}.parquet"  # named by content
+    st = f.stat()
+    raw = bytearray(f.read_bytes())
+    mid = len(raw) // 2
+    raw[mid : mid + 8] = bytes(b ^ 0xFF for b in raw[mid : mid + 8])  # bytes flipped in place
+    f.write_bytes(bytes(raw))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with caplog.at_level("WARNING"):
+        assert cache.get(keys) == {}
+    assert any(
+        f"gencontexts sample cache file {f}: sha256 mismatch; moved to" in r.getMessage()
+        for r in caplog.records
+    )
+    assert f.with_name(f.name + ".corrupt").is_file() and not f.exists()
+    # a file from before the checksums (any other name) is not trusted either
+    legacy = cache.dir / "0123abcd.parquet"
+    os.replace(f.with_name(f.name + ".corrupt"), legacy)
+    assert cache.get(keys) == {} and legacy.with_name(legacy.name + ".corrupt").exists()
