@@ -11,6 +11,7 @@ screen, score, ...) fans out over the same shards.
 from __future__ import annotations
 
 import fnmatch
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -59,6 +60,21 @@ GIVEN_PAIRS_SCHEMA = pa.schema(
 )
 
 
+def pair_sets_as_sts(root: str) -> list:
+    """Pair-classification files (``NAME.SPLIT.pairs.tsv``, readers/domain.py) as gold-scored sets
+    ``NAME.SPLIT`` with gold 0/1: Origin (Eq. 4) of a domain's labelled pairs (MEDIQA RQE)."""
+    from ctxsim.readers.domain import discover_domain
+    from ctxsim.readers.sts import StsSet
+
+    out = []
+    for ps in discover_domain(root)[0]:
+        stem = Path(ps.path).name[: -len(".pairs.tsv")]
+        dataset, _, subset = stem.partition(".")
+        gold = [float(y) for y in ps.labels]
+        out.append(StsSet(dataset, subset or "all", ps.s1, ps.s2, gold, ps.path))
+    return out
+
+
 class QueriesStage(Stage):
     name = "queries"
     version = "1"
@@ -68,8 +84,6 @@ class QueriesStage(Stage):
     def fingerprint_extra(self, params: QueriesParams) -> dict[str, Any]:
         if params.source != "sts" or not params.sts_dir:
             return {}
-        from pathlib import Path
-
         files = sorted(p for p in Path(params.sts_dir).rglob("*") if p.is_file())
         return {"sts_files": [[str(f), f.stat().st_size] for f in files]}
 
@@ -135,9 +149,10 @@ class QueriesStage(Stage):
 
         if not p.sts_dir:
             raise ValueError("queries.source is 'sts' but queries.sts_dir is not set")
+        found = discover(p.sts_dir) + pair_sets_as_sts(p.sts_dir)
         sets = [
             s
-            for s in discover(p.sts_dir)
+            for s in found
             if any(fnmatch.fnmatch(f"{s.dataset}.{s.subset}", pat) for pat in p.sts_sets)
         ]
         if not sets:

@@ -222,6 +222,14 @@ def test_evaluate_stage_end_to_end(trained):
         assert (ev.files_dir / f).exists()
     assert "| STS12 |" in (ev.files_dir / "report.md").read_text()
     assert ev.stats["n_sets"] == 5
+    # the adapted model comes out as a model directory whose card lists this evaluation; its
+    # weights are links to the train artefact's, whose own card is untouched
+    card = (ev.files_dir / "model" / "README.md").read_text()
+    assert "# Evaluation (ctxsim `evaluate` stage)" in card and "| STS12 |" in card
+    assert "# Evaluation" not in (art.files_dir / "model" / "README.md").read_text()
+    from ctxsim.tasks.evaluate import load_st
+
+    assert load_st(ev.files_dir / "model", "cpu", 32) is not None
 
 
 def test_evaluate_extra_model_that_is_not_a_model_names_the_key(trained, tmp_path):

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from ctxsim.store.artefacts import content_digest
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.tasks.evaluate.domain import domain_report
 from ctxsim.tasks.evaluate.evaluate_model import DATA_HINT, evaluate_model
 
 ROW_SCHEMA = pa.schema(
@@ -26,6 +27,23 @@ ROW_SCHEMA = pa.schema(
         ("n_pairs", pa.int64()),
     ]
 )
+
+
+def model_card_section(res: dict[str, Any]) -> str:
+    """The card's evaluation section: STS Spearman per dataset and every domain table."""
+    lines = ["# Evaluation (ctxsim `evaluate` stage)", ""]
+    if res.get("datasets"):
+        lines += ["| STS set | Spearman x100 (all) | pairs |", "|---|---|---|"]
+        for key, v in res["datasets"].items():
+            rho = v.get("spearman_all")
+            shown = "n/a" if rho is None else f"{rho:.2f}"
+            lines.append(f"| {key} | {shown} | {v.get('n_pairs')} |")
+        lines.append("")
+    if res.get("domain"):
+        lines.append(domain_report(res["domain"]).replace("## ", "### "))
+    if len(lines) == 2:
+        lines.append("No evaluation set was found (evaluate.sts_dir).")
+    return "\n".join(lines) + "\n"
 
 
 class EvaluateParams(StageParams):
@@ -64,9 +82,29 @@ class EvaluateParams(StageParams):
     plots: bool = True
 
 
+def publish_model(src: Path, dst: Path, card_section: str) -> None:
+    """The trained model as ``dst`` with its card extended by the evaluation: weight files are
+    hard links to the train artefact's (no copy of GBs; a copy where links cannot be made), the
+    card a new file, so the train artefact is never written to."""
+    import os
+    import shutil
+
+    def link_or_copy(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link_or_copy)
+    card = dst / "README.md"
+    text = card.read_text(encoding="utf-8") if card.exists() else ""
+    card.unlink(missing_ok=True)  # a link to the train artefact's card: replace, never write
+    card.write_text(text.rstrip("\n") + "\n\n" + card_section, encoding="utf-8")
+
+
 class EvaluateStage(Stage):
     name = "evaluate"
-    version = "1"
+    version = "2"  # 2: files/model, the trained model whose card lists this evaluation
     Params = EvaluateParams
     inputs = ("train",)
     run_fields = ("seed", "device")
@@ -157,6 +195,7 @@ class EvaluateStage(Stage):
         rows = res.pop("rows")
         if not p.plots:
             (ctx.files_dir / "results.json").write_text(json.dumps(res, indent=2))
+        publish_model(model_dir, ctx.files_dir / "model", model_card_section(res))
         table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
         stats: dict[str, Any] = {"n_sets": res.get("n_sets", 0), "n_rows": len(rows)}
         for key, v in res.get("datasets", {}).items():
