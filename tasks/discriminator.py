@@ -40,7 +40,7 @@ from ctxsim.models.discriminator import (
     train_discriminator,
 )
 from ctxsim.scores.loading import Encoder, hf_encoder
-from ctxsim.store.atomic import atomic_path
+from ctxsim.store.checked import verified, write_checked
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
 
@@ -219,13 +219,12 @@ class DiscriminatorStage(Stage):
         )
         ckpt_path = ctx.cache_dir / "checkpoint.pt"
         resume = None
-        if ckpt_path.exists():
+        if verified(ckpt_path, "discriminator checkpoint", ctx.logger):  # sha256 beside it
             resume = torch.load(ckpt_path, map_location="cpu", weights_only=True)
             ctx.logger.info(f"discriminator: resuming after epoch {resume['epoch']}")
 
         def save_ckpt(ck: dict[str, Any]) -> None:
-            with atomic_path(ckpt_path) as tmp:
-                torch.save(ck, tmp)
+            write_checked(ckpt_path, lambda tmp: torch.save(ck, tmp))
 
         metrics, final = train_discriminator(
             model, train, val, tcfg, checkpoint=resume, on_epoch_end=save_ckpt, log=ctx.logger.info

@@ -56,7 +56,7 @@ from ctxsim.models.generator_training import (
 from ctxsim.models.registry import check_model_name, resolve_model
 from ctxsim.models.scoring import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import save_scorer
-from ctxsim.store.atomic import atomic_path
+from ctxsim.store.checked import seal, verified, write_checked
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
 
@@ -344,7 +344,7 @@ class GeneratorStage(Stage):
         tok_dir = ctx.cache_dir / "tokenizer"
         tokenizer = None
         teacher = build_teacher(p, device) if p.distill_from is not None else None
-        if p.backbone == TINY and teacher is None and tok_dir.exists():
+        if p.backbone == TINY and teacher is None and verified(tok_dir, "tokenizer", ctx.logger):
             # resume with the very same vocabulary
             from transformers import AutoTokenizer
 
@@ -354,6 +354,7 @@ class GeneratorStage(Stage):
         scorer, tok, backbone_dir = build_scorer(p, texts, device, seed, tokenizer, teacher)
         if p.backbone == TINY and teacher is None and not tok_dir.exists():
             tok.save_pretrained(str(tok_dir))
+            seal(tok_dir)  # its files' sha256, checked before a resume uses it
         stats["build_seconds"] = round(time.perf_counter() - t0, 2)
         stats["n_params"] = sum(x.numel() for m in scorer.modules() for x in m.parameters())
         val_ex = make_examples(scorer, w, va)
@@ -422,13 +423,13 @@ class GeneratorStage(Stage):
             distill_temperature=p.distill_temperature,
         )
         ckpt = ctx.cache_dir / "checkpoint.pt"
-        state = torch.load(ckpt, map_location="cpu", weights_only=True) if ckpt.exists() else None
-        if state is not None:
+        state = None
+        if verified(ckpt, "generator checkpoint", ctx.logger):  # sha256 beside it
+            state = torch.load(ckpt, map_location="cpu", weights_only=True)
             ctx.logger.info(f"generator: resuming from step {state['step']} ({ckpt})")
 
         def save(s: dict[str, Any]) -> None:
-            with atomic_path(ckpt) as tmp:
-                torch.save(s, tmp)
+            write_checked(ckpt, lambda tmp: torch.save(s, tmp))
 
         return train_generator(scorer, train_ex, cfg, state, save, ctx.logger.info, teacher)
 
