@@ -31,6 +31,7 @@ import hashlib
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctxsim.models.origin import SIMILARITIES, similarity_by_group
-from ctxsim.store.artefacts import Artefact, ArtefactStore
+from ctxsim.store.artefacts import Artefact, ArtefactStore, sha256_file
 
 #: stages run for sentences the run did not label (their inputs come from the run)
 NEW_QUERY_STAGES = ("queries", "retrieve", "screen", "select")
@@ -137,7 +138,7 @@ def _new_query_sets(
     """queries/retrieve/screen/select artefacts for sentences the run has not seen, built by the
     run's own stages and settings (see the module docstring)."""
     from ctxsim.readers.sts import write_tsv
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, get_logger, plan_stage, run_stage_locally
     from ctxsim.tasks import load_stage
 
     key = hashlib.sha256("\x1f".join(texts).encode()).hexdigest()[:16]
@@ -145,9 +146,19 @@ def _new_query_sets(
     sts_dir.mkdir(parents=True, exist_ok=True)
     a, b = texts[0], texts[-1]
     tsv = sts_dir / "EXPLAIN.pair.tsv"
-    if not tsv.exists():
-        tmp = Path(tempfile.mkstemp(dir=sts_dir, suffix=".tmp")[1])
-        write_tsv(tmp, [a], [b], [0.0])
+    # its bytes follow from the texts: written fresh, and an existing copy that differs (a
+    # corrupt cache file) is moved aside with a warning instead of being read as the pair
+    tmp = Path(tempfile.mkstemp(dir=sts_dir, suffix=".tmp")[1])
+    write_tsv(tmp, [a], [b], [0.0])
+    if tsv.exists() and sha256_file(tsv) != sha256_file(tmp):
+        dest = tsv.with_name(f"{tsv.name}.corrupt-{uuid.uuid4().hex[:8]}")
+        os.replace(tsv, dest)
+        get_logger("ctxsim.explain").warning(
+            "explain input file %s: sha256 mismatch; moved to %s, written again", tsv, dest
+        )
+    if tsv.exists():
+        tmp.unlink()
+    else:
         tmp.replace(tsv)
     run = RunParams(**{**record["config"]["run"], "quiet": True})
     out = dict(arts)

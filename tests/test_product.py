@@ -484,3 +484,27 @@ def test_explain_refuses_a_sentence_longer_than_the_runs_own(tiny_run):
     ok = " ".join(["word"] * (limit - 1)) + "."  # at the limit: explained
     res = CliRunner().invoke(app, ["explain", ok, "Short.", "--run", "tiny", "--root", str(root)])
     assert res.exit_code == 0, res.output
+
+
+def test_explain_rewrites_a_corrupt_input_file_instead_of_reading_it(tiny_run, caplog):
+    """explain's cached pair file (_cache/explain/KEY/EXPLAIN.pair.tsv) is checked against the
+    bytes its texts give: a corrupt copy (here one letter changed, same size, as a flipped byte
+    leaves it) is moved aside with a warning and written again, not read as the pair."""
+    import hashlib
+
+    from ctxsim.product.explain import explain_pair
+    from ctxsim.readers.sts import write_tsv
+
+    store, _, _ = tiny_run
+    a, b = "The lighthouse keeper counted the ships.", "A gull stole his sandwich at noon."
+    key = hashlib.sha256("\x1f".join([a, b]).encode()).hexdigest()[:16]
+    tsv = Path(store.root) / "_cache" / "explain" / key / "EXPLAIN.pair.tsv"
+    tsv.parent.mkdir(parents=True)
+    write_tsv(tsv, [a.replace("keeper", "kEeper")], [b], [0.0])
+    with caplog.at_level("WARNING"):
+        res = explain_pair(store, "tiny", a, b, top=2)
+    assert [s["text"] for s in res["sentences"]] == [a, b] and np.isfinite(res["label"])
+    assert any(
+        f"explain input file {tsv}: sha256 mismatch" in r.getMessage() for r in caplog.records
+    )
+    assert "kEeper" not in tsv.read_text() and list(tsv.parent.glob("EXPLAIN.pair.tsv.corrupt-*"))
