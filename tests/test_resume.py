@@ -136,3 +136,97 @@ def test_two_fresh_runs_give_byte_identical_artefacts(tmp_path: Path):
     assert "generator/files/model/model.safetensors" in hashes[0]
     differing = sorted(k for k in hashes[0] if hashes[0][k] != hashes[1].get(k))
     assert not differing and hashes[0].keys() == hashes[1].keys()
+
+
+#: a quickstart shrunk to minutes, through `score` (two query shards: one is killed)
+SMALL = [
+    "queries.n_corpus=30",
+    "queries.n_shards=2",
+    "retrieve.top_k=40",
+    "screen.keep=12",
+    "select.max_size=4",
+    "generator.train_steps=3",
+    "generator.n_eval=10",
+    "pairs.pairs_per_query=2",
+    "pairs.idf_sample=500",
+    "run.torch_threads=1",
+]
+
+
+def _small_cmd(root: Path, run_id: str) -> list[str]:
+    cmd = _cmd(root, run_id)
+    cmd[cmd.index("--until") + 1] = "score"
+    i = cmd.index("shard.n_shards=4")
+    del cmd[i - 1 : i + 1]  # the corpus in its default shards
+    for s in SMALL:
+        cmd += ["--set", s]
+    return cmd
+
+
+def test_sigkill_mid_score_then_resume_is_byte_identical_to_a_clean_run(tmp_path: Path):
+    """The costly stage, with its score cache: killed while shard 1 waits (shard 0 finished and
+    its generative terms cached), the rerun computes only shard 1 and every artefact matches a
+    clean run byte for byte."""
+    killed_root = tmp_path / "killed"
+    fault = tmp_path / "fault.json"
+    fault.write_text(
+        json.dumps(
+            {
+                "stage": "score",
+                "shard": 1,
+                "kind": "delay",
+                "seconds": 600,
+                "root": str(killed_root),
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        _small_cmd(killed_root, "k1"),
+        cwd=REPO,
+        start_new_session=True,
+        env=_env(CTXSIM_FAULT_FILE=str(fault)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 480
+    done: list[Path] = []
+    while time.monotonic() < deadline:
+        done = sorted((killed_root / "score").glob(".partial-*/_shard-*.json"))
+        if done and Path(f"{fault}.attempts").exists():  # shard 0 done, shard 1 waiting
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"run ended early: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    assert len(done) == 1, "shard 0 of score should finish while shard 1 waits"
+    assert list((killed_root / "_cache" / "scores").rglob("*.parquet")), "terms were cached"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert not list(killed_root.glob("score/*/_MANIFEST.json")), "nothing may be published"
+
+    rerun = subprocess.run(
+        _small_cmd(killed_root, "k1"),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    record = json.loads((killed_root / "runs" / "k1.json").read_text())
+    assert record["status"] == "completed"
+    assert record["stages"]["score"]["shards_computed"] == 1  # shard 0 was reused
+
+    clean_root = tmp_path / "clean"
+    clean = subprocess.run(
+        _small_cmd(clean_root, "c1"),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    killed, fresh = _part_hashes(killed_root), _part_hashes(clean_root)
+    assert any(k.startswith("score/") for k in fresh)
+    assert sorted(k for k in fresh if fresh[k] != killed.get(k)) == []
+    assert killed.keys() == fresh.keys()
