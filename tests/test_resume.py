@@ -230,3 +230,61 @@ def test_sigkill_mid_score_then_resume_is_byte_identical_to_a_clean_run(tmp_path
     assert any(k.startswith("score/") for k in fresh)
     assert sorted(k for k in fresh if fresh[k] != killed.get(k)) == []
     assert killed.keys() == fresh.keys()
+
+
+def test_sigkill_mid_train_then_resume_is_byte_identical_to_a_clean_run(tmp_path: Path):
+    """Training, with its checkpoints: killed once a checkpoint is complete, the rerun resumes
+    from it (the train stats say so) and every artefact matches a clean run byte for byte (the
+    wall-clock fields of the metrics and model card aside)."""
+    sets = ["train.max_steps=120", "train.eval_steps=10"]
+
+    def cmd(root: Path, run_id: str) -> list[str]:
+        c = _small_cmd(root, run_id)
+        c[c.index("--until") + 1] = "train"
+        for s in sets:
+            c += ["--set", s]
+        return c
+
+    killed_root = tmp_path / "killed"
+    proc = subprocess.Popen(
+        cmd(killed_root, "k1"),
+        cwd=REPO,
+        start_new_session=True,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 480
+    ready: list[Path] = []
+    while time.monotonic() < deadline:
+        # the trainer writes trainer_state.json last: a checkpoint a resume can load
+        ready = list(killed_root.glob("_cache/train/*/checkpoints/checkpoint-*/trainer_state.json"))
+        if ready:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before a checkpoint: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    assert ready, "no complete checkpoint appeared"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert not list(killed_root.glob("train/*/_MANIFEST.json")), "train must not be published"
+
+    rerun = subprocess.run(
+        cmd(killed_root, "k1"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    (manifest,) = killed_root.glob("train/*/_MANIFEST.json")
+    assert json.loads(manifest.read_text())["stats"]["resumed"] is True
+
+    clean_root = tmp_path / "clean"
+    clean = subprocess.run(
+        cmd(clean_root, "c1"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600
+    )
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    killed, fresh = (
+        {k: v for k, v in _part_hashes(root).items() if k not in TIMING_FILES}
+        for root in (killed_root, clean_root)
+    )
+    assert "train/files/model/model.safetensors" in fresh
+    assert sorted(k for k in fresh if fresh[k] != killed.get(k)) == []
+    assert killed.keys() == fresh.keys()
