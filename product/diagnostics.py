@@ -236,3 +236,56 @@ def report_markdown(diag: dict[str, Any]) -> str:
             f"{cont['threshold']}) in {len(cont['test_files'])} test files"
         )
     return "\n".join(lines) + "\n"
+
+
+#: pair-mining modes that should sit above random pairs (tasks/pairs.py)
+MINED_MODES = ("knn", "shared")
+#: |Spearman x100| with the reference encoder below which labels are said to barely agree
+REFERENCE_NEAR_ZERO = 30.0
+
+
+def mean_difference_ci(
+    a: np.ndarray, b: np.ndarray, resamples: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float, float]:
+    """mean(a) - mean(b), its percentile bootstrap interval, and Cohen's d (pooled SD)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    rng = np.random.default_rng(seed)
+    diffs = np.array(
+        [rng.choice(a, len(a)).mean() - rng.choice(b, len(b)).mean() for _ in range(resamples)]
+    )
+    lo, hi = np.quantile(diffs, [(1 - level) / 2, (1 + level) / 2])
+    pooled = np.sqrt(
+        ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / max(len(a) + len(b) - 2, 1)
+    )
+    d = float((a.mean() - b.mean()) / pooled) if pooled > 0 else float("nan")
+    return float(a.mean() - b.mean()), float(lo), float(hi), d
+
+
+def trust_warnings(
+    labels: np.ndarray, sources: np.ndarray, reference_spearman: float | None, seed: int = 0
+) -> list[str]:
+    """Warnings a newcomer needs before trusting the labels: mined pairs not separated from
+    random ones (the difference of means with a bootstrap 95% CI whose lower end is not above
+    0), and labels that barely agree with the reference encoder."""
+    lab = np.asarray(labels, np.float64)
+    src = np.asarray(sources, dtype=object)
+    ok = np.isfinite(lab)
+    mined = ok & np.isin(src, MINED_MODES)
+    rand = ok & (src == "random")
+    out = []
+    if mined.sum() >= 5 and rand.sum() >= 5:
+        diff, lo, hi, d = mean_difference_ci(lab[mined], lab[rand], seed=seed)
+        if lo <= 0:
+            out.append(
+                f"mined pairs ({'/'.join(MINED_MODES)}, n={int(mined.sum())}, mean "
+                f"{lab[mined].mean():.3f}) are not separated from random pairs (n="
+                f"{int(rand.sum())}, mean {lab[rand].mean():.3f}): difference {diff:+.3f}, 95% "
+                f"CI [{lo:+.3f}, {hi:+.3f}], Cohen's d {d:+.2f}; the labels may not follow "
+                "similarity"
+            )
+    if reference_spearman is not None and abs(reference_spearman) < REFERENCE_NEAR_ZERO:
+        out.append(
+            f"the labels barely agree with the reference encoder (Spearman x100 "
+            f"{reference_spearman:.1f}, |rho| below {REFERENCE_NEAR_ZERO:.0f})"
+        )
+    return out

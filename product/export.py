@@ -36,6 +36,7 @@ from ctxsim.product.contamination import (
     check_contamination,
     raise_if_contaminated,
 )
+from ctxsim.product.diagnostics import trust_warnings
 from ctxsim.store.artefacts import Artefact, ArtefactStore
 
 FORMATS = ("hf", "parquet", "jsonl")
@@ -272,14 +273,17 @@ def card_metadata(
     label = arts["label"]
     n = sum(t.num_rows for t in splits.values())
     src = table.column("source").to_pylist()
+    licence = license_ or record.get("config", {}).get("run", {}).get("license") or "unknown"
     meta: dict[str, Any] = {
-        "license": license_ or record.get("config", {}).get("run", {}).get("license") or "unknown",
+        "license": licence,
         "language": ["en"],
         "pretty_name": f"ctxsim sentence-pair similarity labels ({record['run_id']})",
         "task_categories": ["sentence-similarity"],
         "tags": ["ctxsim", "synthetic", "sentence-similarity", "contexts"],
         "size_categories": [_size_category(n)],
     }
+    if licence == "other":  # the Hub wants a name for a licence of its own
+        meta["license_name"] = "source-corpus-licence"
     if fmt in ("parquet", "jsonl"):
         ext = "parquet" if fmt == "parquet" else "jsonl"
         meta["configs"] = [
@@ -309,10 +313,24 @@ def card_metadata(
         },
         "label": label_summary(table),
         "diagnostics": {k: v for k, v in label.stats.items() if k.startswith("diag_")},
+        "warnings": list(label.stats.get("diag_warnings") or [])
+        + trust_warnings(
+            table.column("label").to_numpy(zero_copy_only=False),
+            np.asarray(src, dtype=object),
+            label.stats.get("diag_reference_spearman"),
+        ),
         "contamination": cont,
-        "config": record.get("config", {}),
+        "config": _shareable_config(record.get("config", {})),
     }
     return meta
+
+
+def _shareable_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The run's config without what only names this machine (the artefact root)."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in config.items()}
+    if isinstance(out.get("run"), dict):
+        out["run"].pop("root", None)
+    return out
 
 
 def _table(rows: list[tuple[Any, ...]], head: tuple[str, ...]) -> list[str]:
@@ -357,6 +375,9 @@ def card_markdown(
         + [(f"source={s}", k) for s, k in c["counts"]["by_source"].items()],
         ("rows", "pairs"),
     )
+    if c.get("warnings"):
+        lines += ["", "## Warnings", ""]
+        lines += [f"- {w}" for w in c["warnings"]]
     lab = c["label"]
     lines += ["", "## Labels", ""]
     lines += _table([tuple(lab.values())], tuple(lab.keys()))
@@ -439,7 +460,8 @@ def card_markdown(
         "## Licence",
         "",
         f"`{meta['license']}` (from the run's `run.license`); the sentences keep the licence "
-        "of the source corpus.",
+        "of the source corpus"
+        + (" (`license_name: source-corpus-licence`)." if "license_name" in meta else "."),
         "",
     ]
     return "\n".join(lines)
@@ -499,8 +521,9 @@ def export_run(
             src = arts[stage].files_dir / name if stage in arts else None
             if src is not None and src.is_file():
                 (tmp / "figures").mkdir(exist_ok=True)
-                shutil.copy2(src, tmp / "figures" / f"{stage}_{name}")
-                figures.append((f"figures/{stage}_{name}", caption))
+                fig = name if name.startswith(f"{stage}_") else f"{stage}_{name}"
+                shutil.copy2(src, tmp / "figures" / fig)
+                figures.append((f"figures/{fig}", caption))
         (tmp / "README.md").write_text(
             card_markdown(meta, arts, figures, contamination, fmt), encoding="utf-8"
         )

@@ -62,3 +62,47 @@ def test_export_says_not_checked_and_why_on_the_console_and_the_card(tmp_path, m
     assert "None" not in line
     assert f"Not checked: {why}; pass --sts-dir." in (out / "README.md").read_text()
     assert json.loads((out / "contamination.json").read_text())["skipped"].startswith(why)
+
+
+def test_trust_warnings_need_separated_modes_and_reference_agreement():
+    """Random pairs on top of mined ones (0.752 vs 0.787 with wide spreads) and a Spearman
+    with TF-IDF of 14.2 gave no warning at all."""
+    import numpy as np
+
+    from ctxsim.product.diagnostics import trust_warnings
+
+    rng = np.random.default_rng(0)
+    mined, rand = rng.normal(0.787, 0.2, 300), rng.normal(0.752, 0.2, 300)
+    src = np.array(["knn"] * 150 + ["shared"] * 150 + ["random"] * 300, dtype=object)
+    (w,) = trust_warnings(np.r_[mined, rand], src, reference_spearman=55.0)
+    assert w.startswith("mined pairs (knn/shared, n=300, mean ") and "95% CI [" in w
+    assert trust_warnings(np.r_[mined + 0.3, rand], src, 55.0) == []  # separated: no warning
+    (w,) = trust_warnings(np.r_[mined + 0.3, rand], src, 14.2)
+    assert w == (
+        "the labels barely agree with the reference encoder (Spearman x100 14.2, |rho| below 30)"
+    )
+    assert trust_warnings(np.r_[mined, rand], np.array(["given"] * 600), None) == []
+
+
+def test_the_card_shows_the_warnings_and_no_local_paths(tmp_path):
+    """The card showed no warning (diag_warnings empty), `license: other` without a
+    `license_name`, and the run's local artefact root."""
+    import yaml
+
+    from ctxsim.product.export import export_run, parse_card
+
+    store, arts, _ = _fake_world(tmp_path / "w", given=False, mined_across_topics=True)
+    arts["label"] = _run_label(store, arts)
+    stages = {k: {"fingerprint": a.fingerprint} for k, a in arts.items()}
+    config = {"run": {"root": "/home/someone/ctxsim-artefacts", "license": "other"}}
+    store.write_run("r", {"run_id": "r", "config": config, "stages": stages})
+    out = tmp_path / "out"
+    export_run(store, "r", out, "parquet")
+    text = (out / "README.md").read_text()
+    meta, body = parse_card(text)
+    assert meta["license"] == "other" and meta["license_name"] == "source-corpus-licence"
+    assert "/home/someone" not in text and "root" not in meta["ctxsim"]["config"]["run"]
+    assert "## Warnings" in body
+    (w,) = [x for x in meta["ctxsim"]["warnings"] if x.startswith("mined pairs")]
+    assert f"- {w}" in body
+    assert yaml.safe_load(text.split("---")[1])["ctxsim"]["warnings"] == meta["ctxsim"]["warnings"]

@@ -184,7 +184,13 @@ def _publish(store, name: str, table: pa.Table, stats: dict | None = None, files
     return store.publish(name, fp, 1, {"stats": stats or {}, "timings": {"total_seconds": 2.0}})
 
 
-def _fake_world(tmp_path, given: bool, drop_one: bool = False, no_cs: tuple[int, ...] = ()):
+def _fake_world(
+    tmp_path,
+    given: bool,
+    drop_one: bool = False,
+    no_cs: tuple[int, ...] = (),
+    mined_across_topics: bool = False,
+):
     """8 sentences in two topics; a sentence 'fits' contexts of its own topic better."""
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.tasks.label import required_score_table
@@ -219,7 +225,11 @@ def _fake_world(tmp_path, given: bool, drop_one: bool = False, no_cs: tuple[int,
             "pair_id": np.arange(len(pa_pairs)),
             "s1_query_id": [a for a, _ in pa_pairs],
             "s2_query_id": [b for _, b in pa_pairs],
-            "source": ["given" if given else "random"] * len(pa_pairs),
+            "source": (
+                ["random" if topic[a] == topic[b] else "knn" for a, b in pa_pairs]
+                if mined_across_topics  # "mined" pairs that are the dissimilar ones
+                else ["given" if given else "random"] * len(pa_pairs)
+            ),
             "dataset": ["STS12"] * 14 + ["STSb"] * 14 if given else [None] * 28,
             "subset": ["MSRpar"] * 7 + ["OnWN"] * 7 + ["dev"] * 14 if given else [None] * 28,
             "gold": gold if given else [None] * 28,

@@ -210,7 +210,7 @@ def test_export_round_trips_with_a_card(tiny_run, tmp_path, fmt):
     assert c["counts"]["pairs"] == label.num_rows and c["contamination"]["contaminated"] == 0
     assert len(c["corpus"]["checksum_sha256"]) == 64 and c["config"]["label"]["split_ratios"]
     assert body.lstrip().startswith("# ctxsim") and "## Contamination check" in body
-    assert (out / "figures" / "label_label_hist.png").is_file()
+    assert (out / "figures" / "label_hist.png").is_file()  # not label_label_hist.png
     assert [p.name for p in tmp_path.iterdir()] == ["ds"]  # nothing beside DIR
 
 
