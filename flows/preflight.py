@@ -81,7 +81,10 @@ def check_sts(cfg: PipelineConfig) -> None:
             raise InputError("queries.sts_dir: must be set when queries.source is 'sts'")
         if not Path(where).expanduser().is_dir():
             raise InputError(f"queries.sts_dir: {where} is not a directory")
-        names = [f"{s.dataset}.{s.subset}" for s in discover(Path(where).expanduser())]
+        from ctxsim.tasks.queries import pair_sets_as_sts
+
+        found = discover(Path(where).expanduser()) + pair_sets_as_sts(where)
+        names = [f"{s.dataset}.{s.subset}" for s in found]
         pats = q.sts_sets  # type: ignore[attr-defined]
         if not any(fnmatch.fnmatch(n, p) for n in names for p in pats):
             raise InputError(
