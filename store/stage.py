@@ -152,6 +152,10 @@ class Stage:
     run_fields: ClassVar[tuple[str, ...]] = ("seed",)
     #: Fan out like this input (its stats' ``n_shards``), e.g. "queries"; None: one shard.
     shard_by: ClassVar[str | None] = None
+    #: ctxsim modules this stage's output depends on that its imports do not reach (e.g. one
+    #: loaded by name); the version guard (tests/stage_versions.py) hashes them with the
+    #: stage module's transitive ctxsim imports. Not part of the fingerprint.
+    sources: ClassVar[tuple[str, ...]] = ()
 
     def optional_inputs_for(self, params: Any) -> tuple[str, ...]:
         """The optional inputs these params use (default: all); an unused one stays out of the
