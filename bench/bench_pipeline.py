@@ -27,7 +27,20 @@ from typing import Any
 
 from bench.harness import write_results
 
-PER_QUERY = ("queries", "retrieve", "screen", "gencontexts", "select", "pairs", "score", "label")
+
+def per_query_stages() -> tuple[str, ...]:
+    """The stages whose work follows the queries (`Stage.per_query`): the marginal cost."""
+    from ctxsim.tasks import STAGES, load_stage
+
+    return tuple(n for n in STAGES if load_stage(n).per_query)
+
+
+def stages_to_label() -> tuple[str, ...]:
+    """The stages a run takes to its labels: `label` and every stage before it."""
+    from ctxsim.tasks import STAGES
+
+    names = list(STAGES)
+    return tuple(names[: names.index("label") + 1])
 
 
 def stage_rows(root: Path, run_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -68,8 +81,9 @@ def summarise(rows: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]
         threads = max(int(rec.get("config", {}).get("run", {}).get("torch_threads", 1)), 1)
         return sum(r["cpu_s"] if r["cpu_s"] is not None else r["wall_s"] * threads for r in sel)
 
-    pre_label = tuple(r["stage"] for r in rows if r["stage"] not in ("train", "evaluate"))
-    all_s, marginal_s = cost(pre_label), cost(PER_QUERY)
+    to_label = stages_to_label()
+    pre_label = tuple(r["stage"] for r in rows if r["stage"] in to_label)
+    all_s, marginal_s = cost(pre_label), cost(per_query_stages())
     return {
         "run": rec["run_id"],
         "config": rec.get("config_source"),

@@ -44,20 +44,18 @@ ARMS: dict[str, dict[str, str]] = {
 }
 #: every arm gets paired CIs against these (the paper's loss, the label-free peer, the backbone)
 REFERENCES = ("ctxsim-L2", "simcse", "none")
-#: Eq. 4 labels cost these stages on top of the pairs (the rest is pair mining, shared);
-#: gencontexts only where select.source generates contexts
-LABEL_STAGES = ("generator", "gencontexts", "score", "label")
-PAIR_STAGES = (
-    "shard",
-    "contexts",
-    "queries",
-    "index",
-    "retrieve",
-    "discriminator",
-    "screen",
-    "select",
-    "pairs",
-)
+
+
+def label_and_pair_stages() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(stages Eq. 4 labels cost on top of the pairs, the pair-mining stages shared by ctxsim and
+    TF-IDF labels): of the stages up to `label`, those with `Stage.labelling` and the rest
+    (gencontexts counts only where select.source generates contexts)."""
+    from ctxsim.tasks import STAGES, load_stage
+
+    names = list(STAGES)
+    to_label = names[: names.index("label") + 1]
+    labelling = tuple(n for n in to_label if load_stage(n).labelling)
+    return labelling, tuple(n for n in to_label if n not in labelling)
 
 
 def _cpu_s(stage_path: str) -> float | None:
@@ -285,8 +283,9 @@ def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, di
     avg_keys = [k for k in seven if k in keys]
     first = next(iter(trained.values()))
     rec = first["record"]["stages"]
-    pair_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in PAIR_STAGES if s in rec)
-    eq4_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in LABEL_STAGES if s in rec)
+    label_stages, pair_stages = label_and_pair_stages()
+    pair_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in pair_stages if s in rec)
+    eq4_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in label_stages if s in rec)
     rows, ci_rows = [], []
     for arm, t in trained.items():
         m = t["metrics"]

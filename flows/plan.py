@@ -5,7 +5,8 @@ run. The pilot runs the config's own settings on a temporary root with (a) a see
 corpus records (whole JSON Lines records, so sections and their contexts stay intact; whole files
 for other formats) and (b) a few queries, twice (``q`` and ``2q`` queries, one query shard), so
 the query stages get a fixed cost per shard plus a cost per work unit. Each stage is then scaled
-by the quantity that drives it:
+by the quantity that drives it (each stage's ``cost_basis``, ``rows_cap``, ``model_artefact`` and
+``corpus_memory`` say which; store/stage.py):
 
 - corpus stages (shard, contexts, index): corpus bytes (full / sample);
 - discriminator: training windows (corpus-scaled, capped by ``max_windows_per_epoch``) and
@@ -40,19 +41,9 @@ import numpy as np
 
 from ctxsim.flows.config import ConfigError, PipelineConfig, load_config
 
-CORPUS_STAGES = ("shard", "contexts", "index")
-CONSTANT_STAGES = ("evaluate",)
 #: the generator stage scores this many windows per validation window / evaluation sentence
 #: (validation perplexity: 3 directions; evaluation: own + random context, 3 terms + 2 nulls)
 GEN_PER_VAL, GEN_PER_EVAL = 3, 10
-#: stages whose cost follows the queries (fit on two pilots)
-QUERY_STAGES = ("queries", "retrieve", "screen", "select", "pairs", "score", "label", "train")
-#: stages whose artefact is mostly model files (their size does not follow the work)
-MODEL_STAGES = ("discriminator", "generator", "train", "evaluate")
-#: stages whose working memory holds corpus-sized data
-MEMORY_CORPUS_STAGES = ("shard", "contexts", "index", "discriminator", "retrieve", "screen")
-#: stages with generative forward passes (GPU-able): their tokens come from score's stats
-TOKEN_STAGES = ("score", "select")
 
 
 @dataclass
@@ -351,10 +342,13 @@ def _units(
     p = cfg.stages[name]
     # the query stages' quantities (a plan --until a corpus stage has no queries)
     q_full = float(cfg.stages["queries"].n_corpus) if "queries" in cfg.stages else 0.0
+    from ctxsim.tasks import load_stage
+
     q_pilot = float(max(run["queries"].rows, 1)) if "queries" in run else 1.0
-    if name in CORPUS_STAGES:
+    stage = load_stage(name)
+    if stage.cost_basis == "corpus":
         return "corpus bytes", float(pilot.sample_bytes), float(pilot.full_bytes)
-    if name in CONSTANT_STAGES:
+    if stage.cost_basis == "constant":
         return "constant", 1.0, 1.0
     if name == "generator":
         return ("windows scored", *_generator_units(m, p, pilot))
@@ -386,10 +380,9 @@ def _units(
         n = float(lab.rows if lab else m.rows)
         return "labelled pairs", n, n / q_pilot * q_full
     per_q = m.rows / q_pilot
-    if name in ("retrieve", "screen", "select") and "contexts" in run:
+    if stage.rows_cap is not None and "contexts" in run:
         chunks_full = run["contexts"].rows * pilot.corpus_ratio
-        cap = {"retrieve": "top_k", "screen": "keep", "select": "max_size"}[name]
-        limit = float(getattr(p, cap, per_q))
+        limit = float(getattr(p, stage.rows_cap, per_q))
         if name == "retrieve":  # hits grow with the chunks sharing an n-gram, up to top_k
             grow = pilot.corpus_ratio if per_q < limit else 1.0
             per_q = min(limit, chunks_full, per_q * grow)
@@ -447,6 +440,7 @@ def predict(
     if "score" in r2 and r2["score"].rows:
         tok_per_row = float(r2["score"].stats.get("padded_tokens", 0)) / r2["score"].rows
     for name in r1:
+        stage = load_stage(name)
         basis, u2, full = _units(name, r2 if name in r2 else r1, cfg, pilot)
         if name == "screen" and name in r2:
             # pilot 1 also encoded the corpus side once (cached: pilot 2 reused it), which
@@ -459,10 +453,10 @@ def predict(
         elif name == "pairs" and basis == "idf sentences":
             m = r2[name]
             cpu = (r1[name].cpu_s + r2[name].cpu_s) / 2 * full / max(u2, 1e-9)
-        elif name in QUERY_STAGES and name in r2 and name != "queries":
+        elif stage.cost_basis == "fit" and name in r2:
             _, u1, _ = _units(name, r1, cfg, pilot)
             fixed, slope = _fit(u1, r1[name].cpu_s, u2, r2[name].cpu_s)
-            shards = q_shards if load_stage(name).shard_by == "queries" else 1
+            shards = q_shards if stage.shard_by == "queries" else 1
             cpu = fixed * shards + slope * full
             m = r2[name]
         else:
@@ -477,18 +471,18 @@ def predict(
         # what a stage adds to memory grows with the corpus where it holds corpus-sized data
         # (the sentences, chunks, index, windows); query stages stream per shard and hold models
         # and the index: their share is taken as the pilot's (a rough estimate, said so)
-        mem_scale = pilot.corpus_ratio if name in MEMORY_CORPUS_STAGES else 1.0
+        mem_scale = pilot.corpus_ratio if stage.corpus_memory else 1.0
         extra_rss = max(m.peak_rss_mb - m.start_rss_mb, 0.0)
         row = StagePlanRow(
             stage=name,
             basis=basis,
             pilot_units=u2,
             units=full,
-            rows=m.rows * (1.0 if name in MODEL_STAGES and name != "generator" else scale)
+            rows=m.rows * (1.0 if stage.model_artefact and name != "generator" else scale)
             if basis != "idf sentences"
             else m.rows / max(r2["queries"].rows, 1) * cfg.stages["queries"].n_corpus,
             cpu_s=cpu,
-            disk_mb=m.disk_bytes * (1.0 if name in MODEL_STAGES else scale) / 2**20,
+            disk_mb=m.disk_bytes * (1.0 if stage.model_artefact else scale) / 2**20,
             peak_rss_mb=pilot.base_rss_mb + extra_rss * max(mem_scale, 1.0),
         )
         if name == "score":

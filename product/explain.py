@@ -43,8 +43,17 @@ import pyarrow.compute as pc
 from ctxsim.models.origin import SIMILARITIES, similarity_by_group
 from ctxsim.store.artefacts import Artefact, ArtefactStore, sha256_file
 
-#: stages run for sentences the run did not label (their inputs come from the run)
-NEW_QUERY_STAGES = ("queries", "retrieve", "screen", "select")
+
+def new_query_stages() -> list[str]:
+    """Stages run for sentences the run did not label (their inputs come from the run): the
+    per-query stages that `select` reads, and `select` (contexts sampled for Eq. 4 labels by
+    `gencontexts` are not among them)."""
+    from ctxsim.tasks import STAGES, load_stage, upstream_of
+
+    wanted = upstream_of("select") | {"select"}
+    return [
+        n for n in STAGES if n in wanted and load_stage(n).per_query and not load_stage(n).labelling
+    ]
 
 
 def decompose(
@@ -162,7 +171,7 @@ def _new_query_sets(
         tmp.replace(tsv)
     run = RunParams(**{**record["config"]["run"], "quiet": True})
     out = dict(arts)
-    for name in NEW_QUERY_STAGES:
+    for name in new_query_stages():
         if name not in record["config"]:
             continue
         params = _params(record, name)

@@ -157,6 +157,25 @@ class Stage:
     #: stage module's transitive ctxsim imports. Not part of the fingerprint.
     sources: ClassVar[tuple[str, ...]] = ()
 
+    # Stage facts read by `ctxsim plan`, `ctxsim explain` and the benches (no stage-name lists
+    # elsewhere). None is part of the fingerprint.
+    #: How `ctxsim plan` scales the pilot's cost to the full config (flows/plan.py):
+    #: "corpus": by corpus bytes; "constant": as measured (one unit); "fit": fixed cost per
+    #: query shard + slope per unit (the stage's rows per query, labelled pairs, ...), fit on the
+    #: two pilots; "scaled": the pilot's cost times full / pilot units (the stage's own units).
+    cost_basis: ClassVar[Literal["corpus", "constant", "fit", "scaled"]] = "constant"
+    #: The param that caps this stage's rows per query (`ctxsim plan` fills it on a larger corpus).
+    rows_cap: ClassVar[str | None] = None
+    #: Its artefact is mostly model files: its size does not follow the work.
+    model_artefact: ClassVar[bool] = False
+    #: Its working memory holds corpus-sized data (sentences, chunks, index, windows).
+    corpus_memory: ClassVar[bool] = False
+    #: Its work follows the queries to label (one unit per query or query shard): the marginal
+    #: cost of labelling more sentences; `ctxsim explain` reruns those that `select` reads.
+    per_query: ClassVar[bool] = False
+    #: Needed only for Eq. 4 labels, not to mine the pairs (scorers, sampled contexts, scoring).
+    labelling: ClassVar[bool] = False
+
     def optional_inputs_for(self, params: Any) -> tuple[str, ...]:
         """The optional inputs these params use (default: all); an unused one stays out of the
         fingerprint, so e.g. retraining the generator does not invalidate `select`."""

@@ -1,7 +1,9 @@
 """Stages of the ctxsim pipeline, in run order.
 
 Each entry maps a stage name (its config section and artefact folder) to ``module:Class``.
-Adding a stage: copy a module, give it a name, add one line here.
+Adding a stage: copy a module, give it a name, add one line here (docs/architecture.md has the
+whole checklist). Facts about a stage (cost basis, per query or not, ...) are attributes of its
+class (store/stage.py), not lists of names elsewhere.
 """
 
 from __future__ import annotations
@@ -37,3 +39,16 @@ def load_stage(name: str) -> Stage:
         raise KeyError(f"unknown stage {name!r}; known: {', '.join(STAGES)}")
     module, cls = STAGES[name].split(":")
     return getattr(importlib.import_module(module), cls)()
+
+
+def upstream_of(name: str) -> set[str]:
+    """Every stage ``name`` reads, directly or through others (inputs and optional inputs)."""
+    out: set[str] = set()
+    todo = [name]
+    while todo:
+        st = load_stage(todo.pop())
+        for dep in (*st.inputs, *st.optional_inputs):
+            if dep not in out:
+                out.add(dep)
+                todo.append(dep)
+    return out

@@ -118,6 +118,8 @@ class ContextsStage(Stage):
     Params = ContextsParams
     inputs = ("shard",)
     run_fields = ()
+    cost_basis = "corpus"
+    corpus_memory = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: ContextsParams = ctx.params

@@ -112,6 +112,9 @@ class DiscriminatorStage(Stage):
     Params = DiscriminatorParams
     inputs = ("shard", "contexts")
     run_fields = ("seed",)
+    cost_basis = "scaled"
+    model_artefact = True
+    corpus_memory = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: DiscriminatorParams = ctx.params

@@ -159,6 +159,9 @@ class GenContextsStage(Stage):
     version = "1"
     Params = GenContextsParams
     inputs = ("queries",)
+    cost_basis = "scaled"
+    per_query = True
+    labelling = True
 
     def num_shards(self, ctx: StageContext) -> int:
         return int(ctx.input("queries").stats.get("n_shards", 1))

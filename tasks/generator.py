@@ -324,6 +324,9 @@ class GeneratorStage(Stage):
     version = "3"
     Params = GeneratorParams
     inputs = ("shard", "contexts")
+    cost_basis = "scaled"
+    model_artefact = True
+    labelling = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: GeneratorParams = ctx.params

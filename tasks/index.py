@@ -112,6 +112,8 @@ class IndexStage(Stage):
     Params = IndexParams
     inputs = ("contexts", "shard")
     run_fields = ()
+    cost_basis = "corpus"
+    corpus_memory = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: IndexParams = ctx.params

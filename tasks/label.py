@@ -201,6 +201,9 @@ class LabelStage(Stage):
     #: the generator's backbone gives the mean-pooled-cosine baseline of the Origin report;
     #: retrieve and screen give the per-query yields of the diagnostics
     optional_inputs = ("generator", "retrieve", "screen")
+    cost_basis = "fit"
+    per_query = True
+    labelling = True
 
     def fingerprint_extra(self, params: LabelParams) -> dict[str, Any]:
         """The STS test files the contamination check reads, by content."""

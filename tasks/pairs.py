@@ -76,6 +76,8 @@ class PairsStage(Stage):
     version = "1"
     Params = PairsParams
     inputs = ("queries", "select", "shard")
+    cost_basis = "fit"
+    per_query = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: PairsParams = ctx.params

@@ -80,6 +80,8 @@ class QueriesStage(Stage):
     version = "1"
     Params = QueriesParams
     inputs = ("shard", "contexts")
+    cost_basis = "scaled"
+    per_query = True
 
     def fingerprint_extra(self, params: QueriesParams) -> dict[str, Any]:
         if params.source != "sts" or not params.sts_dir:

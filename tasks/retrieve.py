@@ -47,6 +47,10 @@ class RetrieveStage(Stage):
     inputs = ("queries", "index")
     shard_by = "queries"
     run_fields = ()
+    cost_basis = "fit"
+    rows_cap = "top_k"
+    corpus_memory = True
+    per_query = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: RetrieveParams = ctx.params

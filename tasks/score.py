@@ -66,6 +66,9 @@ class ScoreStage(Stage):
     shard_by = "queries"
     optional_inputs = ("screen", "discriminator", "gencontexts")
     run_fields = ()
+    cost_basis = "fit"
+    per_query = True
+    labelling = True
 
     def num_shards(self, ctx: StageContext) -> int:
         return 1 if ctx.params.adaptive_rounds else super().num_shards(ctx)

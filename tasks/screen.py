@@ -212,6 +212,10 @@ class ScreenStage(Stage):
     inputs = ("queries", "contexts", "retrieve", "discriminator", "shard")
     shard_by = "queries"
     run_fields = ()
+    cost_basis = "fit"
+    rows_cap = "keep"
+    corpus_memory = True
+    per_query = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: ScreenParams = ctx.params

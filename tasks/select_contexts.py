@@ -114,6 +114,9 @@ class SelectStage(Stage):
     inputs = ("queries", "contexts", "shard")
     shard_by = "queries"
     optional_inputs = ("screen", "generator", "discriminator", "gencontexts")
+    cost_basis = "fit"
+    rows_cap = "max_size"
+    per_query = True
 
     def optional_inputs_for(self, params: SelectParams) -> tuple[str, ...]:
         used = self.optional_inputs if params.order_by == "score" else ("screen",)

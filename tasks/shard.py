@@ -293,6 +293,8 @@ class ShardStage(Stage):
     Params = ShardParams
     inputs = ()
     run_fields = ()
+    cost_basis = "corpus"
+    corpus_memory = True
 
     def fingerprint_extra(self, params: ShardParams) -> dict[str, Any]:
         """Input files by content (sha256) and name below their common folder: an edited

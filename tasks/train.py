@@ -272,6 +272,8 @@ class TrainStage(Stage):
     Params = TrainParams
     inputs = ("label",)
     run_fields = ("seed", "device")
+    cost_basis = "fit"
+    model_artefact = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         import torch

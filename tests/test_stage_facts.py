@@ -1,0 +1,73 @@
+"""Stage facts live on the Stage classes (store/stage.py); lists of stage names are derived from
+`STAGES`, and prefect.yaml deploys exactly the stages there are (issue 32 §3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from ctxsim.tasks import STAGES, load_stage, upstream_of
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _with(attr: str, value: object = True) -> list[str]:
+    return [n for n in STAGES if getattr(load_stage(n), attr) == value]
+
+
+def test_prefect_yaml_deploys_exactly_the_stages_in_order() -> None:
+    cfg = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    deps = [d for d in cfg["deployments"] if "stage" in d.get("tags", [])]
+    assert [d["name"] for d in deps] == list(STAGES)
+    for d in deps:
+        assert d["parameters"]["stage"] == d["name"]
+        config = yaml.safe_load((REPO / d["parameters"]["config"]).read_text())
+        assert d["name"] in config, f"{d['parameters']['config']} has no {d['name']} section"
+    others = [d["name"] for d in cfg["deployments"] if "stage" not in d.get("tags", [])]
+    assert others == ["nightly"]
+
+
+def test_stage_facts_give_the_lists_they_replaced() -> None:
+    """The hand-kept lists of flows/plan.py, product/explain.py and the benches, as they were
+    before the facts moved onto the stages: plan, explain and the benches behave the same."""
+    from bench.bench_pipeline import per_query_stages, stages_to_label
+    from bench.bench_surrogate_compare import label_and_pair_stages
+    from ctxsim.product.explain import new_query_stages
+
+    assert _with("cost_basis", "corpus") == ["shard", "contexts", "index"]
+    assert _with("cost_basis", "constant") == ["evaluate"]
+    fit = ["retrieve", "screen", "select", "pairs", "score", "label", "train"]
+    assert _with("cost_basis", "fit") == fit
+    assert _with("cost_basis", "scaled") == ["queries", "discriminator", "generator", "gencontexts"]
+    caps = {n: load_stage(n).rows_cap for n in STAGES if load_stage(n).rows_cap}
+    assert caps == {"retrieve": "top_k", "screen": "keep", "select": "max_size"}
+    assert _with("model_artefact") == ["discriminator", "generator", "train"]
+    memory = ["shard", "contexts", "index", "retrieve", "discriminator", "screen"]
+    assert _with("corpus_memory") == memory
+    assert new_query_stages() == ["queries", "retrieve", "screen", "select"]
+    per_query = ["queries", "retrieve", "screen", "gencontexts", "select", "pairs", "score"]
+    assert per_query_stages() == (*per_query, "label")
+    assert stages_to_label() == tuple(n for n in STAGES if n not in ("train", "evaluate"))
+    labels, pairs = label_and_pair_stages()
+    assert labels == ("generator", "gencontexts", "score", "label")
+    assert sorted(pairs) == sorted(
+        ["shard", "contexts", "queries", "index", "retrieve", "discriminator", "screen"]
+        + ["select", "pairs"]
+    )
+
+
+def test_upstream_of_follows_optional_inputs() -> None:
+    assert upstream_of("shard") == set()
+    assert upstream_of("select") == {
+        "shard",
+        "contexts",
+        "queries",
+        "index",
+        "retrieve",
+        "discriminator",
+        "screen",
+        "generator",
+        "gencontexts",
+    }
+    assert upstream_of("evaluate") >= {"train", "label", "score", "select"}
