@@ -90,12 +90,11 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Run the pipeline (every stage of the config, or up to --until), reusing finished work."""
-    from ctxsim.flows.cli_errors import set_verbose, user_errors
+    from ctxsim.flows.cli_errors import cli_error_types, set_verbose, user_errors
     from ctxsim.flows.config import ConfigError, load_config
     from ctxsim.flows.prefect_env import configure_prefect
     from ctxsim.flows.preflight import preflight
-    from ctxsim.models.registry import ModelNotAvailableError
-    from ctxsim.store.artefacts import StoreError, safe_name
+    from ctxsim.store.artefacts import safe_name
 
     set_verbose(verbose)
     if config is None:
@@ -119,7 +118,7 @@ def run(
     hide_input_error_tracebacks()
     try:
         record = run_pipeline(str(config), overrides, root, until, run_id)
-    except (ValueError, FileNotFoundError, StoreError, ModelNotAvailableError) as e:
+    except cli_error_types() as e:
         _fail(e, 1)
     except ConnectionError as e:
         if not cfg.run.runner_address:

@@ -31,12 +31,24 @@ def verbose() -> bool:
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
-    """Errors whose message already says what to fix. ValueError covers ConfigError, InputError
-    (corrupt inputs, unwritable roots), StsFormatError and CorpusInputError."""
+    """The one list of errors the user caused, whose message already says what to fix (a file,
+    line, config key or name): every :class:`~ctxsim.store.errors.InputError` (ConfigError,
+    CorpusInputError, StsFormatError, IstsFormatError, ExportError, corrupt inputs, unwritable
+    roots, ...), a model that is not available, a store error (a missing run or artefact) and a
+    missing file or folder. The CLI prints them as one line; Prefect's console leaves out their
+    traceback (:func:`hide_input_error_tracebacks`)."""
     from ctxsim.models.registry import ModelNotAvailableError
     from ctxsim.store.artefacts import StoreError
+    from ctxsim.store.errors import InputError
 
-    return (ValueError, FileNotFoundError, NotADirectoryError, StoreError, ModelNotAvailableError)
+    return (InputError, ModelNotAvailableError, StoreError, FileNotFoundError, NotADirectoryError)
+
+
+def cli_error_types() -> tuple[type[BaseException], ...]:
+    """What a CLI command turns into one line: :func:`user_error_types` and any other
+    ValueError (an option or argument check raises a plain one; Prefect's console keeps the
+    traceback of those, which may be a bug inside a stage)."""
+    return (*user_error_types(), ValueError)
 
 
 def fail(exc: BaseException | str, code: int = 1) -> None:
@@ -53,20 +65,8 @@ def user_errors(code: int = 1) -> Iterator[None]:
     keeps its traceback."""
     try:
         yield
-    except user_error_types() as e:
+    except cli_error_types() as e:
         fail(e, code)
-
-
-def named_input_error_types() -> tuple[type[BaseException], ...]:
-    """The project's own "your input is wrong" errors (not every ValueError: a bug raising one
-    inside a stage keeps its traceback on the console)."""
-    from ctxsim.flows.config import ConfigError
-    from ctxsim.models.registry import ModelNotAvailableError
-    from ctxsim.readers.sts import StsFormatError
-    from ctxsim.store.errors import InputError
-    from ctxsim.tasks.shard import CorpusInputError
-
-    return (InputError, ConfigError, StsFormatError, CorpusInputError, ModelNotAvailableError)
 
 
 class _NoInputErrorTraceback(logging.Filter):
@@ -76,7 +76,7 @@ class _NoInputErrorTraceback(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and not verbose() and isinstance(exc, named_input_error_types()):
+        if exc is not None and not verbose() and isinstance(exc, user_error_types()):
             record.exc_info = None
             record.exc_text = None
         return True

@@ -87,14 +87,14 @@ def register(app: typer.Typer) -> None:
         """Write a run's labelled pairs as a Hugging Face dataset (or Parquet / JSONL) with a
         dataset card: corpus checksum, config, fingerprints, counts, label plots, surrogate
         results and the STS test-set contamination check. Nothing is written on error."""
-        from ctxsim.product.contamination import ContaminationError
-        from ctxsim.product.export import ExportError, export_run
-        from ctxsim.store.artefacts import ArtefactStore, StoreError
+        from ctxsim.flows.cli_errors import user_error_types
+        from ctxsim.product.export import export_run
+        from ctxsim.store.artefacts import ArtefactStore
 
         try:
             store = ArtefactStore(_root_of(config, root))
             summary = export_run(store, run_id, out, fmt, overwrite, sts_dir, license_)
-        except (ExportError, StoreError, ContaminationError, FileNotFoundError) as e:
+        except user_error_types() as e:  # ExportError, ContaminationError, StoreError, ...
             _fail(str(e), 1)
         if json_out:
             typer.echo(json.dumps(summary, indent=2))
@@ -123,8 +123,9 @@ def register(app: typer.Typer) -> None:
         score cache where scored before), the contexts that contribute most to the similarity
         and those where the two disagree most, each with its document and section. A sentence
         the run did not label gets its Cs from the run's own retrieve/screen/select."""
+        from ctxsim.flows.cli_errors import cli_error_types
         from ctxsim.product.explain import explain_pair, render_table
-        from ctxsim.store.artefacts import ArtefactStore, StoreError
+        from ctxsim.store.artefacts import ArtefactStore
 
         for name, text in (("S1 (the first sentence)", s1), ("S2 (the second sentence)", s2)):
             problem = utf8_problem(text, name)
@@ -134,7 +135,7 @@ def register(app: typer.Typer) -> None:
             store = ArtefactStore(_root_of(config, root))
             rid = run_id or latest_labelled_run(store)
             result = explain_pair(store, rid, s1, s2, top=top)
-        except (StoreError, ValueError, FileNotFoundError) as e:
+        except cli_error_types() as e:
             _fail(str(e), 1)
         if json_out:
             typer.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))

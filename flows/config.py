@@ -15,11 +15,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import RunParams
 from ctxsim.tasks import STAGES, load_stage
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config file or override is invalid; the message names the file and the key."""
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ctxsim.store.errors import InputError
+
 #: subset names that are not test data (anything else found in the folder is)
 NON_TEST_SUBSETS = frozenset({"train", "dev", "trial", "validation", "val"})
 _NON_ALNUM = re.compile(r"[\W_]+", re.UNICODE)
@@ -168,7 +170,7 @@ def check_contamination(
     }
 
 
-class ContaminationError(ValueError):
+class ContaminationError(InputError):
     """Dataset sentences occur in the test sets and ``contamination.error`` is set."""
 
 

@@ -38,6 +38,7 @@ from ctxsim.product.contamination import (
 )
 from ctxsim.product.diagnostics import trust_warnings
 from ctxsim.store.artefacts import Artefact, ArtefactStore
+from ctxsim.store.errors import InputError
 
 FORMATS = ("hf", "parquet", "jsonl")
 SPLIT_ORDER = ("train", "dev", "test", "eval")
@@ -55,7 +56,7 @@ FIGURES = (
 EXPORT_MARKER = ".ctxsim-export.json"
 
 
-class ExportError(ValueError):
+class ExportError(InputError):
     """The export cannot be written (target not empty, not writable, run incomplete)."""
 
 

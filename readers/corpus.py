@@ -19,12 +19,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ctxsim.store.errors import InputError
+
 #: the files ``Dataset.save_to_disk`` writes beside its Arrow shards
 HF_MARKERS = ("state.json", "dataset_info.json")
 HF_DICT_MARKER = "dataset_dict.json"
 
 
-class CorpusInputError(ValueError):
+class CorpusInputError(InputError):
     """Bad corpus input; the message names the file and the position."""
 
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxsim.models.ists import WaAlignment, WaPair
+from ctxsim.store.errors import InputError
 
 _SENT = re.compile(r'<sentence id="([^"]*)"')
 _CHUNK = re.compile(r"\[\s?(.*?)\s?\]")
 
 
-class IstsFormatError(ValueError):
+class IstsFormatError(InputError):
     """A malformed iSTS file, with file and line."""
 
 

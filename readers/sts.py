@@ -37,13 +37,14 @@ import numpy as np
 
 from ctxsim.readers.pins import PINNED
 from ctxsim.store.artefacts import sha256_file
+from ctxsim.store.errors import InputError
 
 TSV_HEADER = ["sentence1", "sentence2", "score"]
 _YEAR = re.compile(r"STS[-_]?(?:20)?(1[2-6])", re.IGNORECASE)
 _SPLIT_NAMES = {"test_annotated": "test", "trial": "trial", "train": "train", "test": "test"}
 
 
-class StsFormatError(ValueError):
+class StsFormatError(InputError):
     """A malformed STS file, with file and line."""
 
 

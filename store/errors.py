@@ -10,7 +10,11 @@ from __future__ import annotations
 
 
 class InputError(ValueError):
-    """An input the user supplied is wrong; the message names it (file, line, config key)."""
+    """An input the user supplied is wrong; the message names it (file, line, config key).
+
+    The base of every such error: ConfigError, CorpusInputError, StsFormatError, IstsFormatError,
+    ExportError, ContaminationError and the two below. A ValueError, so ``except ValueError``
+    still catches them; flows/cli_errors.py:user_error_types is the one list the CLI uses."""
 
 
 class CorruptInputError(InputError):
