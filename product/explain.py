@@ -151,8 +151,7 @@ def _new_query_sets(
     from ctxsim.tasks import load_stage
 
     key = hashlib.sha256("\x1f".join(texts).encode()).hexdigest()[:16]
-    sts_dir = store.root / "_cache" / "explain" / key
-    sts_dir.mkdir(parents=True, exist_ok=True)
+    sts_dir = store.cache_dir("explain", key)
     a, b = texts[0], texts[-1]
     tsv = sts_dir / "EXPLAIN.pair.tsv"
     # its bytes follow from the texts: written fresh, and an existing copy that differs (a

@@ -143,11 +143,14 @@ class ArtefactStore:
             self.root.mkdir(parents=True, exist_ok=True)
 
     # ---- addressing -------------------------------------------------------------------------
-    def cache_dir(self, *parts: str) -> Path:
-        """``ROOT/_cache/<parts...>``, created: the one place caches that outlive an artefact
-        live (a stage's checkpoints by fingerprint, the score cache, screen's context cache)."""
+    def cache_dir(self, *parts: str, create: bool = True) -> Path:
+        """``ROOT/_cache/<parts...>``, created unless ``create=False`` (a cache that makes its
+        folder on its first write): the one place caches that outlive an artefact live (a
+        stage's checkpoints by fingerprint, the score and sample caches, screen's context cache,
+        explain's inputs)."""
         d = self.root.joinpath("_cache", *parts)
-        d.mkdir(parents=True, exist_ok=True)
+        if create:
+            d.mkdir(parents=True, exist_ok=True)
         return d
 
     def final_dir(self, stage: str, fp: str) -> Path:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ctxsim.store.artefacts import sha256_file
+from ctxsim.store.artefacts import ArtefactStore, sha256_file
 from ctxsim.store.stage import get_logger
 
 KEY_BYTES = 16
@@ -55,7 +55,7 @@ class ScoreCache:
     """Scores of one generator (and numeric mode), per direction, keyed by window texts."""
 
     def __init__(self, root: Path, namespace: str):
-        self.dir = Path(root) / "_cache" / "scores" / namespace
+        self.dir = ArtefactStore(root, create=False).cache_dir("scores", namespace, create=False)
 
     def get(self, direction: str, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
         """(found mask, values) for ``keys``; reads only the matching rows of each file."""

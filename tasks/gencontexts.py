@@ -14,7 +14,8 @@ Ids: generated contexts and their sentences live in their own ranges (``GEN_CONT
 ``GEN_SENT_BASE``) above corpus ids, derived from (query_id, side, sample index), so they are
 stable across shards and K. Each row keeps its provenance: model, prompt template, seed and
 sampling settings. Samples are cached in ``ROOT/_cache/gencontexts/<model>/`` by (model, template,
-settings, sentence, seed): growing K or relabelling other pairs pays only for new samples.
+settings, sentence, seed; store/sample_cache.py): growing K or relabelling other pairs pays only
+for new samples.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import Field
 
-from ctxsim.store.score_cache import read_checksummed, write_checksummed
+from ctxsim.store.sample_cache import SampleCache
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 GEN_CONTEXT_BASE = 1 << 50
@@ -93,43 +93,6 @@ def sample_seed(run_seed: int, template: str, sentence: str, j: int) -> int:
     """The seed of sample j of a sentence under a template: independent of batch, K and shard."""
     h = hashlib.blake2b(f"{run_seed}\x1f{template}\x1f{sentence}\x1f{j}".encode(), digest_size=8)
     return int.from_bytes(h.digest(), "little") >> 1
-
-
-class SampleCache:
-    """Sampled texts of one model, keyed by (template, settings, prompt sentence, seed); one
-    parquet file per writer, named by its sha256 and checked on every read (as
-    store/score_cache.py): a file that fails the check, or predates the checksums, is moved
-    aside to ``<name>.corrupt`` with a warning and its samples are drawn again."""
-
-    SCHEMA = pa.schema([("key", pa.binary(16)), ("text", pa.string())])
-
-    def __init__(self, root: Path, model: str):
-        name = hashlib.blake2b(model.encode(), digest_size=8).hexdigest()
-        self.dir = Path(root) / "_cache" / "gencontexts" / name
-
-    @staticmethod
-    def key(template: str, settings: str, sentence: str, seed: int) -> bytes:
-        blob = f"{template}\x1f{settings}\x1f{sentence}\x1f{seed}".encode()
-        return hashlib.blake2b(blob, digest_size=16).digest()
-
-    def get(self, keys: list[bytes]) -> dict[bytes, str]:
-        if not keys or not self.dir.is_dir():
-            return {}
-        wanted = pa.array(keys, pa.binary(16))
-        hits: dict[bytes, str] = {}
-        for f in sorted(self.dir.glob("*.parquet")):
-            t = read_checksummed(f, self.SCHEMA, "gencontexts sample cache file", "its samples")
-            if t is None:
-                continue
-            t = t.filter(pc.is_in(t.column("key"), value_set=wanted))
-            hits.update(zip(t.column("key").to_pylist(), t.column("text").to_pylist(), strict=True))
-        return hits
-
-    def put(self, keys: list[bytes], texts: list[str]) -> None:
-        if not keys:
-            return
-        table = pa.table({"key": pa.array(keys, pa.binary(16)), "text": texts}, schema=self.SCHEMA)
-        write_checksummed(self.dir, table)
 
 
 def _model_identity(model: str) -> tuple[str, str]:
