@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
         "positives": int(gold.sum()),
         "datasets": sorted(set(table.column("dataset").to_pylist())),
         "label_cpu_seconds": stats,
-        "config_sets": rec.get("overrides"),
+        "config": rec.get("config_source"),
+        "queries": rec.get("config", {}).get("queries"),
     }
     write_results(args.name, rows, meta, args.out_dir, tables={"paired AP bootstrap": cis})
 
