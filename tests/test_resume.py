@@ -113,8 +113,13 @@ def test_sigkill_mid_stage_then_resume(tmp_path: Path):
     assert {s["status"] for s in rec3["stages"].values()} == {"reused"}
 
 
-# what a rerun may change: the wall-clock fields of the train metrics and model card
-TIMING_FILES = {"train/files/metrics.json", "train/files/model/README.md"}
+# what a rerun may change: the wall-clock fields of the train metrics and model card (which the
+# evaluate stage's published model card extends)
+TIMING_FILES = {
+    "train/files/metrics.json",
+    "train/files/model/README.md",
+    "evaluate/files/model/README.md",
+}
 
 
 def test_two_fresh_runs_give_byte_identical_artefacts(tmp_path: Path):
