@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.bench_surrogate_compare import _cpu_s, label_and_pair_stages
 from bench.harness import RESULTS_DIR, write_results
 
 #: arm name -> train overrides
@@ -42,15 +43,6 @@ ARMS: dict[str, dict[str, str]] = {
     "joint": {"objective": "joint", "loss": "cosent", "label_scale": "none"},
 }
 REFERENCES = ("none", "simcse", "tsdae")
-LABEL_STAGES = ("generator", "gencontexts", "score", "label")
-PAIR_STAGES = ("shard", "contexts", "queries", "select", "pairs")
-
-
-def _cpu_s(stage_path: str) -> float:
-    m = Path(stage_path) / "_MANIFEST.json"
-    if not m.exists():
-        return 0.0
-    return float(json.loads(m.read_text()).get("stats", {}).get("cpu_seconds", 0.0))
 
 
 def train_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[str]) -> dict:
@@ -195,8 +187,9 @@ def main(argv: list[str] | None = None) -> None:
         t = train_arm(args.config, args.sets, arm, args.run_prefix, arm_sets.get(arm, []))
         stages = t["record"]["stages"]
         if label_cpu is None:
-            label_cpu = sum(_cpu_s(stages[s]["path"]) for s in LABEL_STAGES if s in stages)
-            pair_cpu = sum(_cpu_s(stages[s]["path"]) for s in PAIR_STAGES if s in stages)
+            labelling, pairing = label_and_pair_stages()
+            label_cpu = sum(_cpu_s(stages[s]["path"]) or 0.0 for s in labelling if s in stages)
+            pair_cpu = sum(_cpu_s(stages[s]["path"]) or 0.0 for s in pairing if s in stages)
         scores[arm] = score_arm(t["model"], pair_sets, qa_sets, sts, cache, args.max_seq_length)
         m = t["metrics"]
         rows.append(

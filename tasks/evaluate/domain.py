@@ -105,37 +105,40 @@ def evaluate_domain(
     return out
 
 
+def _table(
+    title: str, columns: dict[str, str], count: tuple[str, str], by_set: Mapping[str, Any]
+) -> list[str]:
+    """One Markdown table: a row per (set, system); ``columns`` and ``count`` are (key, header)."""
+    lines = [
+        f"## {title}",
+        "",
+        "| set | system | " + " | ".join(columns.values()) + f" | {count[1]} |",
+        "|---|---|" + "---|" * (len(columns) + 1),
+    ]
+    for name, by_sys in by_set.items():
+        for sys_name, v in by_sys.items():
+            cells = " | ".join(f"{v[k]:.2f}" for k in columns)
+            lines.append(f"| {name} | {sys_name} | {cells} | {v[count[0]]} |")
+    return [*lines, ""]
+
+
 def domain_report(domain: Mapping[str, Any]) -> str:
     """The report's domain section (Markdown)."""
     lines: list[str] = []
     if domain.get("pairs"):
-        lines += [
-            "## Pair classification (cosine; AP, best-threshold accuracy and F1, x100)",
-            "",
-            "| set | system | AP | accuracy | F1 | pairs |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name, by_sys in domain["pairs"].items():
-            for sys_name, v in by_sys.items():
-                lines.append(
-                    f"| {name} | {sys_name} | {v['ap']:.2f} | {v['accuracy']:.2f} | "
-                    f"{v['f1']:.2f} | {v['n_pairs']} |"
-                )
-        lines.append("")
+        lines += _table(
+            "Pair classification (cosine; AP, best-threshold accuracy and F1, x100)",
+            {"ap": "AP", "accuracy": "accuracy", "f1": "F1"},
+            ("n_pairs", "pairs"),
+            domain["pairs"],
+        )
     if domain.get("retrieval"):
-        lines += [
-            "## Retrieval (question to answer; x100)",
-            "",
-            "| set | system | nDCG@10 | MRR@10 | Recall@100 | questions |",
-            "|---|---|---|---|---|---|",
-        ]
-        for name, by_sys in domain["retrieval"].items():
-            for sys_name, v in by_sys.items():
-                lines.append(
-                    f"| {name} | {sys_name} | {v['ndcg_at_10']:.2f} | {v['mrr_at_10']:.2f} | "
-                    f"{v['recall_at_100']:.2f} | {v['n_queries']} |"
-                )
-        lines.append("")
+        lines += _table(
+            "Retrieval (question to answer; x100)",
+            {"ndcg_at_10": "nDCG@10", "mrr_at_10": "MRR@10", "recall_at_100": "Recall@100"},
+            ("n_queries", "questions"),
+            domain["retrieval"],
+        )
     if domain.get("bootstrap"):
         lines += ["## Paired bootstrap intervals (domain)", "", "| comparison | delta | CI |"]
         lines.append("|---|---|---|")
