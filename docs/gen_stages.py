@@ -4,7 +4,7 @@
     python docs/gen_stages.py --check    # exit 1 when docs/stages.md is stale
 
 Generated, not hand-kept, so the reference cannot drift from `STAGES`, the stages' `Params` and
-the Arrow schemas their modules declare (tests/test_docs.py runs the check).
+the Arrow schemas their modules declare (tests/docs/test_docs.py runs the check).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ These wrap Prefect's own commands (``prefect server start``, ``flow.serve``, ``p
 start``) rather than re-implementing them: what is added is the safe defaults (loopback only,
 telemetry off, one flow run per GPU) and a single place — :func:`worker_specs` — that says what
 a worker is, so ``ctxsim worker`` and the docker-compose worker services cannot drift apart
-(tests/test_ops_compose.py compares them).
+(tests/flows/test_ops_compose.py compares them).
 """
 
 from __future__ import annotations

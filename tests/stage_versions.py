@@ -1,10 +1,10 @@
 """Each stage's source hash, pinned next to its `version`.
 
 A stage's `version` is part of its fingerprint: when a code change can change the output, the
-version must change too, or old artefacts are reused for new code. tests/test_stage_versions.py
-fails when a stage's sources changed since they were pinned, so the change gets a conscious
-choice: bump `version` (output can change), or only re-pin (a refactor). Re-pin with
-``python -m tests.stage_versions``.
+version must change too, or old artefacts are reused for new code.
+tests/tasks/test_stage_versions.py fails when a stage's sources changed since they were pinned,
+so the change gets a conscious choice: bump `version` (output can change), or only re-pin (a
+refactor). Re-pin with ``python -m tests.stage_versions``.
 
 A stage's sources are its module (every file, for a package) and, transitively, every ctxsim
 module it imports (``import ctxsim.x`` / ``from ctxsim.x import y`` anywhere in a file, found

@@ -19,7 +19,7 @@ from ctxsim.product.contamination import (
 )
 from ctxsim.product.explain import decompose
 from ctxsim.readers.sts import write_tsv
-from tests.test_label import _fake_world, _publish, _run_label
+from tests.tasks.test_label import _fake_world, _publish, _run_label
 
 PLANTED = "A man is playing a large flute on the stage tonight."
 LONG = "the old ferry crossed the grey harbour slowly while gulls circled above the quiet town"

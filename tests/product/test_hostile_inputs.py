@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ctxsim.flows.cli import app
-from tests.test_label import _fake_world, _run_label
+from tests.tasks.test_label import _fake_world, _run_label
 
 
 def _one_line(res) -> str:

@@ -15,7 +15,6 @@ import pwd
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -23,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ops_support import (  # noqa: E402
+from ctxsim.flows import ops
+from tests.ops_support import (
     OPS_CONFIG,
     cli,
     client_env,
@@ -34,8 +33,6 @@ from ops_support import (  # noqa: E402
     stop_group,
     wait_flow_run,
 )
-
-from ctxsim.flows import ops
 
 pytestmark = pytest.mark.integration
 

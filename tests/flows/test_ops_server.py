@@ -9,15 +9,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ops_support import (  # noqa: E402
+from ctxsim.flows import ops
+from ctxsim.tasks import STAGES
+from tests.ops_support import (
     BIN,
     OPS_CONFIG,
     REPO,
@@ -33,9 +33,6 @@ from ops_support import (  # noqa: E402
     stop_group,
     wait_flow_run,
 )
-
-from ctxsim.flows import ops
-from ctxsim.tasks import STAGES
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,7 @@ import ctxsim.flows.pipeline
 from ctxsim.flows.cli import app
 from ctxsim.flows.config import ConfigError, load_config
 from ctxsim.store.errors import CorruptInputError, InputError
-
-from .conftest import REPO, SAMPLE
+from tests.conftest import REPO, SAMPLE
 
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 

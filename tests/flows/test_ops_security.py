@@ -48,7 +48,7 @@ def test_until_must_be_a_stage(bad: str) -> None:
     from ctxsim.flows.config import load_config
     from ctxsim.flows.pipeline import select_stages
 
-    cfg = load_config(Path(__file__).parent / "ops_config.yaml")
+    cfg = load_config(Path(__file__).parents[1] / "ops_config.yaml")
     with pytest.raises(ValueError, match="is not a stage"):
         select_stages(cfg, bad)
 

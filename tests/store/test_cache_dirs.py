@@ -10,7 +10,7 @@ from ctxsim.store.artefacts import ArtefactStore
 from ctxsim.store.sample_cache import SampleCache
 from ctxsim.store.score_cache import ScoreCache
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("flows", "tasks", "models", "store", "readers", "scores", "product")
 
 

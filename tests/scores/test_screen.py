@@ -9,8 +9,8 @@ import torch
 
 from ctxsim.models.discriminator import encode_texts, pad_batch
 from ctxsim.scores.loading import load_discriminator
-from tests.test_discriminator import TINY
-from tests.test_retrieval import run_stages
+from tests.models.test_discriminator import TINY
+from tests.models.test_retrieval import run_stages
 
 KEEP = 8
 

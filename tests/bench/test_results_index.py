@@ -40,7 +40,7 @@ def test_write_results_records_the_commit(tmp_path: Path) -> None:
 def test_bench_readme_names_every_module_and_make_bench_runs_every_speed_benchmark() -> None:
     from bench.run_all import BENCHES
 
-    bench = Path(__file__).resolve().parents[1] / "bench"
+    bench = Path(__file__).resolve().parents[2] / "bench"
     readme = (bench / "README.md").read_text()
     modules = {f"bench.{p.stem}" for p in bench.glob("bench_*.py")}
     unnamed = sorted(m for m in modules if f"`{m}`" not in readme)

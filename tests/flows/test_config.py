@@ -8,7 +8,7 @@ import pytest
 
 from ctxsim.flows.config import ConfigError, load_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bundled_configs_validate():

@@ -9,7 +9,7 @@ import yaml
 
 from ctxsim.tasks import STAGES, load_stage, upstream_of
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _with(attr: str, value: object = True) -> list[str]:
