@@ -101,11 +101,11 @@ def sample_corpus(
     """Write a seeded sample of the corpus under ``out_dir``; return (paths, sample bytes, full
     bytes). JSON Lines records are kept whole with probability ``fraction`` (at least one per
     file); other formats are sampled by whole files."""
-    from ctxsim.tasks.shard import _expand
+    from ctxsim.readers.corpus import expand_paths
 
     if not 0 < fraction <= 1:
         raise ConfigError(f"--sample-fraction {fraction}: must be in (0, 1]")
-    files = _expand(paths)
+    files = expand_paths(paths)
     rng = np.random.default_rng(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     kept: list[str] = []

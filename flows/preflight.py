@@ -60,9 +60,9 @@ def check_corpus(cfg: PipelineConfig) -> None:
     stream is only found by reading it all: the shard stage reports that one, naming the file)."""
     if "shard" not in cfg.stages:
         return
-    from ctxsim.tasks.shard import _expand
+    from ctxsim.readers.corpus import expand_paths
 
-    for f in _expand(cfg.stages["shard"].paths):  # type: ignore[attr-defined]
+    for f in expand_paths(cfg.stages["shard"].paths):  # type: ignore[attr-defined]
         if f.name.endswith(".gz"):
             problem = gzip_header_problem(f)
             if problem:

@@ -1,5 +1,8 @@
-"""Readers for corpora users bring, beside the plain-text and JSON Lines readers of the shard
-stage (tasks/shard.py): tables with a named text column and optional document / section id
+"""The readers of the corpora users bring, for the shard stage (tasks/shard.py): ``expand_paths``
+turns ``shard.paths`` into files and ``iter_sections`` reads them, in a deterministic order, as
+sections (a contiguous run of paragraphs that no context window crosses): plain text (one
+document per file, or per blank-line separated block), JSON Lines (a record holds one text or a
+list of paragraphs), and tables with a named text column and optional document / section id
 columns, as Parquet files or as a Hugging Face dataset saved with ``Dataset.save_to_disk``.
 
 Why one table reader for both: a row is a piece of text (paragraphs split on blank lines);
@@ -13,13 +16,18 @@ Bad input raises ``CorpusInputError`` naming the file (or dataset folder) and th
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from ctxsim.store.errors import InputError
+from ctxsim.store.inputs import open_input
 
 #: the files ``Dataset.save_to_disk`` writes beside its Arrow shards
 HF_MARKERS = ("state.json", "dataset_info.json")
@@ -37,6 +45,20 @@ class TableColumns(Protocol):
     parquet_doc_column: str | None
     parquet_section_column: str | None
     empty_files: str
+
+
+class CorpusSettings(TableColumns, Protocol):
+    """The shard settings the readers need (tasks/shard.py ShardParams)."""
+
+    paths: list[str]
+    format: str
+    text_field: str
+    paragraphs_field: str
+    doc_field: str | None
+    lead_fields: list[str]
+    section_field: str | None
+    text_mode: str
+    encoding_errors: str
 
 
 def hf_dataset_root(path: Path) -> Path | None:
@@ -88,7 +110,7 @@ def table_sections(
     blocks: Any,
 ) -> Iterator[tuple[str, str, list[str]]]:
     """(doc key, section key, paragraphs) from table columns in row order; ``blocks`` splits a
-    text into paragraphs (tasks/shard.py ``_blocks``)."""
+    text into paragraphs (``text_blocks``)."""
     cur: tuple[str, str, list[str]] | None = None
     for i, text in enumerate(texts):
         if text is not None and not isinstance(text, str):
@@ -177,3 +199,161 @@ def _table(where: Path, table: Any, p: TableColumns, counts: Counter, blocks: An
         counts,
         blocks,
     )
+
+
+@dataclass
+class Section:
+    doc_key: str
+    section_key: str
+    paragraphs: list[str]
+
+
+def expand_paths(paths: list[str]) -> list[Path]:
+    """The corpus files that ``paths`` (shard.paths) name, in order: each glob pattern (``~`` and
+    ``**`` allowed) sorted, a folder standing for every file below it. A pattern that matches
+    nothing, or paths that hold no file, raise CorpusInputError."""
+    files: list[Path] = []
+    for pattern in paths:
+        pattern = os.path.expanduser(pattern)
+        matched = sorted(glob.glob(pattern, recursive=True))
+        if not matched:
+            raise CorpusInputError(f"corpus path {pattern!r} matches no file")
+        for m in map(Path, matched):  # a folder stands for every file below it
+            files.extend(sorted(f for f in m.rglob("*") if f.is_file()) if m.is_dir() else [m])
+    if not files:
+        raise CorpusInputError(f"corpus paths {paths} contain no files")
+    return files
+
+
+def detect_format(path: Path, fmt: str) -> str:
+    """The reader for a file: ``fmt`` unless it is ``auto``, else by the file name."""
+    if fmt != "auto":
+        return fmt
+    name = path.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")):
+        return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    return "text"
+
+
+def _decode(raw: bytes, path: Path, base_offset: int, errors: str, line: int | None = None) -> str:
+    try:
+        return raw.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as e:
+        line = line if line is not None else raw.count(b"\n", 0, e.start) + 1
+        raise CorpusInputError(
+            f"{path}: invalid UTF-8 at byte offset {base_offset + e.start} (line {line})"
+            " (set shard.encoding_errors: replace to substitute U+FFFD)"
+        ) from None
+
+
+def _open_bytes(path: Path) -> AbstractContextManager[BinaryIO]:
+    """A truncated or non-gzip ``.gz`` raises CorruptInputError naming the file (no retry)."""
+    return open_input(path)
+
+
+def text_blocks(text: str) -> list[str]:
+    """Blank-line separated blocks, lines stripped (their newlines kept: an over-long block is
+    split at them, see split_paragraph; the sentence splitter collapses whitespace anyway)."""
+    out, cur = [], []
+    for line in text.splitlines():
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            out.append("\n".join(cur))
+            cur = []
+    if cur:
+        out.append("\n".join(cur))
+    return out
+
+
+def iter_sections(p: CorpusSettings, counts: Counter) -> Iterator[Section]:
+    """All sections of the corpus in a deterministic order."""
+    hf_seen: set[Path] = set()
+    for path in expand_paths(p.paths):
+        fmt = detect_format(path, p.format)
+        hf = hf_dataset_root(path) if fmt in ("auto", "hf", "text") else None
+        if fmt == "hf" and hf is None:
+            raise CorpusInputError(f"{path}: not in a folder written by save_to_disk (format hf)")
+        if hf is not None:  # a save_to_disk folder: read once, as a dataset, in its order
+            if hf not in hf_seen:
+                hf_seen.add(hf)
+                yield from (Section(*x) for x in hf_sections(hf, p, counts, text_blocks))
+            continue
+        if path.stat().st_size == 0:
+            if p.empty_files == "error":
+                raise CorpusInputError(f"{path}: empty file")
+            counts["empty_files"] += 1
+            continue
+        if fmt == "jsonl":
+            yield from _jsonl_sections(path, p, counts)
+        elif fmt == "parquet":
+            yield from (Section(*x) for x in parquet_sections(path, p, counts, text_blocks))
+        else:
+            with _open_bytes(path) as f:
+                text = _decode(f.read(), path, 0, p.encoding_errors)
+            blocks = text_blocks(text)
+            if not blocks:
+                counts["empty_documents"] += 1
+                continue
+            if p.text_mode == "file":
+                yield Section(str(path), f"{path}#0", blocks)
+            else:
+                for i, block in enumerate(blocks):
+                    yield Section(f"{path}:{i}", f"{path}:{i}#0", [block])
+
+
+def _jsonl_sections(path: Path, p: CorpusSettings, counts: Counter) -> Iterator[Section]:
+    offset = 0
+    with _open_bytes(path) as f:
+        for lineno, raw in enumerate(f, start=1):
+            start, offset = offset, offset + len(raw)
+            line = _decode(raw, path, start, p.encoding_errors, lineno).strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CorpusInputError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise CorpusInputError(f"{path}:{lineno}: expected a JSON object")
+            if p.paragraphs_field in rec:
+                paras = rec[p.paragraphs_field]
+                if not isinstance(paras, list) or not all(isinstance(x, str) for x in paras):
+                    raise CorpusInputError(
+                        f"{path}:{lineno}: field {p.paragraphs_field!r} must be a list of strings"
+                    )
+                paras = [x.strip() for x in paras if x and x.strip()]
+            elif p.text_field in rec:
+                if not isinstance(rec[p.text_field], str):
+                    raise CorpusInputError(
+                        f"{path}:{lineno}: field {p.text_field!r} must be a string"
+                    )
+                paras = text_blocks(rec[p.text_field])
+            else:
+                raise CorpusInputError(
+                    f"{path}:{lineno}: record has neither "
+                    f"{p.paragraphs_field!r} nor {p.text_field!r}"
+                )
+            leads = []
+            for field in p.lead_fields:
+                value = rec.get(field)
+                if value is None:
+                    continue
+                if not isinstance(value, str):
+                    raise CorpusInputError(
+                        f"{path}:{lineno}: lead field {field!r} must be a string"
+                    )
+                if value.strip():
+                    leads.append(value.strip())
+            if leads and paras:
+                paras = leads + paras
+            if not paras:
+                counts["empty_documents"] += 1
+                continue
+            doc = rec.get(p.doc_field) if p.doc_field else None
+            sec = rec.get(p.section_field) if p.section_field else None
+            doc_key = f"{path}:{doc}" if doc is not None else f"{path}:{lineno}"
+            sec_key = f"{doc_key}#{sec}" if sec is not None else f"{doc_key}#{lineno}"
+            yield Section(doc_key, sec_key, paras)

@@ -6,15 +6,16 @@ everything already scored. The `score` stage's artefact stays content-addressed;
 saves the generator passes behind it, so an artefact computed with a warm cache holds the same
 values as one computed cold (up to float noise of batch composition, <= 1e-5).
 
-Layout: ``ROOT/_cache/scores/<scorer id>-<fp32|bf16>/<direction>/<uuid>.parquet`` (the scorer id
-hashes templates, limits and weight bytes: tasks/generator.py ``scorer_identity``),
-rows ``(key: 16-byte blake2b of the window texts, value: float32)``. Each writer adds its own
-file by atomic rename, so concurrent shards and workers never clash; a reader sees only whole
-files. A file is named by the sha256 of its bytes and checked on every read: parquet carries no
-checksum, and a few flipped bytes would otherwise become plausible-looking scores inside a freshly
-checksummed score artefact. A file that fails the check (or does not parse, or predates the
-checksums) is renamed to ``<name>.corrupt`` with a warning, and its windows are scored again.
-Delete the folder to drop the cache.
+Layout: ``ROOT/_cache/scores/<scorer id>-<fp32|bf16>/<direction>/<sha256>.parquet`` (the
+folder is ``ArtefactStore.cache_dir("scores")``; the scorer id hashes templates, limits and
+weight bytes: tasks/generator.py ``scorer_identity``), rows ``(key: 16-byte blake2b of the window
+texts, value: float32)``. Each writer adds its own file through store.atomic (a temporary
+sibling renamed into place), so concurrent shards and workers never clash; a reader sees only
+whole files. A file is named by the sha256 of its bytes and checked on every read: parquet
+carries no checksum, and a few flipped bytes would otherwise become plausible-looking scores
+inside a freshly checksummed score artefact. A file that fails the check (or does not parse, or
+predates the checksums) is renamed to ``<name>.corrupt`` with a warning, and its windows are
+scored again. Delete the folder to drop the cache.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ctxsim.store.artefacts import ArtefactStore, sha256_file
+from ctxsim.store.atomic import write_bytes_atomic
 from ctxsim.store.stage import get_logger
 
 KEY_BYTES = 16
@@ -96,13 +97,15 @@ class ScoreCache:
 
 
 def write_checksummed(d: Path, table: pa.Table) -> Path:
-    """Write ``table`` as a new Parquet file in ``d`` named by the sha256 of its bytes (written
-    aside, then renamed into place: concurrent writers never clash, readers see whole files)."""
+    """Write ``table`` as a new Parquet file in ``d`` named by the sha256 of its bytes, through
+    store.atomic (written aside, then renamed into place: concurrent writers never clash, readers
+    see whole files; two writers of the same bytes write the same file)."""
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".{uuid.uuid4().hex}.tmp"
-    pq.write_table(table, tmp)
-    dest = d / f"{sha256_file(tmp)}.parquet"
-    os.replace(tmp, dest)
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf)
+    data = buf.getvalue().to_pybytes()
+    dest = d / f"{hashlib.sha256(data).hexdigest()}.parquet"
+    write_bytes_atomic(dest, data)
     return dest
 
 

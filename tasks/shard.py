@@ -12,23 +12,17 @@ increasing in reading order, consecutive within a section.
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field
 
 from ctxsim.models.sentences import count_tokens, split_paragraph
-from ctxsim.readers.corpus import CorpusInputError, hf_dataset_root, hf_sections, parquet_sections
+from ctxsim.readers.corpus import CorpusInputError, expand_paths, iter_sections
 from ctxsim.store.artefacts import content_digest
-from ctxsim.store.inputs import open_input
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SENTS_PER_DOC_BITS = 24
@@ -74,160 +68,6 @@ class ShardParams(StageParams):
     n_shards: int = Field(2, ge=1, le=4096)
 
     added_defaults: ClassVar[dict[str, Any]] = {"lead_fields": []}
-
-
-@dataclass
-class Section:
-    doc_key: str
-    section_key: str
-    paragraphs: list[str]
-
-
-def _expand(paths: list[str]) -> list[Path]:
-    files: list[Path] = []
-    for pattern in paths:
-        pattern = os.path.expanduser(pattern)
-        matched = sorted(glob.glob(pattern, recursive=True))
-        if not matched:
-            raise CorpusInputError(f"corpus path {pattern!r} matches no file")
-        for m in map(Path, matched):  # a folder stands for every file below it
-            files.extend(sorted(f for f in m.rglob("*") if f.is_file()) if m.is_dir() else [m])
-    if not files:
-        raise CorpusInputError(f"corpus paths {paths} contain no files")
-    return files
-
-
-def _detect(path: Path, fmt: str) -> str:
-    if fmt != "auto":
-        return fmt
-    name = path.name.lower()
-    if name.endswith((".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")):
-        return "jsonl"
-    if name.endswith(".parquet"):
-        return "parquet"
-    return "text"
-
-
-def _decode(raw: bytes, path: Path, base_offset: int, errors: str, line: int | None = None) -> str:
-    try:
-        return raw.decode("utf-8", errors=errors)
-    except UnicodeDecodeError as e:
-        line = line if line is not None else raw.count(b"\n", 0, e.start) + 1
-        raise CorpusInputError(
-            f"{path}: invalid UTF-8 at byte offset {base_offset + e.start} (line {line})"
-            " (set shard.encoding_errors: replace to substitute U+FFFD)"
-        ) from None
-
-
-def _open_bytes(path: Path) -> AbstractContextManager[BinaryIO]:
-    """A truncated or non-gzip ``.gz`` raises CorruptInputError naming the file (no retry)."""
-    return open_input(path)
-
-
-def _blocks(text: str) -> list[str]:
-    """Blank-line separated blocks, lines stripped (their newlines kept: an over-long block is
-    split at them, see split_paragraph; the sentence splitter collapses whitespace anyway)."""
-    out, cur = [], []
-    for line in text.splitlines():
-        if line.strip():
-            cur.append(line.strip())
-        elif cur:
-            out.append("\n".join(cur))
-            cur = []
-    if cur:
-        out.append("\n".join(cur))
-    return out
-
-
-def iter_sections(p: ShardParams, counts: Counter) -> Iterator[Section]:
-    """All sections of the corpus in a deterministic order."""
-    hf_seen: set[Path] = set()
-    for path in _expand(p.paths):
-        fmt = _detect(path, p.format)
-        hf = hf_dataset_root(path) if fmt in ("auto", "hf", "text") else None
-        if fmt == "hf" and hf is None:
-            raise CorpusInputError(f"{path}: not in a folder written by save_to_disk (format hf)")
-        if hf is not None:  # a save_to_disk folder: read once, as a dataset, in its order
-            if hf not in hf_seen:
-                hf_seen.add(hf)
-                yield from (Section(*x) for x in hf_sections(hf, p, counts, _blocks))
-            continue
-        if path.stat().st_size == 0:
-            if p.empty_files == "error":
-                raise CorpusInputError(f"{path}: empty file")
-            counts["empty_files"] += 1
-            continue
-        if fmt == "jsonl":
-            yield from _jsonl_sections(path, p, counts)
-        elif fmt == "parquet":
-            yield from (Section(*x) for x in parquet_sections(path, p, counts, _blocks))
-        else:
-            with _open_bytes(path) as f:
-                text = _decode(f.read(), path, 0, p.encoding_errors)
-            blocks = _blocks(text)
-            if not blocks:
-                counts["empty_documents"] += 1
-                continue
-            if p.text_mode == "file":
-                yield Section(str(path), f"{path}#0", blocks)
-            else:
-                for i, block in enumerate(blocks):
-                    yield Section(f"{path}:{i}", f"{path}:{i}#0", [block])
-
-
-def _jsonl_sections(path: Path, p: ShardParams, counts: Counter) -> Iterator[Section]:
-    offset = 0
-    with _open_bytes(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            start, offset = offset, offset + len(raw)
-            line = _decode(raw, path, start, p.encoding_errors, lineno).strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CorpusInputError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise CorpusInputError(f"{path}:{lineno}: expected a JSON object")
-            if p.paragraphs_field in rec:
-                paras = rec[p.paragraphs_field]
-                if not isinstance(paras, list) or not all(isinstance(x, str) for x in paras):
-                    raise CorpusInputError(
-                        f"{path}:{lineno}: field {p.paragraphs_field!r} must be a list of strings"
-                    )
-                paras = [x.strip() for x in paras if x and x.strip()]
-            elif p.text_field in rec:
-                if not isinstance(rec[p.text_field], str):
-                    raise CorpusInputError(
-                        f"{path}:{lineno}: field {p.text_field!r} must be a string"
-                    )
-                paras = _blocks(rec[p.text_field])
-            else:
-                raise CorpusInputError(
-                    f"{path}:{lineno}: record has neither "
-                    f"{p.paragraphs_field!r} nor {p.text_field!r}"
-                )
-            leads = []
-            for field in p.lead_fields:
-                value = rec.get(field)
-                if value is None:
-                    continue
-                if not isinstance(value, str):
-                    raise CorpusInputError(
-                        f"{path}:{lineno}: lead field {field!r} must be a string"
-                    )
-                if value.strip():
-                    leads.append(value.strip())
-            if leads and paras:
-                paras = leads + paras
-            if not paras:
-                counts["empty_documents"] += 1
-                continue
-            doc = rec.get(p.doc_field) if p.doc_field else None
-            sec = rec.get(p.section_field) if p.section_field else None
-            doc_key = f"{path}:{doc}" if doc is not None else f"{path}:{lineno}"
-            sec_key = f"{doc_key}#{sec}" if sec is not None else f"{doc_key}#{lineno}"
-            yield Section(doc_key, sec_key, paras)
 
 
 SHARD_SCHEMA = pa.schema(
@@ -299,7 +139,7 @@ class ShardStage(Stage):
     def fingerprint_extra(self, params: ShardParams) -> dict[str, Any]:
         """Input files by content (sha256) and name below their common folder: an edited
         corpus gets a new fingerprint, a copied or moved one keeps it."""
-        files = [f.resolve() for f in _expand(params.paths)]
+        files = [f.resolve() for f in expand_paths(params.paths)]
         base = Path(os.path.commonpath([str(f.parent) for f in files]))
         rows = [[str(f.relative_to(base)), f.stat().st_size, content_digest(f)] for f in files]
         return {"files": rows}
@@ -312,7 +152,7 @@ class ShardStage(Stage):
         counts: Counter = Counter()
         cols: dict[str, list] = {f.name: [] for f in SHARD_SCHEMA}
         doc_id, section_id, last_doc = -1, -1, None
-        files, file_i = [str(f) for f in _expand(p.paths)], 0
+        files, file_i = [str(f) for f in expand_paths(p.paths)], 0
         # per corpus file: [input chars, kept chars, kept, too short, too long, split paragraphs]
         per_file: dict[str, list[int]] = {}
         for sec in iter_sections(p, counts):

@@ -72,7 +72,8 @@ def test_truncated_and_non_gzip_corpus_files_name_the_file_and_are_not_transient
     from collections import Counter
 
     from ctxsim.flows.pipeline import is_transient
-    from ctxsim.tasks.shard import ShardParams, iter_sections
+    from ctxsim.readers.corpus import iter_sections
+    from ctxsim.tasks.shard import ShardParams
 
     whole = gzip.compress(SAMPLE.read_bytes())
     truncated = tmp_path / "truncated.jsonl.gz"
