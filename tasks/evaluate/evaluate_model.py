@@ -70,6 +70,278 @@ def _systems(model_path: str, baselines: dict[str, str | None]) -> dict[str, str
     return {"surrogate": model_path, **baselines}
 
 
+#: (system, similarity) -> STS set name -> predicted similarity of each pair
+Preds = dict[tuple[str, str], dict[str, np.ndarray]]
+#: (system, similarity) -> dataset key (STS12, STSb, ...) -> scores of sts_scores
+PerSystem = dict[tuple[str, str], dict[str, dict[str, float]]]
+
+
+def _row(
+    dataset: str, subset: str, sim: str, system: str, rho: float, rho_mean: float, r: float, n: int
+) -> dict[str, Any]:
+    """One row of the evaluate stage's table (one system and similarity on one set)."""
+    return {
+        "dataset": dataset,
+        "subset": subset,
+        "similarity": sim,
+        "system": system,
+        "spearman_all": rho,
+        "spearman_mean": rho_mean,
+        "pearson": r,
+        "n_pairs": n,
+    }
+
+
+def _shown(path: str, relative_to: str | Path | None) -> str:
+    """A model path as reported: relative to ``relative_to`` (the artefact root) when under it."""
+    if relative_to is not None:
+        try:
+            return str(Path(path).resolve().relative_to(Path(relative_to).resolve()))
+        except ValueError:
+            pass
+    return path
+
+
+def _empty_result(model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "conventions": {
+            "spearman_all": "x100, subsets of a year concatenated (SimCSE/CLRCMD)",
+            "spearman_mean": "x100, mean over subsets (SentEval/DynaMax)",
+        },
+        "datasets": {},
+        "rcmd": {},
+        "ists": {},
+        "hard": {},
+        "baselines": {},
+        "bootstrap": {},
+    }
+
+
+def _find_data(
+    sts_dir: str | Path | None, max_pairs: int | None, seed: int, log: Any, result: dict
+) -> tuple[list[StsSet], list, list]:
+    """(STS sets, domain pair sets, domain QA sets) under ``sts_dir``; a warning in ``result``
+    (and the log) when there is none of them."""
+    sets: list[StsSet] = []
+    if sts_dir is not None and Path(sts_dir).expanduser().is_dir():
+        sets = [sample_pairs(s, max_pairs, seed) for s in discover(Path(sts_dir).expanduser())]
+    pair_sets, qa_sets = discover_domain(sts_dir) if sts_dir is not None else ([], [])
+    if not sets and not pair_sets and not qa_sets:
+        msg = DATA_HINT.format(where=sts_dir)
+        log.warning(msg)
+        result["warnings"] = [msg]
+    return sets, pair_sets, qa_sets
+
+
+def _score_models(
+    surrogate: Any,
+    model_path: str,
+    baselines: dict[str, str | None],
+    sets: list[StsSet],
+    similarities: Sequence[str],
+    load: Any,
+    batch_size: int,
+    keep_encoders: bool,
+    log: Any,
+) -> tuple[Preds, dict[str, Any]]:
+    """Each model system (the surrogate, then the baselines that are models) on every STS set
+    and similarity; with ``keep_encoders``, the loaded models by system (for the domain tasks)."""
+    preds: Preds = {}
+    encoders: dict[str, Any] = {}
+    for system, path in _systems(model_path, baselines).items():
+        if system in ("dynamax", "tfidf"):
+            continue
+        model = surrogate if system == "surrogate" else load(path)
+        if keep_encoders:
+            encoders[system] = model
+        for s in sets:
+            sc = score_pairs(model, s.s1, s.s2, batch_size, similarities)
+            for sim, v in sc.items():
+                preds.setdefault((system, sim), {})[s.name] = v
+        log.info("evaluate: scored %d sets with %s", len(sets), system)
+    return preds, encoders
+
+
+def _dynamax(
+    src: str | None, surrogate: Any, sets: list[StsSet], load: Any, shown: Any
+) -> tuple[dict[str, np.ndarray], str]:
+    """DynaMax scores of every set and what its word vectors were: wordllama (``src`` None or
+    "wordllama"; the surrogate's input embeddings when it is not installed) or the input
+    embeddings of the model at ``src``."""
+    try:
+        if src in (None, "wordllama"):
+            tokenize, vec = wordllama_vectors()
+            vectors = "wordllama"
+        else:
+            tokenize, vec = backbone_vectors(load(src))
+            vectors = shown(src)
+    except ImportError:
+        tokenize, vec = backbone_vectors(surrogate)
+        vectors = "surrogate input embeddings (wordllama not installed)"
+    return {s.name: dynamax_scores(s.s1, s.s2, tokenize, vec) for s in sets}, vectors
+
+
+def _sts_rows(sets: list[StsSet], preds: Preds) -> tuple[list[dict[str, Any]], PerSystem]:
+    """Per system and similarity: a row per dataset (its subsets pooled) then one per set."""
+    rows: list[dict[str, Any]] = []
+    per_system: PerSystem = {}
+    for (system, sim), p in preds.items():
+        per = _group_scores(sets, p)
+        per_system[(system, sim)] = per
+        for key, sc in per.items():
+            rows.append(
+                _row(
+                    key,
+                    "all",
+                    sim,
+                    system,
+                    sc["spearman_all"],
+                    sc["spearman_mean"],
+                    sc["pearson_all"],
+                    sc["n_pairs"],
+                )
+            )
+        for s in sets:
+            rho, r = M.spearman(p[s.name], s.gold), M.pearson(p[s.name], s.gold)
+            rows.append(_row(dataset_key(s), s.subset, sim, system, rho, rho, r, len(s)))
+    return rows, per_system
+
+
+def _hard_splits(
+    sets: list[StsSet],
+    preds: Preds,
+    quantile: float,
+    high_gold: tuple[float, float],
+    low_gold: tuple[float, float],
+    rows: list[dict[str, Any]],
+    result: dict[str, Any],
+) -> dict[str, np.ndarray]:
+    """Wieting et al. (2020) hard splits over the pooled STS12-16 pairs (all sets when no STS12-16
+    is present): rows appended to ``rows``, the surrogate's (cosine) in ``result["hard"]`` and each
+    baseline's under its ``result["baselines"]`` entry. Returns the splits' pair indices."""
+    pool = [s for s in sets if s.dataset in ("STS12", "STS13", "STS14", "STS15", "STS16")] or sets
+    if not pool:
+        return {}
+    a1 = [x for s in pool for x in s.s1]
+    a2 = [x for s in pool for x in s.s2]
+    gold = np.array([x for s in pool for x in s.gold])
+    hard_idx = M.hard_splits(a1, a2, gold, quantile, high_gold, low_gold)
+    for (system, sim), p in preds.items():
+        pp = np.concatenate([p[s.name] for s in pool])
+        hs = {}
+        for split, ix in hard_idx.items():
+            hs[split] = {
+                "spearman": M.spearman(pp[ix], gold[ix]),
+                "pearson": M.pearson(pp[ix], gold[ix]),
+                "n_pairs": int(len(ix)),
+            }
+            rho = hs[split]["spearman"]
+            rows.append(
+                _row("hard", split, sim, system, rho, rho, hs[split]["pearson"], int(len(ix)))
+            )
+        if system == "surrogate" and sim == "cosine":
+            result["hard"] = hs
+        elif system != "surrogate":
+            result["baselines"].setdefault(system, {}).setdefault("hard", {})[sim] = hs
+    return hard_idx
+
+
+def _dataset_blocks(per_system: PerSystem, result: dict[str, Any]) -> None:
+    """Per-dataset scores and the seven-set averages: the surrogate's at the top of ``result``
+    (cosine under ``datasets``, RCMD under ``rcmd``), each baseline's under its entry."""
+    for (system, sim), per in per_system.items():
+        block = {k: {**v, "similarity": sim} for k, v in per.items()}
+        if system == "surrogate":
+            result["datasets" if sim == "cosine" else "rcmd"] = block
+            result.setdefault("avg7", {})[sim] = _avg7(per)
+        else:
+            b = result["baselines"].setdefault(system, {})
+            b.setdefault("datasets", {})[sim] = block
+            b.setdefault("avg7", {})[sim] = _avg7(per)
+
+
+def _bootstrap(
+    sets: list[StsSet], preds: Preds, resamples: int, confidence: float, seed: int
+) -> dict[str, dict[str, Any]]:
+    """Paired BCa intervals of the Spearman difference: the surrogate (cosine) minus each
+    baseline, per dataset; keyed ``surrogate.cosine-vs-<system>.<similarity>``."""
+    out: dict[str, dict[str, Any]] = {}
+    ref = preds[("surrogate", "cosine")]
+    gold_by_key: dict[str, list[StsSet]] = {}
+    for s in sets:
+        gold_by_key.setdefault(dataset_key(s), []).append(s)
+    for (system, sim), p in preds.items():
+        if system == "surrogate":
+            continue
+        cis = {}
+        for key, ss in gold_by_key.items():
+            g = np.concatenate([s.gold for s in ss])
+            a = np.concatenate([ref[s.name] for s in ss])
+            b = np.concatenate([p[s.name] for s in ss])
+            cis[key] = M.bootstrap_diff_ci(g, a, b, "spearman", resamples, confidence, seed)
+        out[f"surrogate.cosine-vs-{system}.{sim}"] = cis
+    return out
+
+
+def _ists(
+    surrogate: Any,
+    ists_dir: Path,
+    similarities: Sequence[str],
+    remove_oppo: bool,
+    out_dir: str | Path | None,
+) -> dict[str, dict[str, Any]]:
+    """iSTS alignment F1 of the surrogate per domain and similarity (against the gold with and
+    without non-EQUI alignments); with ``out_dir``, the system's .wa files are written there."""
+    from ctxsim.readers.ists import discover_ists, write_wa
+
+    out: dict[str, dict[str, Any]] = {}
+    for dom in discover_ists(ists_dir):
+        gold_eq = equi_filter(dom.gold, remove_oppo=remove_oppo)
+        entry = {}
+        for sim in similarities:
+            sysp = ists_system(surrogate, dom, sim)
+            f_eq = ists_f1(gold_eq, sysp, ("ali",))["ali"]
+            f_raw = ists_f1(dom.gold, sysp, ("ali",))["ali"]
+            entry[sim] = {
+                "f1_ali_equi": f_eq["f1"] * 100,
+                "precision_equi": f_eq["precision"] * 100,
+                "recall_equi": f_eq["recall"] * 100,
+                "f1_ali": f_raw["f1"] * 100,
+                "n_pairs": len(dom.gold),
+            }
+            if out_dir is not None:
+                write_wa(sysp, Path(out_dir) / f"ists.{dom.name}.{sim}.wa")
+        out[dom.name] = entry
+    return out
+
+
+def _write_outputs(
+    out: Path,
+    result: dict[str, Any],
+    per_system: PerSystem,
+    hard_idx: dict[str, np.ndarray],
+    surrogate: Any,
+    sets: list[StsSet],
+    preds: Preds,
+    log: Any,
+) -> None:
+    """results.json (without the rows), report.md and the plots, in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(
+        json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2)
+    )
+    report = render_report(result, per_system, hard_idx)
+    if result.get("domain"):
+        report = report.rstrip("\n") + "\n\n" + domain_report(result["domain"])
+    (out / "report.md").write_text(report)
+    if sets:
+        try:
+            write_plots(out, surrogate, sets, preds.get(("surrogate", "cosine"), {}))
+        except Exception as e:  # noqa: BLE001 - a plot must not sink an evaluation
+            log.warning("evaluate: plotting failed: %s", e)
+
+
 def evaluate_model(
     model_path: str | Path,
     sts_dir: str | Path | None,
@@ -109,192 +381,43 @@ def evaluate_model(
     model_path = str(model_path)
 
     def shown(path: str) -> str:
-        if paths_relative_to is not None:
-            try:
-                return str(Path(path).resolve().relative_to(Path(paths_relative_to).resolve()))
-            except ValueError:
-                pass
-        return path
+        return _shown(path, paths_relative_to)
 
-    result: dict[str, Any] = {
-        "model": shown(model_path),
-        "conventions": {
-            "spearman_all": "x100, subsets of a year concatenated (SimCSE/CLRCMD)",
-            "spearman_mean": "x100, mean over subsets (SentEval/DynaMax)",
-        },
-        "datasets": {},
-        "rcmd": {},
-        "ists": {},
-        "hard": {},
-        "baselines": {},
-        "bootstrap": {},
-    }
-    sets: list[StsSet] = []
-    if sts_dir is not None and Path(sts_dir).expanduser().is_dir():
-        sets = [
-            sample_pairs(s, max_pairs_per_subset, seed)
-            for s in discover(Path(sts_dir).expanduser())
-        ]
-    pair_sets, qa_sets = discover_domain(sts_dir) if sts_dir is not None else ([], [])
-    if not sets and not pair_sets and not qa_sets:
-        msg = DATA_HINT.format(where=sts_dir)
-        log.warning(msg)
-        result["warnings"] = [msg]
+    def load(path: str | Path | None) -> Any:
+        return load_st(path, device, max_seq_length)
 
-    surrogate = load_st(model_path, device, max_seq_length)
-    preds: dict[tuple[str, str], dict[str, np.ndarray]] = {}  # (system, similarity) -> set -> pred
-    encoders: dict[str, Any] = {}  # the domain tasks score every system side by side
-    for system, path in _systems(model_path, baselines).items():
-        if system in ("dynamax", "tfidf"):
-            continue
-        model = surrogate if system == "surrogate" else load_st(path, device, max_seq_length)
-        if pair_sets or qa_sets:
-            encoders[system] = model
-        for s in sets:
-            sc = score_pairs(model, s.s1, s.s2, batch_size, similarities)
-            for sim, v in sc.items():
-                preds.setdefault((system, sim), {})[s.name] = v
-        log.info("evaluate: scored %d sets with %s", len(sets), system)
+    result = _empty_result(shown(model_path))
+    sets, pair_sets, qa_sets = _find_data(sts_dir, max_pairs_per_subset, seed, log, result)
+    domain = bool(pair_sets or qa_sets)
+
+    # every system's predictions on the STS sets
+    surrogate = load(model_path)
+    preds, encoders = _score_models(
+        surrogate, model_path, baselines, sets, similarities, load, batch_size, domain, log
+    )
     if "dynamax" in baselines and sets:
-        src = baselines["dynamax"]
-        try:
-            tokenize, vec = (
-                wordllama_vectors()
-                if src in (None, "wordllama")
-                else backbone_vectors(load_st(src, device, max_seq_length))
-            )
-            result["dynamax_vectors"] = "wordllama" if src in (None, "wordllama") else shown(src)
-        except ImportError:
-            tokenize, vec = backbone_vectors(surrogate)
-            result["dynamax_vectors"] = "surrogate input embeddings (wordllama not installed)"
-        preds[("dynamax", "dynamax")] = {
-            s.name: dynamax_scores(s.s1, s.s2, tokenize, vec) for s in sets
-        }
-
+        dyn, result["dynamax_vectors"] = _dynamax(
+            baselines["dynamax"], surrogate, sets, load, shown
+        )
+        preds[("dynamax", "dynamax")] = dyn
     if "tfidf" in baselines and sets:  # the no-model reference (TF-IDF cosine of each pair)
         preds[("tfidf", "tfidf")] = {s.name: tfidf_cosine(s.s1, s.s2) for s in sets}
 
-    rows: list[dict[str, Any]] = []
-    per_system: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
-    for (system, sim), p in preds.items():
-        per = _group_scores(sets, p)
-        per_system[(system, sim)] = per
-        for key, sc in per.items():
-            rows.append(
-                {
-                    "dataset": key,
-                    "subset": "all",
-                    "similarity": sim,
-                    "system": system,
-                    "spearman_all": sc["spearman_all"],
-                    "spearman_mean": sc["spearman_mean"],
-                    "pearson": sc["pearson_all"],
-                    "n_pairs": sc["n_pairs"],
-                }
-            )
-        for s in sets:
-            rho, r = M.spearman(p[s.name], s.gold), M.pearson(p[s.name], s.gold)
-            rows.append(
-                {
-                    "dataset": dataset_key(s),
-                    "subset": s.subset,
-                    "similarity": sim,
-                    "system": system,
-                    "spearman_all": rho,
-                    "spearman_mean": rho,
-                    "pearson": r,
-                    "n_pairs": len(s),
-                }
-            )
-
-    # hard splits over the pooled STS12-16 pairs (all sets when no STS12-16 is present)
-    pool = [s for s in sets if s.dataset in ("STS12", "STS13", "STS14", "STS15", "STS16")] or sets
-    hard_idx: dict[str, np.ndarray] = {}
-    if pool:
-        a1 = [x for s in pool for x in s.s1]
-        a2 = [x for s in pool for x in s.s2]
-        gold = np.array([x for s in pool for x in s.gold])
-        hard_idx = M.hard_splits(a1, a2, gold, hard_quantile, hard_high_gold, hard_low_gold)
-        for (system, sim), p in preds.items():
-            pp = np.concatenate([p[s.name] for s in pool])
-            hs = {}
-            for split, ix in hard_idx.items():
-                hs[split] = {
-                    "spearman": M.spearman(pp[ix], gold[ix]),
-                    "pearson": M.pearson(pp[ix], gold[ix]),
-                    "n_pairs": int(len(ix)),
-                }
-                rows.append(
-                    {
-                        "dataset": "hard",
-                        "subset": split,
-                        "similarity": sim,
-                        "system": system,
-                        "spearman_all": hs[split]["spearman"],
-                        "spearman_mean": hs[split]["spearman"],
-                        "pearson": hs[split]["pearson"],
-                        "n_pairs": int(len(ix)),
-                    }
-                )
-            if system == "surrogate" and sim == "cosine":
-                result["hard"] = hs
-            elif system != "surrogate":
-                result["baselines"].setdefault(system, {}).setdefault("hard", {})[sim] = hs
-
-    for (system, sim), per in per_system.items():
-        block = {k: {**v, "similarity": sim} for k, v in per.items()}
-        if system == "surrogate":
-            result["datasets" if sim == "cosine" else "rcmd"] = block
-            result.setdefault("avg7", {})[sim] = _avg7(per)
-        else:
-            b = result["baselines"].setdefault(system, {})
-            b.setdefault("datasets", {})[sim] = block
-            b.setdefault("avg7", {})[sim] = _avg7(per)
-
-    # paired bootstrap: surrogate (cosine) minus each baseline, per dataset
+    # STS: rows, hard splits, per-dataset blocks, paired intervals
+    rows, per_system = _sts_rows(sets, preds)
+    hard_idx = _hard_splits(sets, preds, hard_quantile, hard_high_gold, hard_low_gold, rows, result)
+    _dataset_blocks(per_system, result)
     if ("surrogate", "cosine") in preds and bootstrap_resamples > 0:
-        ref = preds[("surrogate", "cosine")]
-        gold_by_key: dict[str, list[StsSet]] = {}
-        for s in sets:
-            gold_by_key.setdefault(dataset_key(s), []).append(s)
-        for (system, sim), p in preds.items():
-            if system == "surrogate":
-                continue
-            cis = {}
-            for key, ss in gold_by_key.items():
-                g = np.concatenate([s.gold for s in ss])
-                a = np.concatenate([ref[s.name] for s in ss])
-                b = np.concatenate([p[s.name] for s in ss])
-                cis[key] = M.bootstrap_diff_ci(
-                    g, a, b, "spearman", bootstrap_resamples, confidence, seed
-                )
-            result["bootstrap"][f"surrogate.cosine-vs-{system}.{sim}"] = cis
+        result["bootstrap"] = _bootstrap(sets, preds, bootstrap_resamples, confidence, seed)
 
-    # iSTS
     if ists_dir is not None and Path(ists_dir).expanduser().is_dir():
-        from ctxsim.readers.ists import discover_ists, write_wa
-
-        for dom in discover_ists(Path(ists_dir).expanduser()):
-            gold_eq = equi_filter(dom.gold, remove_oppo=ists_remove_oppo)
-            entry = {}
-            for sim in similarities:
-                sysp = ists_system(surrogate, dom, sim)
-                f_eq = ists_f1(gold_eq, sysp, ("ali",))["ali"]
-                f_raw = ists_f1(dom.gold, sysp, ("ali",))["ali"]
-                entry[sim] = {
-                    "f1_ali_equi": f_eq["f1"] * 100,
-                    "precision_equi": f_eq["precision"] * 100,
-                    "recall_equi": f_eq["recall"] * 100,
-                    "f1_ali": f_raw["f1"] * 100,
-                    "n_pairs": len(dom.gold),
-                }
-                if out_dir is not None:
-                    write_wa(sysp, Path(out_dir) / f"ists.{dom.name}.{sim}.wa")
-            result["ists"][dom.name] = entry
+        result["ists"] = _ists(
+            surrogate, Path(ists_dir).expanduser(), similarities, ists_remove_oppo, out_dir
+        )
     elif ists_dir is not None:
         log.warning("evaluate: ists_dir %s does not exist; iSTS skipped", ists_dir)
 
-    if pair_sets or qa_sets:
+    if domain:
         if "tfidf" in baselines:
             encoders["tfidf"] = None
         result["domain"] = evaluate_domain(
@@ -310,23 +433,10 @@ def evaluate_model(
     encoders.clear()
 
     result["n_sets"] = len(sets)
-    if pair_sets or qa_sets:
+    if domain:
         result["n_domain_sets"] = len(pair_sets) + len(qa_sets)
     result = _nan_to_none(result)
     result["rows"] = _nan_to_none(rows)
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(
-            json.dumps({k: v for k, v in result.items() if k != "rows"}, indent=2)
-        )
-        report = render_report(result, per_system, hard_idx)
-        if result.get("domain"):
-            report = report.rstrip("\n") + "\n\n" + domain_report(result["domain"])
-        (out / "report.md").write_text(report)
-        if sets:
-            try:
-                write_plots(out, surrogate, sets, preds.get(("surrogate", "cosine"), {}))
-            except Exception as e:  # noqa: BLE001 - a plot must not sink an evaluation
-                log.warning("evaluate: plotting failed: %s", e)
+        _write_outputs(Path(out_dir), result, per_system, hard_idx, surrogate, sets, preds, log)
     return result
