@@ -211,6 +211,14 @@ def report_markdown(diag: dict[str, Any]) -> str:
     for mode, h in diag.get("by_mode", {}).items():
         if mode != "_edges":
             lines.append(f"| {mode} | {h['n']} | {h['mean']} | {h['std']} |")
+    sep = diag.get("separation")
+    if sep:
+        lines += [
+            "",
+            f"Mined ({'/'.join(MINED_MODES)}) minus random: {sep['difference']:+.4f}, bootstrap "
+            f"95% CI [{sep['ci_low']:+.4f}, {sep['ci_high']:+.4f}], Cohen's d "
+            f"{sep['cohens_d']:+.2f}",
+        ]
     ref = diag.get("reference", {})
     lines += ["", "## Agreement with the reference encoder", ""]
     if ref.get("encoder", "none") == "none":
@@ -261,28 +269,51 @@ def mean_difference_ci(
     return float(a.mean() - b.mean()), float(lo), float(hi), d
 
 
-def trust_warnings(
-    labels: np.ndarray, sources: np.ndarray, reference_spearman: float | None, seed: int = 0
-) -> list[str]:
-    """Warnings a newcomer needs before trusting the labels: mined pairs not separated from
-    random ones (the difference of means with a bootstrap 95% CI whose lower end is not above
-    0), and labels that barely agree with the reference encoder."""
+def separation(labels: np.ndarray, sources: np.ndarray, seed: int = 0) -> dict[str, Any] | None:
+    """Mined pairs (knn / shared) against random ones: counts, means, the difference of means
+    with its bootstrap 95% CI and Cohen's d; None with fewer than 5 pairs of either kind."""
     lab = np.asarray(labels, np.float64)
     src = np.asarray(sources, dtype=object)
     ok = np.isfinite(lab)
     mined = ok & np.isin(src, MINED_MODES)
     rand = ok & (src == "random")
+    if mined.sum() < 5 or rand.sum() < 5:
+        return None
+    diff, lo, hi, d = mean_difference_ci(lab[mined], lab[rand], seed=seed)
+    return {
+        "mined_n": int(mined.sum()),
+        "mined_mean": float(lab[mined].mean()),
+        "random_n": int(rand.sum()),
+        "random_mean": float(lab[rand].mean()),
+        "difference": diff,
+        "ci_low": lo,
+        "ci_high": hi,
+        "cohens_d": d,
+    }
+
+
+def trust_warnings(
+    labels: np.ndarray, sources: np.ndarray, reference_spearman: float | None, seed: int = 0
+) -> list[str]:
+    """Warnings a newcomer needs before trusting the labels: mined pairs not separated from
+    random ones (the difference of means with a bootstrap 95% CI whose lower end is not above
+    0), and labels that barely agree with the reference encoder. The label stage emits them
+    (stats ``diag_warnings``, its log); export adds them only for a label artefact made before
+    it did (no ``diag_separation`` stat)."""
+    return warnings_for(separation(labels, sources, seed), reference_spearman)
+
+
+def warnings_for(sep: dict[str, Any] | None, reference_spearman: float | None) -> list[str]:
+    """trust_warnings from a computed ``separation`` and the reference Spearman x100."""
     out = []
-    if mined.sum() >= 5 and rand.sum() >= 5:
-        diff, lo, hi, d = mean_difference_ci(lab[mined], lab[rand], seed=seed)
-        if lo <= 0:
-            out.append(
-                f"mined pairs ({'/'.join(MINED_MODES)}, n={int(mined.sum())}, mean "
-                f"{lab[mined].mean():.3f}) are not separated from random pairs (n="
-                f"{int(rand.sum())}, mean {lab[rand].mean():.3f}): difference {diff:+.3f}, 95% "
-                f"CI [{lo:+.3f}, {hi:+.3f}], Cohen's d {d:+.2f}; the labels may not follow "
-                "similarity"
-            )
+    if sep is not None and sep["ci_low"] <= 0:
+        out.append(
+            f"mined pairs ({'/'.join(MINED_MODES)}, n={sep['mined_n']}, mean "
+            f"{sep['mined_mean']:.3f}) are not separated from random pairs (n="
+            f"{sep['random_n']}, mean {sep['random_mean']:.3f}): difference "
+            f"{sep['difference']:+.3f}, 95% CI [{sep['ci_low']:+.3f}, {sep['ci_high']:+.3f}], "
+            f"Cohen's d {sep['cohens_d']:+.2f}; the labels may not follow similarity"
+        )
     if reference_spearman is not None and abs(reference_spearman) < REFERENCE_NEAR_ZERO:
         out.append(
             f"the labels barely agree with the reference encoder (Spearman x100 "

@@ -34,6 +34,7 @@ import yaml
 from ctxsim.product.contamination import (
     ContaminationParams,
     check_contamination,
+    is_test_subset,
     raise_if_contaminated,
 )
 from ctxsim.product.diagnostics import trust_warnings
@@ -314,16 +315,24 @@ def card_metadata(
         },
         "label": label_summary(table),
         "diagnostics": {k: v for k, v in label.stats.items() if k.startswith("diag_")},
-        "warnings": list(label.stats.get("diag_warnings") or [])
-        + trust_warnings(
-            table.column("label").to_numpy(zero_copy_only=False),
-            np.asarray(src, dtype=object),
-            label.stats.get("diag_reference_spearman"),
-        ),
+        "warnings": label_warnings(label, table, src),
         "contamination": cont,
         "config": _shareable_config(record.get("config", {})),
     }
     return meta
+
+
+def label_warnings(label: Artefact, table: pa.Table, src: list[Any]) -> list[str]:
+    """The label stage's warnings; a label artefact from before the stage emitted the trust
+    warnings (no ``diag_separation`` stat) gets them computed here, the same way."""
+    out = list(label.stats.get("diag_warnings") or [])
+    if "diag_separation" not in label.stats:
+        out += trust_warnings(
+            table.column("label").to_numpy(zero_copy_only=False),
+            np.asarray(src, dtype=object),
+            label.stats.get("diag_reference_spearman"),
+        )
+    return out
 
 
 def _shareable_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -337,6 +346,31 @@ def _shareable_config(config: dict[str, Any]) -> dict[str, Any]:
 def _table(rows: list[tuple[Any, ...]], head: tuple[str, ...]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     return out + ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+
+
+def surrogate_rows(ev: Artefact) -> list[tuple[Any, ...]]:
+    """(test set, pairs, trained, untrained backbone) per STS test set of the evaluate stage
+    (its cosine rows over whole sets; train / dev / trial splits left out); the backbone's
+    cell is "-" when the evaluate stage had no backbone baseline."""
+    t = ev.read_table(["dataset", "subset", "similarity", "system", "spearman_all", "n_pairs"])
+    by: dict[tuple[str, str], tuple[float | None, int]] = {}
+    for r in t.to_pylist():
+        if r["subset"] != "all" or r["similarity"] != "cosine" or r["dataset"] == "hard":
+            continue
+        by[(r["dataset"], r["system"])] = (r["spearman_all"], r["n_pairs"])
+
+    def fmt(v: float | None) -> Any:
+        return "-" if v is None or not np.isfinite(v) else round(float(v), 2)
+
+    out = []
+    for key in sorted({k for k, sys in by if sys == "surrogate"}):
+        subset = key.rsplit(".", 1)[1] if "." in key else "test"  # STS12-16: test by year
+        if not is_test_subset(subset):
+            continue
+        rho, n = by[(key, "surrogate")]
+        base = by.get((key, "backbone"), (None, n))[0]
+        out.append((key, n, fmt(rho), fmt(base)))
+    return out
 
 
 def card_markdown(
@@ -406,14 +440,15 @@ def card_markdown(
         )
     ev = arts.get("evaluate")
     if ev is not None:
-        rows = [
-            (k, round(v, 2))
-            for k, v in sorted(ev.stats.items())
-            if "spearman" in k and isinstance(v, int | float)
-        ]
+        rows = surrogate_rows(ev)
         if rows:
             lines += ["", "## A surrogate trained on these labels (Spearman x100)", ""]
-            lines += _table(rows, ("set", "Spearman"))
+            lines += [
+                "STS test sets (train and dev splits left out), cosine similarity; the untrained "
+                "backbone is the bar the labels must clear.",
+                "",
+            ]
+            lines += _table(rows, ("test set", "pairs", "trained", "untrained backbone"))
     lines += ["", "## Contamination check (STS test sets)", ""]
     if contamination.get("skipped"):
         lines.append(f"Not checked: {contamination['skipped']}.")

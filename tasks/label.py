@@ -51,6 +51,8 @@ from ctxsim.product.diagnostics import (
     plot_diagnostics,
     reference_similarity,
     report_markdown,
+    separation,
+    warnings_for,
 )
 from ctxsim.scores.views import labels_at, read_cs_sizes, score_views
 from ctxsim.store.errors import InputError
@@ -194,8 +196,9 @@ def check_finite(stats: dict[str, Any], max_fraction: float, queries_empty: Any 
 class LabelStage(Stage):
     name = "label"
     # 2: backbone_cosine baseline; 3: similarity choice, sim_* report views; 4: diagnostics,
-    # contamination check; 5: adaptive |Cs| (each pair over the contexts it stopped at)
-    version = "5"
+    # contamination check; 5: adaptive |Cs| (each pair over the contexts it stopped at);
+    # 6: the trust warnings (mined vs random separation, reference agreement) and diag_separation
+    version = "6"
     Params = LabelParams
     inputs = ("queries", "select", "pairs", "score")
     #: the generator's backbone gives the mean-pooled-cosine baseline of the Origin report;
@@ -470,6 +473,10 @@ class LabelStage(Stage):
             )
             diag["reference"].update(agreement(lab, ref))
         diag["contamination"] = _contamination(ctx, p, table, given)
+        # can the labels be trusted: mined pairs above random ones, agreement with the reference
+        sep = separation(lab, modes, ctx.run.seed)
+        diag["separation"] = sep
+        warnings += warnings_for(sep, diag["reference"].get("spearman"))
         diag["warnings"] = warnings
         for w in warnings:
             ctx.logger.warning("label: %s", w)
@@ -481,6 +488,11 @@ class LabelStage(Stage):
         (ctx.files_dir / "report.md").write_text(report_markdown(diag))
         out: dict[str, Any] = {f"diag_{k}": v for k, v in conc.items()}
         out["diag_warnings"] = warnings
+        # {} when there are too few mined or random pairs to compare (given pairs)
+        out["diag_separation"] = {
+            k: round(v, 4) if isinstance(v, float) and np.isfinite(v) else v
+            for k, v in (sep or {}).items()
+        }
         if "spearman" in diag["reference"]:
             out["diag_reference_spearman"] = diag["reference"]["spearman"]
         for stage, y in diag["yields"].items():
