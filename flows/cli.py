@@ -85,7 +85,12 @@ def run(
     set_: SetOpt = None,
     until: Annotated[str | None, typer.Option("--until", help="stop after this stage")] = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="name of the run record")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="no progress bars (the output is quiet anyway)")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", hidden=True, help="old name of --no-progress")
+    ] = False,
     json_out: JsonOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -99,7 +104,7 @@ def run(
     set_verbose(verbose)
     if config is None:
         config = Path("configs/quickstart.yaml")
-    overrides = list(set_ or []) + (["run.quiet=true"] if quiet else [])
+    overrides = list(set_ or []) + (["run.no_progress=true"] if no_progress or quiet else [])
     with user_errors(2):  # before Prefect starts: bad config, paths, files, root, packages
         cfg = load_config(config, overrides, root)
         if run_id is not None:
@@ -107,7 +112,7 @@ def run(
         if until is not None and until not in cfg.stage_names:
             raise ConfigError(f"--until {until!r} is not a stage of {config}")
         preflight(cfg)
-    if cfg.run.quiet:
+    if cfg.run.no_progress:
         import os
 
         os.environ["TQDM_DISABLE"] = "1"
@@ -264,6 +269,7 @@ def train_generator(
         set_=set_,
         until="generator",
         run_id=run_id,
+        no_progress=False,
         quiet=False,
         json_out=json_out,
         verbose=False,

@@ -169,7 +169,7 @@ def score_rows(
             max_logit_elems=p.max_logit_elems,
             bf16_on_cuda=p.bf16_on_cuda,
             bf16_on_cpu=p.bf16_on_cpu and not int8,
-            progress=not ctx.run.quiet,
+            progress=not ctx.run.no_progress,
         ),
     )
     cache = _score_cache(ctx, p, meta, scorer.device.type) if p.cache else None

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
 from ctxsim.store.artefacts import Artefact, ArtefactStore, fingerprint
 
@@ -63,9 +63,20 @@ class RunParams(BaseModel):
     runner_address: str | None = None  # an existing Dask scheduler / Ray cluster
     gpus_per_task: float = 0.0
     torch_threads: int = 0  # 0 = leave torch's default
-    quiet: bool = False
+    no_progress: bool = False  # no progress bars (ctxsim run --no-progress; old name: quiet)
     # the dataset card's licence (`ctxsim export`; an SPDX id or HF's `other`): not a stage input
     license: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        """``quiet`` (no progress bars, renamed: the default terminal output is the quiet one,
+        flows/console.py) still reads, as ``no_progress``; either set hides the bars."""
+        if isinstance(data, dict) and "quiet" in data:
+            data = dict(data)
+            quiet = TypeAdapter(bool).validate_python(data.pop("quiet"))
+            data["no_progress"] = quiet or data.get("no_progress", False)
+        return data
 
 
 def get_logger(name: str = "ctxsim") -> logging.Logger | logging.LoggerAdapter:

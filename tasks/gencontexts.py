@@ -175,7 +175,7 @@ class GenContextsStage(Stage):
                 desc=f"gencontexts {template}",
                 unit="sample",
                 mininterval=30.0,
-                disable=ctx.run.quiet,
+                disable=ctx.run.no_progress,
             )
             step = p.batch_size * 8  # cached as they come: a killed shard keeps its samples
             with bar:

@@ -145,3 +145,20 @@ def test_a_config_that_can_select_no_context_is_an_error():
         load_config(quick, [*sets, "select.source=generate"])
     load_config(quick, [*sets, "select.source=both"])  # the screened contexts remain
     load_config(quick, ["gencontexts.k_right=0", "gencontexts.k_left=1", "select.source=generate"])
+
+
+def test_no_progress_is_the_run_setting_and_quiet_its_old_name():
+    """`run.no_progress` / `--no-progress` hide the progress bars; `quiet` (the old name, which
+    also named the default terminal output) still reads, in configs, --set and run records."""
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+    from ctxsim.store.stage import RunParams
+
+    assert RunParams(quiet=True).no_progress and not RunParams(quiet=False).no_progress
+    assert RunParams(**{"no_progress": False, "quiet": "true"}).no_progress  # explain's override
+    assert "quiet" not in RunParams(quiet=True).model_dump()
+    cfg = load_config(REPO / "configs/quickstart.yaml", ["run.quiet=true"])
+    assert cfg.run.no_progress
+    shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    assert "--no-progress" in shown and "--quiet" not in shown

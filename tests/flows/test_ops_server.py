@@ -193,7 +193,7 @@ def test_failed_deployed_run_is_retried_reusing_finished_shards(server, deployed
 def spine_run(env: dict[str, str], root: Path, run_id: str, *sets: str) -> None:
     """`ctxsim run` of the ops config up to `queries` with config overrides."""
     args = ["ctxsim", "run", "--config", OPS_CONFIG, "--root", str(root), "--until", "queries"]
-    args += ["--run-id", run_id, "--quiet"] + [x for kv in sets for x in ("--set", kv)]
+    args += ["--run-id", run_id, "--no-progress"] + [x for kv in sets for x in ("--set", kv)]
     cli(args, env, timeout=600)
 
 
@@ -345,7 +345,7 @@ def test_run_ids_from_the_cli_cannot_escape_the_root(server, tmp_path, bad) -> N
             "shard",
             "--run-id",
             bad,
-            "--quiet",
+            "--no-progress",
         ],
         server.env,
         check=False,

@@ -31,7 +31,7 @@ def _cmd(root: Path, run_id: str) -> list[str]:
         "queries",
         "--run-id",
         run_id,
-        "--quiet",
+        "--no-progress",
         "--set",
         f"shard.paths=['{SAMPLE}']",
         "--set",
