@@ -4,7 +4,7 @@ A stage's `version` is part of its fingerprint: when a code change can change th
 version must change too, or old artefacts are reused for new code.
 tests/tasks/test_stage_versions.py fails when a stage's sources changed since they were pinned,
 so the change gets a conscious choice: bump `version` (output can change), or only re-pin (a
-refactor). Re-pin with ``python -m tests.stage_versions``.
+refactor). Re-pin with ``python -m tests.stage_versions`` (``--check`` only lists the stale).
 
 A stage's sources are its module (every file, for a package) and, transitively, every ctxsim
 module it imports (``import ctxsim.x`` / ``from ctxsim.x import y`` anywhere in a file, found
@@ -143,10 +143,30 @@ def current(read: Reader = _read) -> dict[str, dict]:
     return out
 
 
-def main() -> None:
-    PIN_FILE.write_text(json.dumps(current(), indent=2) + "\n")
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m tests.stage_versions",
+        description="Pin every stage's source hash beside its version (stage_versions.json).",
+    )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="only list the stages whose pins are stale; exit 1 if any",
+    )
+    args = ap.parse_args(argv)
+    now = current()
+    if args.check:
+        pinned = json.loads(PIN_FILE.read_text())
+        stale = sorted(n for n in now.keys() | pinned.keys() if now.get(n) != pinned.get(n))
+        for name in stale:
+            print(f"stale: {name}")
+        return 1 if stale else 0
+    PIN_FILE.write_text(json.dumps(now, indent=2) + "\n")
     print(f"pinned {PIN_FILE}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
