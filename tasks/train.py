@@ -11,9 +11,12 @@ or no training at all; ``train_cpu_seconds`` in the metrics is what each cost.
 
 sentence-transformers' trainer brings evaluation on STSb dev every ``eval_steps`` (or the label
 dev split when no STSb dev is found), keeping the best checkpoint, and mid-epoch resume from the
-checkpoints in ``ctx.cache_dir`` (a checkpoint whose save was cut short is dropped; all of them
-are deleted once the model is saved). Output: ``files/model`` (a sentence-transformers directory
-with a model card), ``files/metrics.json``, and a table with the evaluation history.
+checkpoints in ``ctx.cache_dir`` (a checkpoint whose save was cut short is dropped; each complete
+one is sealed with a sha256 of its files (store/checked.py) and checked before a resume loads it:
+a mismatch is moved aside with a warning and the resume takes the latest good one, or starts
+over; all of them are deleted once the model is saved). Output: ``files/model`` (a
+sentence-transformers directory with a model card), ``files/metrics.json``, and a table with the
+evaluation history.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from ctxsim.models.objectives import (
 )
 from ctxsim.models.origin import rescale_labels
 from ctxsim.models.registry import check_model_name
+from ctxsim.store.checked import seal, sidecar, verified
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 TINY = "tiny-random"
@@ -419,17 +423,18 @@ class TrainStage(Stage):
                 train_dataset=train_ds,
                 loss=loss,
                 evaluator=evaluator,
-                callbacks=_callbacks(),
+                callbacks=[_seal_checkpoints(), *_callbacks()],
             )
             _log_through(trainer, log)
-        resume = bool(complete_checkpoints(ckpt_dir, log))
+        good = complete_checkpoints(ckpt_dir, log)
+        resume = bool(good)
         # the backbone's own dev score: the bar the labels must clear (model card, stats)
         before = evaluator(model) if evaluator is not None and not resume else {}
         if resume:
-            log.info("train: resuming from the latest checkpoint in %s", ckpt_dir)
+            log.info("train: resuming from %s", good[-1])
         cpu0 = time.process_time()  # every thread of this process; dev evaluations included
         if trainer is not None:
-            trainer.train(resume_from_checkpoint=True if resume else None)
+            trainer.train(resume_from_checkpoint=str(good[-1]) if resume else None)
         train_cpu = time.process_time() - cpu0
 
         final = before if trainer is None else evaluator(model) if evaluator is not None else {}
@@ -521,18 +526,45 @@ class TrainStage(Stage):
 
 
 def complete_checkpoints(ckpt_dir: Path, log: Any) -> list[Path]:
-    """The checkpoints a resume can load. The trainer writes ``trainer_state.json`` last, so a
-    save cut short (a full disk, a kill) leaves a folder without it, which the trainer would
-    still pick as the latest and fail to load: such folders are removed, and named in the log."""
+    """The checkpoints a resume can load, oldest first (by step). The trainer writes
+    ``trainer_state.json`` last, so a save cut short (a full disk, a kill) leaves a folder
+    without it, which the trainer would still pick as the latest and fail to load: such folders
+    are removed, and named in the log. A complete one must match the sha256 sealed beside it
+    when it was saved (``_seal_checkpoints``): one that does not, or has no seal (cut short
+    between the save and the seal), is moved aside to ``checkpoint-N.corrupt-<id>`` with a
+    warning (store/checked.py), and the resume takes an earlier good one, or starts over."""
+    if not ckpt_dir.exists():
+        return []
+    dirs = [d for d in ckpt_dir.glob("checkpoint-*") if d.is_dir() and d.name[11:].isdigit()]
     good = []
-    for d in sorted(ckpt_dir.glob("checkpoint-*")) if ckpt_dir.exists() else []:
+    for d in sorted(dirs, key=lambda d: int(d.name[11:])):
         try:
             json.loads((d / "trainer_state.json").read_text())
-            good.append(d)
         except (OSError, ValueError):
             log.warning("train: removing the incomplete checkpoint %s (its save was cut short)", d)
             shutil.rmtree(d, ignore_errors=True)
+            sidecar(d).unlink(missing_ok=True)
+            continue
+        if verified(d, "train: checkpoint", log):
+            good.append(d)
+    for s in ckpt_dir.glob("checkpoint-*.sha256"):  # seals of checkpoints the trainer rotated out
+        if not s.with_name(s.name[: -len(".sha256")]).exists():
+            s.unlink(missing_ok=True)
     return good
+
+
+def _seal_checkpoints() -> Any:
+    """A trainer callback that seals each checkpoint once it is saved (``on_save`` follows the
+    whole save and the rotation of older ones): the sha256 of its files beside it."""
+    from transformers import TrainerCallback
+
+    class SealCheckpoints(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            d = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if d.is_dir():
+                seal(d)
+
+    return SealCheckpoints()
 
 
 def _log_through(trainer: Any, log: Any) -> None:

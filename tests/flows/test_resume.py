@@ -262,8 +262,9 @@ def test_sigkill_mid_train_then_resume_is_byte_identical_to_a_clean_run(tmp_path
     deadline = time.monotonic() + 480
     ready: list[Path] = []
     while time.monotonic() < deadline:
-        # the trainer writes trainer_state.json last: a checkpoint a resume can load
-        ready = list(killed_root.glob("_cache/train/*/checkpoints/checkpoint-*/trainer_state.json"))
+        # the trainer writes trainer_state.json last, then the stage seals the checkpoint
+        # (its sha256 beside it): a checkpoint a resume can load
+        ready = list(killed_root.glob("_cache/train/*/checkpoints/checkpoint-*.sha256"))
         if ready:
             break
         if proc.poll() is not None:

@@ -1,0 +1,98 @@
+"""The train stage's checkpoints are checked caches (issue 31 item 2): each one is sealed with a
+sha256 of its files when the trainer saves it; a resume checks it first, and one whose bytes
+changed is moved aside with a warning, the resume taking an earlier good one, or starting over.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import TrainerCallback
+
+import ctxsim.tasks.train as T
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.stage import RunParams, StageParams, plan_stage, run_stage_locally
+from tests.tasks.test_train_evaluate import _FakeLabel, _label_table, _sts_dir
+
+
+class _Boom(TrainerCallback):
+    def on_step_end(self, args, state, control, **kw):
+        if state.global_step == 5:
+            raise RuntimeError("simulated crash")
+
+
+def _setup(root):
+    store = ArtefactStore(root / "store")
+    run = RunParams(device="cpu", seed=0)
+    label, _ = run_stage_locally(
+        plan_stage(_FakeLabel(_label_table()), StageParams(), run, store, {})
+    )
+    sts = root / "sts"
+    _sts_dir(sts)
+    params = T.TrainParams(
+        max_steps=6,
+        eval_steps=2,
+        batch_size=8,
+        sts_dir=str(sts),
+        tiny_vocab_size=200,
+        max_seq_length=32,
+    )
+    return store, run, label, params
+
+
+def _train(store, run, label, params):
+    art, _ = run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
+    return art, json.loads((art.files_dir / "metrics.json").read_text())
+
+
+def _crash(store, run, label, params, monkeypatch):
+    """Train until a crash after step 5: checkpoints 2 and 4 are saved and sealed."""
+    monkeypatch.setattr(T, "_callbacks", lambda: [_Boom()])
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(store, run, label, params)
+    monkeypatch.setattr(T, "_callbacks", lambda: [])
+    (ckpt_dir,) = store.root.glob("_cache/train/*/checkpoints")
+    ckpts = {d.name: d for d in ckpt_dir.glob("checkpoint-*") if d.is_dir()}
+    assert set(ckpts) == {"checkpoint-2", "checkpoint-4"}
+    assert all((ckpt_dir / f"{name}.sha256").is_file() for name in ckpts)  # sealed
+    return ckpt_dir
+
+
+def _flip(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_latest_checkpoint_is_moved_aside_and_training_resumes_from_an_earlier_one(
+    tmp_path, monkeypatch, caplog
+):
+    store, run, label, params = _setup(tmp_path / "killed")
+    ckpt_dir = _crash(store, run, label, params, monkeypatch)
+    _flip(ckpt_dir / "checkpoint-4" / "model.safetensors")  # same size, bytes changed
+    with caplog.at_level("INFO"):
+        art, info = _train(store, run, label, params)
+    assert "checkpoint-4: sha256 mismatch; moved to" in caplog.text
+    assert f"train: resuming from {ckpt_dir / 'checkpoint-2'}" in caplog.text
+    assert info["resumed"] is True and info["steps"] == 6
+    # resuming from checkpoint 2 gives what a clean run gives
+    clean = _setup(tmp_path / "clean")
+    clean_art, clean_info = _train(*clean)
+    assert info["best_dev_spearman"] == clean_info["best_dev_spearman"]
+    assert (art.files_dir / "model" / "model.safetensors").read_bytes() == (
+        clean_art.files_dir / "model" / "model.safetensors"
+    ).read_bytes()
+
+
+def test_all_checkpoints_corrupt_or_unsealed_restart_training(tmp_path, monkeypatch, caplog):
+    store, run, label, params = _setup(tmp_path)
+    ckpt_dir = _crash(store, run, label, params, monkeypatch)
+    _flip(ckpt_dir / "checkpoint-4" / "optimizer.pt")
+    (ckpt_dir / "checkpoint-2.sha256").unlink()  # killed between the save and its seal
+    with caplog.at_level("INFO"):
+        _, info = _train(store, run, label, params)
+    assert "checkpoint-4: sha256 mismatch" in caplog.text
+    assert "checkpoint-2: no checksum beside it" in caplog.text
+    assert info["resumed"] is False and info["steps"] == 6
+    assert not ckpt_dir.exists()  # checkpoints, moved-aside ones too, go once the model is saved
