@@ -485,38 +485,93 @@ def plan(
     save_pilot: Annotated[
         Path | None, typer.Option("--save-pilot", help="write the raw pilot measurements here")
     ] = None,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="pilot every stage on a temporary root and keep nothing (default: reuse and "
+            "extend this machine's unit-cost cache, $CTXSIM_PLAN_CACHE or ~/.cache/ctxsim/plan)",
+        ),
+    ] = False,
+    no_progress: Annotated[
+        bool, typer.Option("--no-progress", help="no progress bar (also run.no_progress)")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", hidden=True, help="old name of --no-progress")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict per-stage CPU (or GPU) seconds, disk and memory of a config from a seeded pilot
-    on a sample of its corpus (run on a temporary root; nothing of it is kept, nothing is
-    written under the artefact root)."""
+    on a sample of its corpus. Nothing is written under the artefact root: the pilot runs in
+    this machine's unit-cost cache (or, with --no-cache, a temporary root), and a later plan
+    pilots only the stages whose costs it does not know yet. Says what the plan itself cost."""
+    import time
+
     from ctxsim.flows.cli_errors import user_errors
     from ctxsim.flows.config import load_config
-    from ctxsim.flows.plan import format_plan, plan_stages, predict, run_pilot
+    from ctxsim.flows.plan import (
+        format_plan,
+        own_cost,
+        plan_cache_dir,
+        plan_stages,
+        predict,
+        run_pilot,
+    )
     from ctxsim.flows.preflight import check_corpus, check_model_packages, check_sts
 
+    c0, t0 = time.process_time(), time.perf_counter()
     if config is None:
         config = Path("configs/quickstart.yaml")
     if gpus and not tokens_per_second:
         _fail("--gpus needs --tokens-per-second (measure it, e.g. with bench/bench_score.py)")
     import os
 
-    os.environ["TQDM_DISABLE"] = "1"
+    os.environ["TQDM_DISABLE"] = "1"  # the stages' own bars: the pilot's one bar says it all
     with user_errors(2):  # before the pilot: bad config, corpus paths, STS folders, packages
         full = load_config(config, list(set_ or []), root)
-        plan_stages(full, until)
+        stages = plan_stages(full, until)
         check_corpus(full)
         check_sts(full)
         check_model_packages(full)
-    with user_errors(2):
-        cfg, pilot = run_pilot(
-            config, list(set_ or []), sample_fraction, pilot_queries, until=until, run_root=root
+    from tqdm import tqdm
+
+    n_steps = len(stages) + (
+        len([s for s in stages if s != "evaluate"]) if "queries" in stages else 0
+    )
+    hide = no_progress or quiet or full.run.no_progress
+    bar = tqdm(total=n_steps, desc="plan", unit="stage", disable=hide, file=sys.stderr)
+
+    def progress(pilot: int, stage: str, status: str) -> None:
+        if status == "running":
+            bar.set_description(f"plan: pilot {pilot}: {stage}")
+            return
+        bar.set_description(
+            f"plan: pilot {pilot}: {stage}" + (" (cached)" if status == "cached" else "")
         )
+        bar.update(1)
+
+    with user_errors(2):
+        try:
+            cfg, pilot = run_pilot(
+                config,
+                list(set_ or []),
+                sample_fraction,
+                pilot_queries,
+                until=until,
+                run_root=root,
+                cache=not no_cache,
+                on_stage=progress,
+            )
+        finally:
+            bar.close()
     if save_pilot is not None:
         from ctxsim.flows.plan import pilot_to_json
 
         save_pilot.write_text(json.dumps(pilot_to_json(pilot), indent=1, default=str))
     result = predict(cfg, pilot, gpus=gpus, tokens_per_second=tokens_per_second)
+    result["plan_itself"] = own_cost(
+        c0, t0, result["total"]["cpu_s"], None if no_cache else plan_cache_dir()
+    )
     typer.echo(json.dumps(result, indent=2) if json_out else format_plan(result))
 
 

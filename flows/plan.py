@@ -22,17 +22,33 @@ by the quantity that drives it (each stage's ``cost_basis``, ``rows_cap``, ``mod
 Disk is scaled like the rows; peak memory (RSS sampled during each stage) grows with the
 per-shard share of the units (a rough estimate: label it so). GPU seconds for the scoring
 stages come from the scored tokens and a tokens-per-second figure.
+
+Calibrate once, then reuse (issue 31 item 10): the pilot's artefact root, its corpus sample and
+each piloted stage's measurements are kept in the unit-cost cache (``plan_cache_dir()``:
+``$CTXSIM_PLAN_CACHE``, else ``~/.cache/ctxsim/plan``). Measurements are keyed by this machine
+(CPU model and count, GPU) and the stage's artefact fingerprint, which already covers its
+settings, models, code version and upstream; each file is written atomically with a sha256 beside
+it and checked at read (store/checked.py: a mismatch is moved aside, logged and piloted again).
+A later plan re-runs only the stages whose measurements are unknown (the others are published in
+the kept root, so they are reused), and none when nothing changed. Warnings and errors of the
+pilot name the user's corpus files, not the sample's copies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import hashlib
 import json
+import logging
 import os
+import platform
 import resource
+import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +56,8 @@ from typing import Any
 import numpy as np
 
 from ctxsim.flows.config import ConfigError, PipelineConfig, load_config
+from ctxsim.store.atomic import write_bytes_atomic
+from ctxsim.store.checked import verified, write_checked
 
 #: the generator stage scores this many windows per validation window / evaluation sentence
 #: (validation perplexity: 3 directions; evaluation: own + random context, 3 terms + 2 nulls)
@@ -71,6 +89,9 @@ class Pilot:
     base_rss_mb: float
     pilot_eval: int
     runs: tuple[dict[str, StageMeasure], dict[str, StageMeasure]]
+    #: "<pilot>:<stage>" run by this plan; the others' figures came from the unit-cost cache
+    piloted: list[str] = field(default_factory=list)
+    from_cache: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -96,11 +117,17 @@ def _is_jsonl(path: Path) -> bool:
 
 
 def sample_corpus(
-    paths: list[str], fraction: float, seed: int, out_dir: Path
+    paths: list[str],
+    fraction: float,
+    seed: int,
+    out_dir: Path,
+    sources: dict[str, str] | None = None,
 ) -> tuple[list[str], int, int]:
     """Write a seeded sample of the corpus under ``out_dir``; return (paths, sample bytes, full
     bytes). JSON Lines records are kept whole with probability ``fraction`` (at least one per
-    file); other formats are sampled by whole files."""
+    file); other formats are sampled by whole files. ``sources`` (if given) receives each
+    sample file's user file, to name it in messages. A sample file that already holds the same
+    bytes is left as it is (a kept sample keeps its fingerprint)."""
     from ctxsim.readers.corpus import expand_paths
 
     if not 0 < fraction <= 1:
@@ -127,8 +154,12 @@ def sample_corpus(
         chosen = [ln for ln, t in zip(lines, take, strict=True) if t]
         sample_bytes += sum(len(ln) for ln in chosen)
         dest = out_dir / f"{i:05d}.jsonl"
-        dest.write_bytes(b"".join(ln if ln.endswith(b"\n") else ln + b"\n" for ln in chosen))
+        data = b"".join(ln if ln.endswith(b"\n") else ln + b"\n" for ln in chosen)
+        if not dest.is_file() or dest.read_bytes() != data:
+            write_bytes_atomic(dest, data)
         kept.append(str(dest))
+        if sources is not None:
+            sources[str(dest)] = str(f)
     if others:
         sizes = np.array([f.stat().st_size for f in others], dtype=float)
         take = rng.random(len(others)) < fraction
@@ -138,6 +169,111 @@ def sample_corpus(
         sample_bytes += int(sizes[take].sum())
         kept += [str(f) for f, t in zip(others, take, strict=True) if t]
     return kept, sample_bytes, full_bytes
+
+
+# --------------------------------------------------------------------------- the unit-cost cache
+
+log = logging.getLogger("ctxsim.plan")
+
+
+def plan_cache_dir() -> Path:
+    """Where plans keep their calibration: ``$CTXSIM_PLAN_CACHE``, else the user's cache dir."""
+    env = os.environ.get("CTXSIM_PLAN_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxsim" / "plan"
+
+
+def machine_key() -> str:
+    """What a CPU-second depends on besides the stage: CPU model and count, the GPU if any."""
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    gpu = ""  # NVIDIA's driver lists its GPUs here (no torch import: a cached plan is quick)
+    with contextlib.suppress(OSError):
+        for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+            gpu += "".join(ln for ln in info.read_text().splitlines() if ln.startswith("Model"))
+    ident = {
+        "cpu": cpu or platform.processor(),
+        "cpus": os.cpu_count(),
+        "gpu": gpu,
+        "machine": platform.machine(),
+    }
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class UnitCosts:
+    """Measured stages of earlier pilots on this machine, by stage and artefact fingerprint:
+    one JSON file each, written atomically with its sha256 beside it, checked at read."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = Path(root) / "units" / machine_key()
+
+    def _path(self, stage: str, fp: str) -> Path:
+        return self.dir / f"{stage}-{fp}.json"
+
+    def get(self, stage: str, fp: str) -> StageMeasure | None:
+        path = self._path(stage, fp)
+        if not verified(path, "plan: unit-cost cache file", log):
+            return None
+        try:
+            return StageMeasure(**json.loads(path.read_text()))
+        except (ValueError, TypeError) as e:  # a checksummed file of another shape
+            log.warning("plan: unit-cost cache file %s unreadable (%s); piloting again", path, e)
+            path.unlink(missing_ok=True)
+            return None
+
+    def put(self, m: StageMeasure, fp: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(asdict(m), default=str)
+        write_checked(self._path(m.stage, fp), lambda tmp: tmp.write_text(text))
+
+    def get_base_rss(self) -> float | None:
+        path = self.dir / "base_rss.json"
+        if not verified(path, "plan: unit-cost cache file", log):
+            return None
+        return float(json.loads(path.read_text())["base_rss_mb"])
+
+    def put_base_rss(self, mb: float) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"base_rss_mb": mb})
+        write_checked(self.dir / "base_rss.json", lambda tmp: tmp.write_text(text))
+
+
+@contextlib.contextmanager
+def user_paths_in_messages(sources: dict[str, str]) -> Iterator[None]:
+    """While the pilot runs, log records (any logger) and the errors it raises name the user's
+    corpus files instead of the sample's copies of them."""
+    pairs = sorted(sources.items(), key=lambda kv: -len(kv[0]))
+
+    def fix(text: str) -> str:
+        for tmp, user in pairs:
+            if tmp in text:
+                text = text.replace(tmp, user)
+        return text
+
+    old = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        rec = old(*args, **kwargs)
+        with contextlib.suppress(Exception):
+            msg = rec.getMessage()
+            fixed = fix(msg)
+            if fixed != msg:
+                rec.msg, rec.args = fixed, ()
+        return rec
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield
+    except Exception as e:
+        e.args = tuple(fix(a) if isinstance(a, str) else a for a in e.args)
+        raise
+    finally:
+        logging.setLogRecordFactory(old)
 
 
 # --------------------------------------------------------------------------- the pilot runs
@@ -178,10 +314,19 @@ def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def run_measured(cfg: PipelineConfig, stages: list[str] | None = None) -> dict[str, StageMeasure]:
+def run_measured(
+    cfg: PipelineConfig,
+    stages: list[str] | None = None,
+    costs: UnitCosts | None = None,
+    on_stage: Callable[[str, str], None] | None = None,
+) -> dict[str, StageMeasure]:
     """Run the config's stages in this process (no Prefect), measuring each: CPU seconds of the
     process (time.process_time), rows, artefact bytes and peak RSS. Reuses published stages
-    (then their CPU seconds are 0 and the reuse is visible as such)."""
+    (then their CPU seconds are 0 and the reuse is visible as such). With ``costs``, a stage
+    measured before (same machine, same fingerprint) and published is not run: its recorded
+    measurement is returned (``stats["_from_cache"]``); a published stage with no measurement
+    is run again, so it is measured. ``on_stage(name, "cached" | "running" | "done")`` reports
+    progress."""
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import plan_stage, run_stage_locally
     from ctxsim.tasks import load_stage
@@ -195,6 +340,20 @@ def run_measured(cfg: PipelineConfig, stages: list[str] | None = None) -> dict[s
         optional = stage.optional_inputs_for(cfg.stages[name])
         upstream |= {i: arts[i] for i in optional if i in arts}
         plan = plan_stage(stage, cfg.stages[name], cfg.run, store, upstream)
+        if costs is not None:
+            known = costs.get(name, plan.fingerprint)
+            existing = plan.published()
+            if known is not None and existing is not None:
+                arts[name] = existing
+                out[name] = replace(known, stats={**known.stats, "_from_cache": True})
+                if on_stage:
+                    on_stage(name, "cached")
+                continue
+            if existing is not None:  # published, never measured here: measure it
+                shutil.rmtree(store.final_dir(name, plan.fingerprint), ignore_errors=True)
+            _warm_imports()
+        if on_stage:
+            on_stage(name, "running")
         c0, t0 = time.process_time(), time.perf_counter()
         with _RssSampler() as rss:
             art, reused = run_stage_locally(plan)
@@ -209,6 +368,10 @@ def run_measured(cfg: PipelineConfig, stages: list[str] | None = None) -> dict[s
             start_rss_mb=rss.start,
             stats=dict(art.stats),
         )
+        if costs is not None and not reused:
+            costs.put(out[name], plan.fingerprint)
+        if on_stage:
+            on_stage(name, "done")
     return out
 
 
@@ -233,18 +396,36 @@ def run_pilot(
     root: str | Path | None = None,
     until: str | None = None,
     run_root: str | None = None,
+    cache: str | Path | bool = True,
+    on_stage: Callable[[int, str, str], None] | None = None,
 ) -> tuple[PipelineConfig, Pilot]:
     """Run the two seeded pilots of a config on a temporary (or given) root. ``run_root``
     overrides the config's ``run.root`` (``--root``); the pilots never write there. Without a
-    query stage among the planned ones (``--until shard``), one pilot (its queries: 0, 0)."""
+    query stage among the planned ones (``--until shard``), one pilot (its queries: 0, 0).
+
+    ``cache``: True (the default) keeps the calibration in ``plan_cache_dir()``, a path keeps
+    it there, False keeps nothing (a temporary root, every stage piloted). With a cache, the
+    pilot root (unless ``root`` is given) and the corpus sample are kept in it, and a stage
+    whose measurement is cached is not run (module docstring). ``on_stage(pilot, stage,
+    status)`` reports progress (pilot 1 or 2; status "running", "done" or "cached")."""
     full = load_config(cfg_path, overrides, run_root)
     names = plan_stages(full, until)
     with_queries = "queries" in names
-    tmp = tempfile.TemporaryDirectory(prefix="ctxsim-plan-") if root is None else None
-    base = Path(tmp.name if tmp else root)  # type: ignore[arg-type]
+    cache_dir = (
+        None if cache is False else plan_cache_dir() if cache is True else Path(cache)  # type: ignore[arg-type]
+    )
+    costs = UnitCosts(cache_dir) if cache_dir is not None else None
+    keep = root is None and cache_dir is not None
+    tmp = tempfile.TemporaryDirectory(prefix="ctxsim-plan-") if root is None and not keep else None
+    base = Path(tmp.name) if tmp else Path(root) if root is not None else cache_dir / "pilot"  # type: ignore[operator]
+    sources: dict[str, str] = {}
     try:
+        shard_paths = [str(p) for p in full.stages["shard"].paths]
+        key = hashlib.sha256(
+            json.dumps([shard_paths, sample_fraction, full.run.seed]).encode()
+        ).hexdigest()[:16]
         paths, sample_bytes, full_bytes = sample_corpus(
-            full.stages["shard"].paths, sample_fraction, full.run.seed, base / "corpus"
+            shard_paths, sample_fraction, full.run.seed, base / "corpus" / key, sources
         )
         pilot_sets = list(overrides or []) + [
             f"shard.paths={json.dumps(paths)}",
@@ -259,18 +440,34 @@ def run_pilot(
                 f"generator.max_val_windows={min(g.max_val_windows, 3 * pilot_eval)}",
                 f"generator.train_steps={min(g.train_steps, pilot_train_steps)}",
             ]
-        _warm_imports()
-        base_rss = _RssSampler.rss_mb()
+        base_rss = costs.get_base_rss() if costs is not None else None
+        if base_rss is None:
+            _warm_imports()
+            base_rss = _RssSampler.rss_mb()
+            if costs is not None:
+                costs.put_base_rss(base_rss)
+        if keep:  # stage caches of earlier pilots would make a stage piloted again look cheap
+            shutil.rmtree(base / "a" / "_cache", ignore_errors=True)
         runs = []
+        piloted: list[str] = []
+        from_cache: list[str] = []
         # the pilot config keeps the full config's sections, also those it has only by default
         # (a file without stage sections runs every stage; the overrides above name two)
         sections = full.stage_names
-        for k, q in enumerate((pilot_queries, 2 * pilot_queries) if with_queries else (0,)):
-            sets = [*pilot_sets, f"queries.n_corpus={q}"] if with_queries else pilot_sets
-            cfg = load_config(cfg_path, sets, str(base / "a"), with_sections=sections)
-            # the second pilot re-runs what the queries change; evaluate's cost does not
-            todo = names if k == 0 else [n for n in names if n != "evaluate"]
-            runs.append(run_measured(cfg, todo))
+        with user_paths_in_messages(sources):
+            for k, q in enumerate((pilot_queries, 2 * pilot_queries) if with_queries else (0,)):
+                sets = [*pilot_sets, f"queries.n_corpus={q}"] if with_queries else pilot_sets
+                cfg = load_config(cfg_path, sets, str(base / "a"), with_sections=sections)
+                # the second pilot re-runs what the queries change; evaluate's cost does not
+                todo = names if k == 0 else [n for n in names if n != "evaluate"]
+
+                def report(name: str, status: str, k: int = k) -> None:
+                    if status != "done":
+                        (from_cache if status == "cached" else piloted).append(f"{k + 1}:{name}")
+                    if on_stage is not None:
+                        on_stage(k + 1, name, status)
+
+                runs.append(run_measured(cfg, todo, costs, report))
         if len(runs) == 1:  # nothing follows the queries: one pilot is both points
             runs.append(runs[0])
         pilot = Pilot(
@@ -283,6 +480,8 @@ def run_pilot(
             base_rss_mb=base_rss,
             pilot_eval=pilot_eval,
             runs=(runs[0], runs[1]),
+            piloted=piloted,
+            from_cache=from_cache,
         )
     finally:
         if tmp is not None:
@@ -501,6 +700,8 @@ def predict(
             "full_bytes": pilot.full_bytes,
             "queries": list(pilot.queries),
             "cpu_s": round(sum(m.cpu_s for r in pilot.runs for m in r.values()), 2),
+            "piloted": list(pilot.piloted),
+            "from_cache": list(pilot.from_cache),
         },
         "stages": [_round(asdict(r)) for r in rows],
         "total": {
@@ -557,6 +758,15 @@ def format_plan(plan: dict[str, Any]) -> str:
         f"total: {t['cpu_s']:,.1f} CPU-s ({t['cpu_hours']} CPU-h), {t['disk_mb']:,.1f} MB on "
         f"disk, peak RSS ~{t['peak_rss_mb']:,.0f} MB (memory: a rough estimate)"
     )
+    me = plan.get("plan_itself")
+    if me:
+        lines.append(
+            f"this plan: {me['cpu_s']:,.1f} CPU-s ({me['share_of_run']:.1%} of the run it "
+            f"predicts), {me['wall_s']:,.1f} s wall, peak RSS {me['peak_rss_mb']:,.0f} MB (the "
+            f"run's: ~{t['peak_rss_mb']:,.0f} MB); piloted {len(p.get('piloted', []))} stage "
+            f"runs, {len(p.get('from_cache', []))} from the unit-cost cache"
+            + (f" ({me['cache']})" if me.get("cache") else "")
+        )
     if "gpu_s" in t:
         lines.append(
             f"on {t['gpus']} GPU(s) at {t['tokens_per_second_per_gpu']:,.0f} tokens/s each: "
@@ -564,6 +774,19 @@ def format_plan(plan: dict[str, Any]) -> str:
             f"plus {t['cpu_s_other_stages']:,.1f} CPU-s for the others"
         )
     return "\n".join(lines)
+
+
+def own_cost(c0: float, t0: float, predicted_cpu_s: float, cache: Path | None) -> dict[str, Any]:
+    """What this plan itself cost so far (CPU and wall seconds since ``c0``/``t0``, the
+    process's peak RSS), beside the run it predicts."""
+    cpu = time.process_time() - c0
+    return {
+        "cpu_s": round(cpu, 2),
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "share_of_run": round(cpu / max(predicted_cpu_s, 1e-9), 4),
+        "cache": str(cache) if cache is not None else None,
+    }
 
 
 def measured_totals(run: dict[str, StageMeasure]) -> dict[str, Any]:

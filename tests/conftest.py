@@ -36,12 +36,15 @@ def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory):
     hashes (``~/.cache/ctxsim/digests.json``) points into this session's temporary folder, for
     every test and the processes they start (set before any other session fixture runs)."""
     old = os.environ.get("CTXSIM_DIGEST_CACHE")
+    old_plan = os.environ.get("CTXSIM_PLAN_CACHE")  # `ctxsim plan`'s unit costs (flows/plan.py)
     os.environ["CTXSIM_DIGEST_CACHE"] = str(tmp_path_factory.mktemp("digests") / "digests.json")
+    os.environ["CTXSIM_PLAN_CACHE"] = str(tmp_path_factory.mktemp("plan-cache"))
     yield Path(os.environ["CTXSIM_DIGEST_CACHE"])
-    if old is None:
-        os.environ.pop("CTXSIM_DIGEST_CACHE", None)
-    else:
-        os.environ["CTXSIM_DIGEST_CACHE"] = old
+    for key, value in (("CTXSIM_DIGEST_CACHE", old), ("CTXSIM_PLAN_CACHE", old_plan)):
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 REPO = Path(__file__).resolve().parents[1]

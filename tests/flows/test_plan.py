@@ -173,16 +173,17 @@ def test_cli_plan_until_a_corpus_stage_takes_root_and_an_empty_config(
         + ["--root", str(root)],
     )
     assert res.exit_code == 0, res.output
-    lines = res.output.splitlines()
+    lines = res.stdout.splitlines()  # the progress bar is on stderr
     assert "no query stage" in lines[0]
-    assert [ln.split()[0] for ln in lines[2:-1]] == ["shard"]
+    assert lines[-2].startswith("total: ") and lines[-1].startswith("this plan: ")
+    assert [ln.split()[0] for ln in lines[2:-2]] == ["shard"]
     assert not root.exists()
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     monkeypatch.chdir(REPO)  # the default shard.paths: the bundled sample
     res = CliRunner().invoke(app, ["plan", "--config", str(empty), "--until", "queries"])
     assert res.exit_code == 0, res.output
-    assert [ln.split()[0] for ln in res.output.splitlines()[2:-1]] == [
+    assert [ln.split()[0] for ln in res.stdout.splitlines()[2:-2]] == [
         "shard",
         "contexts",
         "queries",

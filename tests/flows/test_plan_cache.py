@@ -1,0 +1,117 @@
+"""`ctxsim plan` calibrates once per machine (issue 31 item 10): unit costs are cached by stage
+fingerprint and checked at read; a second plan pilots nothing; a corrupt cache file is moved
+aside and that stage piloted again; the pilot's warnings name the user's files, not the sample's
+copies; progress is shown unless --no-progress; the plan says what it cost itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import prefect.main  # noqa: F401  (its logging set-up first: it would drop caplog's handler mid-test)
+import pytest
+
+from ctxsim.flows.plan import predict, run_pilot
+from tests.conftest import REPO, SAMPLE
+
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+SETS = [f"shard.paths=['{SAMPLE}']", "run.torch_threads=1"]
+
+
+def _plan(cache: Path, sets: list[str] = SETS, until: str = "retrieve"):
+    cfg, pilot = run_pilot(
+        QUICKSTART, sets, sample_fraction=0.3, pilot_queries=4, until=until, cache=cache
+    )
+    return pilot, predict(cfg, pilot)
+
+
+def _figures(plan: dict) -> list[tuple]:
+    return [(r["stage"], r["cpu_s"], r["rows"], r["disk_mb"]) for r in plan["stages"]]
+
+
+def test_a_second_plan_reuses_the_unit_costs_and_pilots_nothing(tmp_path: Path, caplog):
+    cache = tmp_path / "cache"
+    first, plan1 = _plan(cache)
+    assert first.piloted == [
+        *("1:shard", "1:contexts", "1:queries", "1:index", "1:retrieve"),
+        *("2:queries", "2:retrieve"),  # the corpus stages keep their fingerprints in pilot 2
+    ]
+    assert first.from_cache == ["2:shard", "2:contexts", "2:index"]
+    units = sorted(p for p in cache.glob("units/*/*.json") if p.name != "base_rss.json")
+    assert len(units) == 7 and all(p.with_name(f"{p.name}.sha256").is_file() for p in units)
+
+    second, plan2 = _plan(cache)
+    assert second.piloted == []  # every stage known: nothing run
+    assert _figures(plan2) == _figures(plan1)
+
+    # a corrupt unit-cost file: detected at read, moved aside, that stage piloted again
+    (contexts,) = cache.glob("units/*/contexts-*.json")
+    contexts.write_text(contexts.read_text().replace('"rows": ', '"rows": 1'))
+    with caplog.at_level("WARNING"):
+        third, plan3 = _plan(cache)
+    assert "unit-cost cache file" in caplog.text and "sha256 mismatch" in caplog.text
+    assert list(contexts.parent.glob(f"{contexts.name}.corrupt-*"))
+    assert third.piloted == ["1:contexts"]  # its downstream kept their fingerprints
+    assert json.loads(contexts.read_text())["rows"] == first.runs[0]["contexts"].rows
+    assert [f[2] for f in _figures(plan3)] == [f[2] for f in _figures(plan1)]
+
+
+def test_a_changed_setting_pilots_only_what_it_changes(tmp_path: Path):
+    cache = tmp_path / "cache"
+    _plan(cache)
+    again, _ = _plan(cache, SETS + ["index.ngram_max=3"])
+    # index and what reads it; shard, contexts and queries come from the cache
+    assert again.piloted == ["1:index", "1:retrieve", "2:retrieve"]
+
+
+def test_pilot_warnings_name_the_users_files_not_the_sample_copies(tmp_path: Path, caplog):
+    """Was: `ctxsim-plan-.../corpus/00028.jsonl` (the temporary copy) in every warning."""
+    corpus = tmp_path / "my-books"
+    corpus.mkdir()
+    long = " ".join(["word"] * 120) + "."
+    recs = [
+        {"book": "b", "section": f"b#{i}", "paragraphs": [f"A short sentence {i} here. {long}"]}
+        for i in range(6)
+    ]
+    mine = corpus / "novel.jsonl"
+    mine.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    sets = [f"shard.paths=['{mine}']", "shard.min_kept_share=0.0"]
+    for cache in (False, tmp_path / "cache"):  # a temporary root, and the kept one
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            run_pilot(QUICKSTART, sets, sample_fraction=1.0, until="shard", cache=cache)
+        dropped = [r.getMessage() for r in caplog.records if "outside min_tokens" in r.getMessage()]
+        assert dropped, caplog.text
+        assert all(str(mine) in m and "00000.jsonl" not in m for m in dropped), dropped
+        assert "ctxsim-plan-" not in caplog.text
+
+
+def test_cli_plan_shows_progress_and_its_own_cost(tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    monkeypatch.setenv("CTXSIM_PLAN_CACHE", str(tmp_path / "cache"))
+    args = ["plan", "--config", str(QUICKSTART), "--until", "contexts"]
+    args += ["--set", f"shard.paths=['{SAMPLE}']"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "plan: pilot 1: shard" in res.stderr and "plan: pilot 1: contexts" in res.stderr
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("this plan: ") and "of the run it predicts" in last
+    assert "peak RSS" in last and "piloted 2 stage runs, 0 from the unit-cost cache" in last
+
+    quiet = CliRunner().invoke(app, [*args, "--no-progress", "--json"])
+    assert quiet.exit_code == 0 and "plan: pilot" not in quiet.stderr
+    me = json.loads(quiet.stdout)["plan_itself"]
+    assert me["peak_rss_mb"] > 0 and me["cpu_s"] > 0 and me["cache"] == str(tmp_path / "cache")
+    assert json.loads(quiet.stdout)["pilot"]["piloted"] == []  # the second plan: from the cache
+
+    cold = CliRunner().invoke(app, [*args, "--set", "run.no_progress=true", "--no-cache"])
+    assert cold.exit_code == 0 and "piloted 2 stage runs" in cold.stdout
+    assert "plan: pilot" not in cold.stderr
+
+
+@pytest.fixture(autouse=True)
+def _no_tqdm_env(monkeypatch):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
