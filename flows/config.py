@@ -162,3 +162,25 @@ def load_config(
         except ValueError as e:  # settings of two sections that do not fit together
             raise ConfigError(f"{source}: section {name!r}: {e}") from None
     return PipelineConfig(run=run, stages=parsed, source=source, raw=raw)
+
+
+def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:
+    """The config's stages in order; with ``until``, that stage and what it is built from."""
+    names = cfg.stage_names
+    if until is not None:
+        if until not in STAGES:
+            raise ValueError(f"--until {until!r} is not a stage; known: {', '.join(STAGES)}")
+        if until not in names:
+            raise ValueError(f"--until {until!r}: that stage is not in the config")
+        # only what `until` is built from: `--until generator` trains the generator without
+        # retrieving and screening first (optional inputs count when the config has them)
+        need, todo = {until}, [until]
+        while todo:
+            name = todo.pop()
+            stage = load_stage(name)
+            for up in (*stage.inputs, *stage.optional_inputs_for(cfg.stages[name])):
+                if up in names and up not in need:
+                    need.add(up)
+                    todo.append(up)
+        names = [n for n in names[: names.index(until) + 1] if n in need]
+    return names

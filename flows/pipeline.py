@@ -17,7 +17,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 
-from ctxsim.flows.config import PipelineConfig, load_config
+from ctxsim.flows.config import PipelineConfig, load_config, select_stages
 from ctxsim.flows.console import console_line
 from ctxsim.flows.run_records import process_identity
 from ctxsim.flows.runners import make_task_runner, shard_options, submit_options
@@ -30,7 +30,7 @@ from ctxsim.store.stage import (
     plan_stage,
     publish_stage,
 )
-from ctxsim.tasks import STAGES, load_stage
+from ctxsim.tasks import load_stage
 
 #: OSErrors that say the input itself is wrong: another try reads the same bytes.
 PERMANENT_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
@@ -145,28 +145,6 @@ def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:
             )
     except Exception as exc:  # noqa: BLE001 - an artifact must never fail a stage
         get_logger().warning("could not publish the %s artifact: %s", name, exc)
-
-
-def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:
-    """The config's stages in order; with ``until``, that stage and what it is built from."""
-    names = cfg.stage_names
-    if until is not None:
-        if until not in STAGES:
-            raise ValueError(f"--until {until!r} is not a stage; known: {', '.join(STAGES)}")
-        if until not in names:
-            raise ValueError(f"--until {until!r}: that stage is not in the config")
-        # only what `until` is built from: `--until generator` trains the generator without
-        # retrieving and screening first (optional inputs count when the config has them)
-        need, todo = {until}, [until]
-        while todo:
-            name = todo.pop()
-            stage = load_stage(name)
-            for up in (*stage.inputs, *stage.optional_inputs_for(cfg.stages[name])):
-                if up in names and up not in need:
-                    need.add(up)
-                    todo.append(up)
-        names = [n for n in names[: names.index(until) + 1] if n in need]
-    return names
 
 
 def execute(

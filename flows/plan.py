@@ -514,7 +514,7 @@ def _warm_imports() -> None:
 
 
 def _stages_until(cfg: PipelineConfig, until: str | None) -> list[str]:
-    from ctxsim.flows.pipeline import select_stages
+    from ctxsim.flows.config import select_stages  # not flows.pipeline: no Prefect import here
 
     return select_stages(cfg, until)
 
