@@ -447,7 +447,10 @@ def run_pilot(
             if costs is not None:
                 costs.put_base_rss(base_rss)
         if keep:  # stage caches of earlier pilots would make a stage piloted again look cheap
-            shutil.rmtree(base / "a" / "_cache", ignore_errors=True)
+            from ctxsim.store.artefacts import ArtefactStore
+
+            pilot_store = ArtefactStore(base / "a", create=False)
+            shutil.rmtree(pilot_store.cache_dir(create=False), ignore_errors=True)
         runs = []
         piloted: list[str] = []
         from_cache: list[str] = []
