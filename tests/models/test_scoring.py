@@ -115,6 +115,33 @@ def test_simulated_oom_halves_batches_and_keeps_every_pair(scorer):
     assert all(np.isfinite(got[d]).all() for d in DIRECTIONS)
 
 
+def test_a_failed_batch_frees_its_memory_before_the_halves_run(scorer, monkeypatch):
+    """Seen on an H200: halves retried inside the except block kept the failed forward's frames
+    (and its activations) alive through the traceback, until a 2 MB allocation failed."""
+    import weakref
+
+    real = scorer.token_logprobs
+    alive_at_retry: list[bool] = []
+    failed: list[weakref.ref] = []
+
+    def token_logprobs(direction, srcs, tgts):
+        if failed:
+            alive_at_retry.append(failed[-1]() is not None)
+        if len(srcs) > 3:
+            activations = torch.zeros(1024)  # what the failed forward had allocated
+            failed.append(weakref.ref(activations))
+            raise torch.OutOfMemoryError("simulated CUDA out of memory")
+        return real(direction, srcs, tgts)
+
+    monkeypatch.setattr(scorer, "token_logprobs", token_logprobs)
+    lefts, sents, rights = windows(16, seed=7)
+    eng = ScoringEngine(scorer, EngineConfig(token_budget=100_000))
+    got = eng.score(lefts, sents, rights, ("fwd",))
+    assert eng.stats.oom_retries > 0 and alive_at_retry
+    assert not any(alive_at_retry)
+    assert np.isfinite(got["fwd"]).all()
+
+
 def test_oom_on_a_single_pair_is_raised(scorer):
     def hook(batch_size: int) -> None:
         raise torch.OutOfMemoryError("always")
