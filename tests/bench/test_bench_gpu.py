@@ -1,0 +1,43 @@
+"""bench_gpu's arithmetic: rows read back from a device log, labelled pairs per GPU-hour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.bench_gpu import (
+    OTHER_CPU_S_PER_PAIR,
+    WINDOWS_PER_PAIR,
+    pairs_per_gpu_hour,
+    rows_from_logs,
+)
+
+
+def test_rows_from_a_device_log_and_pairs_per_gpu_hour(tmp_path: Path) -> None:
+    log = tmp_path / "bench_gpu.log"
+    log.write_text(
+        "WARNING: pip said something\n"
+        "{'device': 'cuda', 'gpu': 'NVIDIA H200', 'bf16_matmul_peak_tflops': 800.0}\n"
+        "{'section': 'score_right_only', 'model': 'smollm2-135m (random init)', "
+        "'windows_per_s': 3000.0}\n"
+        "  return forward_call(*args, **kwargs)\n"
+        "{'section': 'gencontexts_sampling', 'model': 'smollm2-135m (random init)', "
+        "'samples_per_s': 100.0}\n"
+        "{'section': 'gencontexts_sampling', 'model': 'smollm2-135m (random init)', "
+        "'samples_per_s': 250.0}\n",
+        encoding="utf-8",
+    )
+    info, rows = rows_from_logs([log])
+    assert info["gpu"] == "NVIDIA H200" and info["bf16_matmul_peak_tflops_per_call"] == [800.0]
+    assert [r["section"] for r in rows] == ["score_right_only"] + ["gencontexts_sampling"] * 2
+    (got,) = pairs_per_gpu_hour(rows)
+    gpu_s = WINDOWS_PER_PAIR / 3000.0 + 1 / 250.0  # the faster sampling setting is the one used
+    assert got["gpu_s_per_pair"] == pytest.approx(gpu_s, abs=1e-5)
+    assert got["pairs_per_hour_all_in"] == round(3600 / (gpu_s + OTHER_CPU_S_PER_PAIR))
+    assert got["pairs_per_gpu_hour_gpu_stages_only"] == round(3600 / gpu_s)
+
+
+def test_no_rate_no_estimate() -> None:
+    rows = [{"section": "score_right_only", "model": "gemma-270m (x)", "windows_per_s": 1.0}]
+    assert pairs_per_gpu_hour(rows) == []
