@@ -16,6 +16,7 @@ from ctxsim.models.generator.protocol import (
     Ids,
     Limits,
     _pad,
+    _place,
     _target_logprobs,
     check_direction,
 )
@@ -205,11 +206,7 @@ class CausalPrefixScorer(GenerativeScorer):
         hidden = torch.cat(
             [first.last_hidden_state[:, -1:].index_select(0, row), second.last_hidden_state], 1
         )
-        labels = torch.full(hidden.shape[:2], self.pad, dtype=torch.long)
-        tmask = torch.zeros(hidden.shape[:2], dtype=torch.long)
-        for i, (suf, t) in enumerate(zip(suffixes, targets, strict=True)):
-            labels[i, len(suf) : len(suf) + len(t)] = torch.as_tensor(t)
-            tmask[i, len(suf) : len(suf) + len(t)] = 1
+        labels, tmask = _place(targets, [len(suf) for suf in suffixes], hidden.shape[1], self.pad)
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         head = self.model.get_output_embeddings()
         return _target_logprobs(hidden, head, labels.to(self.device), tmask.to(self.device), cap)
@@ -230,11 +227,7 @@ class CausalPrefixScorer(GenerativeScorer):
             use_cache=False,
             return_dict=True,
         )
-        labels = torch.full((len(seqs), keep), self.pad, dtype=torch.long)
-        tmask = torch.zeros((len(seqs), keep), dtype=torch.long)
-        for i, t in enumerate(targets):
-            labels[i, keep - 1 - len(t) : keep - 1] = torch.as_tensor(t)
-            tmask[i, keep - 1 - len(t) : keep - 1] = 1
+        labels, tmask = _place(targets, [keep - 1 - len(t) for t in targets], keep, self.pad)
         return out.last_hidden_state[:, -keep:], labels.to(self.device), tmask.to(self.device)
 
     def _joint_logprobs(

@@ -3,6 +3,7 @@ base class whose ``log_prob`` gives one Eq. (3) term per target."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,21 +55,30 @@ class Limits:
         return tuple(ids[:n])
 
 
+def _place(
+    seqs: Sequence[Sequence[int]], starts: Sequence[int] | np.ndarray, width: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``width`` ids holding ``seqs[i]`` from column ``starts[i]`` (pad elsewhere), and
+    the matching 0/1 mask. One numpy scatter, not a tensor write per row: with thousands of rows
+    per batch the per-row writes cost more host time than the forward on a GPU
+    (bench/results/gpu_h200.md)."""
+    n = len(seqs)
+    lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=n)
+    flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lens.sum()))
+    rows = np.repeat(np.arange(n), lens)
+    offsets = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    cols = np.repeat(np.asarray(starts, dtype=np.int64), lens) + offsets
+    ids = np.full((n, width), pad_id, dtype=np.int64)
+    mask = np.zeros((n, width), dtype=np.int64)
+    ids[rows, cols] = flat
+    mask[rows, cols] = 1
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int, left: bool = False) -> tuple[Any, Any]:
-    n, width = len(seqs), max(len(s) for s in seqs)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if not s:
-            continue
-        row = torch.as_tensor(list(s), dtype=torch.long)
-        if left:
-            ids[i, width - len(s) :] = row
-            mask[i, width - len(s) :] = 1
-        else:
-            ids[i, : len(s)] = row
-            mask[i, : len(s)] = 1
-    return ids, mask
+    width = max(len(s) for s in seqs)
+    starts = [width - len(s) for s in seqs] if left else [0] * len(seqs)
+    return _place(seqs, starts, width, pad_id)
 
 
 class GenerativeScorer:
