@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxsim.models.ists import WaAlignment, WaPair
+from ctxsim.store.atomic import write_bytes_atomic
 from ctxsim.store.errors import InputError
 
 _SENT = re.compile(r'<sentence id="([^"]*)"')
@@ -114,7 +115,9 @@ def write_wa(pairs: list[WaPair], path: str | Path) -> None:
         out.append("</alignment>")
         out.append("</sentence>")
         out.append("")
-    Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # evaluate writes these before its report
+    write_bytes_atomic(path, ("\n".join(out) + "\n").encode("utf-8"))
 
 
 def read_chunks(path: str | Path) -> list[list[list[str]]]:

@@ -100,6 +100,15 @@ def test_pool_and_mutual_argmax():
     assert chunk_word_ids([["a", "b"], ["c"]]) == [(1, 2), (3,)]
 
 
+def test_wa_into_a_directory_not_yet_made_is_written_whole(tmp_path):
+    """evaluate writes the .wa files before its report makes the output directory."""
+    pairs = [_pair([((1,), (1,), ("EQUI",), 5.0)])]
+    path = tmp_path / "not" / "yet" / "ists.h.cosine.wa"
+    write_wa(pairs, path)
+    assert read_wa(path)[0].tokens1 == T1
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+
+
 def test_wa_roundtrip_and_chunks(tmp_path):
     pairs = [_pair([((2, 3, 4), (2,), ("SPE1", "FACT"), 4.0), ((1,), (0,), ("NOALI",), None)])]
     path = tmp_path / "x.wa"
