@@ -12,6 +12,10 @@ Usage::
         --max-pairs 100 --run-id rqe-origin --set run.root=/tmp/mq
     .venv/bin/python -m bench.bench_origin_domain --root /tmp/mq --run rqe-origin \\
         --name origin_medquad_rqe_dev_p100
+
+``--vs NAME=RUN`` adds another Origin run of the same pairs (other contexts, say) as a system,
+compared with this one on the pairs both labelled: how the context source is chosen by
+measurement.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", default=str(RESULTS_DIR))
     ap.add_argument("--name", default="origin_medquad_rqe_dev")
+    ap.add_argument("--label", default="origin (Eq. 4)", help="this run's name in the tables")
+    ap.add_argument("--vs", action="append", default=[], help="NAME=RUN: another Origin run")
     args = ap.parse_args(argv)
 
     from ctxsim.models import domain_metrics as D
@@ -42,17 +48,26 @@ def main(argv: list[str] | None = None) -> None:
     from ctxsim.tasks.evaluate import load_st
     from ctxsim.tasks.evaluate.domain import pair_scores
 
+    def labelled(run: str) -> dict[tuple[str, str], tuple[float, int]]:
+        _, arts = run_artefacts(args.root, run)
+        t = arts["label"].read_table(["s1", "s2", "label", "gold"]).to_pylist()
+        return {(r["s1"], r["s2"]): (float(r["label"]), int(r["gold"])) for r in t}
+
     rec, arts = run_artefacts(args.root, args.run)
-    table = arts["label"].read_table(["s1", "s2", "label", "gold", "dataset"])
-    lab = table.column("label").to_numpy(zero_copy_only=False).astype(float)
-    gold = table.column("gold").to_numpy(zero_copy_only=False).astype(int)
-    ok = np.isfinite(lab)
-    s1 = [x for x, k in zip(table.column("s1").to_pylist(), ok, strict=True) if k]
-    s2 = [x for x, k in zip(table.column("s2").to_pylist(), ok, strict=True) if k]
-    gold, lab = gold[ok], lab[ok]
+    mine = labelled(args.run)
+    others = {n: labelled(r) for n, r in (v.split("=", 1) for v in args.vs)}
+    keys = [
+        k
+        for k, (v, _) in mine.items()
+        if np.isfinite(v) and all(k in o and np.isfinite(o[k][0]) for o in others.values())
+    ]
+    s1, s2 = [k[0] for k in keys], [k[1] for k in keys]
+    gold = np.asarray([mine[k][1] for k in keys], dtype=int)
+    lab = np.asarray([mine[k][0] for k in keys], dtype=float)
     ps = PairSet("dev", s1, s2, gold.tolist())
     systems = {
-        "origin (Eq. 4)": lab,
+        args.label: lab,
+        **{n: np.asarray([o[k][0] for k in keys], dtype=float) for n, o in others.items()},
         "tfidf 1-2 grams": pair_scores(None, ps, 64),
         args.encoder: pair_scores(
             load_st(str(resolve_model(args.encoder)), "cpu", args.max_seq_length), ps, 64
@@ -63,24 +78,25 @@ def main(argv: list[str] | None = None) -> None:
         v = D.pair_classification_scores(pred, gold)
         rows.append({"system": name, **{k: round(v[k], 2) for k in ("ap", "accuracy", "f1")}})
     for name, pred in systems.items():
-        if name == "origin (Eq. 4)":
+        if name == args.label:
             continue
         ci = D.ap_diff_ci(gold, lab, pred, args.resamples, 0.95, args.seed)
         cis.append(
             {
-                "comparison": f"origin - {name}",
+                "comparison": f"{args.label} - {name}",
                 "AP delta": round(ci["delta"], 2),
                 "95% CI": f"[{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]",
             }
         )
-    stats = {s: arts[s].stats.get("cpu_seconds") for s in ("gencontexts", "score", "label")}
+    stats = {s: a.stats.get("cpu_seconds") for s, a in arts.items() if s not in ("shard",)}
     meta = {
         "command": "python -m bench.bench_origin_domain "
         + " ".join(sys.argv[1:] if argv is None else argv),
         "run": args.run,
         "pairs": int(len(gold)),
         "positives": int(gold.sum()),
-        "datasets": sorted(set(table.column("dataset").to_pylist())),
+        "datasets": sorted(set(arts["label"].read_table(["dataset"]).column(0).to_pylist())),
+        "vs": args.vs,
         "label_cpu_seconds": stats,
         "config": rec.get("config_source"),
         "queries": rec.get("config", {}).get("queries"),
