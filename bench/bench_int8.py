@@ -26,7 +26,7 @@ from bench.bench_score import book_windows, make_scorer
 from bench.harness import write_results
 from ctxsim.models.generator import CausalPrefixScorer
 from ctxsim.models.quantize import quantize_int8
-from ctxsim.models.scoring import EngineConfig, ScoringEngine
+from ctxsim.models.score_engine import EngineConfig, ScoringEngine
 
 
 def main(argv: list[str] | None = None) -> None:

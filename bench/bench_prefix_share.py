@@ -63,7 +63,7 @@ def time_engine(scorer: Any, w: dict[str, Any], windows: list[tuple[int, int]]) 
 
     import torch
 
-    from ctxsim.models.scoring import EngineConfig, ScoringEngine
+    from ctxsim.models.score_engine import EngineConfig, ScoringEngine
 
     torch.set_num_threads(1)
     lefts = [w["left"][c] for _, c in windows]

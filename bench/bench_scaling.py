@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from bench.harness import machine_info, median, peak_rss_mb, write_results
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.store.stage import RunParams, Stage, StageParams, compute_shard, plan_stage
+from ctxsim.store.stage import RunParams, Stage, StageParams, compute_shard, resolve_stage
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -64,7 +64,7 @@ class BurnStage(Stage):
 
 
 def make_plan(root: Path, n_shards: int, iters: int):
-    return plan_stage(
+    return resolve_stage(
         BurnStage(),
         BurnParams(n_shards=n_shards, iters=iters),
         RunParams(root=str(root)),

@@ -1,4 +1,4 @@
-"""Benchmark `score`: the batched generative scoring engine (models/scoring.py) vs one pair per
+"""Benchmark `score`: the batched generative scoring engine (models/score_engine.py) vs one pair per
 forward call, for both backends (seq2seq BERT2BERT, causal prefix LM), on real book sentences.
 
 Workload shaped like the score stage: Q sentences each against the same C contexts (so contexts
@@ -34,7 +34,7 @@ from ctxsim.models.generator import (
     tiny_seq2seq,
     train_wordpiece_tokenizer,
 )
-from ctxsim.models.scoring import EngineConfig, ScoringEngine, naive_score
+from ctxsim.models.score_engine import EngineConfig, ScoringEngine, naive_score
 
 SIZES = {
     "tiny": TinyConfig(64, 2, 2, 128),

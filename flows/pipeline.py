@@ -23,12 +23,12 @@ from ctxsim.flows.run_records import process_identity
 from ctxsim.flows.runners import make_task_runner, shard_options, submit_options
 from ctxsim.store.artefacts import Artefact, ArtefactStore, safe_name
 from ctxsim.store.stage import (
+    ResolvedStage,
     RunParams,
-    StagePlan,
     compute_shard,
     get_logger,
-    plan_stage,
     publish_stage,
+    resolve_stage,
 )
 from ctxsim.tasks import load_stage
 
@@ -70,7 +70,7 @@ def _retry_condition(task: Any, task_run: Any, state: Any) -> bool:
     return False
 
 
-def plan_spec(plan: StagePlan) -> dict[str, Any]:
+def plan_spec(plan: ResolvedStage) -> dict[str, Any]:
     """A picklable description of a plan, so shard tasks can run in other processes/hosts."""
     return {
         "root": str(Path(plan.store.root).resolve()),
@@ -83,11 +83,11 @@ def plan_spec(plan: StagePlan) -> dict[str, Any]:
     }
 
 
-def plan_from_spec(spec: dict[str, Any]) -> StagePlan:
+def plan_from_spec(spec: dict[str, Any]) -> ResolvedStage:
     store = ArtefactStore(spec["root"])
     stage = load_stage(spec["stage"])
     upstream = {k: store.require(k, fp) for k, fp in spec["upstream"].items()}
-    return plan_stage(
+    return resolve_stage(
         stage, stage.Params(**spec["params"]), RunParams(**spec["run"]), store, upstream
     )
 
@@ -180,7 +180,7 @@ def execute(
             upstream = {i: artefacts[i] for i in stage.inputs}
             optional = stage.optional_inputs_for(cfg.stages[name])
             upstream |= {i: artefacts[i] for i in optional if i in artefacts}
-            plan = plan_stage(stage, cfg.stages[name], cfg.run, store, upstream)
+            plan = resolve_stage(stage, cfg.stages[name], cfg.run, store, upstream)
             t0 = time.perf_counter()
             art = plan.published()
             reused = art is not None

@@ -328,7 +328,7 @@ def run_measured(
     is run again, so it is measured. ``on_stage(name, "cached" | "running" | "done")`` reports
     progress."""
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import plan_stage, run_stage_locally
+    from ctxsim.store.stage import resolve_stage, run_stage_locally
     from ctxsim.tasks import load_stage
 
     store = ArtefactStore(cfg.run.root)
@@ -339,7 +339,7 @@ def run_measured(
         upstream = {i: arts[i] for i in stage.inputs}
         optional = stage.optional_inputs_for(cfg.stages[name])
         upstream |= {i: arts[i] for i in optional if i in arts}
-        plan = plan_stage(stage, cfg.stages[name], cfg.run, store, upstream)
+        plan = resolve_stage(stage, cfg.stages[name], cfg.run, store, upstream)
         if costs is not None:
             known = costs.get(name, plan.fingerprint)
             existing = plan.published()

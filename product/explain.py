@@ -147,7 +147,7 @@ def _new_query_sets(
     """queries/retrieve/screen/select artefacts for sentences the run has not seen, built by the
     run's own stages and settings (see the module docstring)."""
     from ctxsim.readers.sts import write_tsv
-    from ctxsim.store.stage import RunParams, get_logger, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, get_logger, resolve_stage, run_stage_locally
     from ctxsim.tasks import load_stage
 
     key = hashlib.sha256("\x1f".join(texts).encode()).hexdigest()[:16]
@@ -187,7 +187,7 @@ def _new_query_sets(
         stage = load_stage(name)
         upstream = {i: out[i] for i in stage.inputs}
         upstream |= {i: out[i] for i in stage.optional_inputs_for(params) if i in out}
-        out[name], _ = run_stage_locally(plan_stage(stage, params, run, store, upstream))
+        out[name], _ = run_stage_locally(resolve_stage(stage, params, run, store, upstream))
     return out
 
 

@@ -4,7 +4,7 @@ One place computes the score every stage that needs S calls: `score` (the pairs 
 needs), `select` (candidates in Eq. 3 order) and therefore Origin (the pipeline on STS queries).
 Terms (Sec. 3.3, Eq. 3): ``gen_fwd`` = (1/|s|) log p(s|c<,c>), ``gen_left`` = (1/|c<|) log
 p(c<|s,c>), ``gen_right`` = (1/|c>|) log p(c>|c<,s) from the `generator` artefact through the
-batched engine (models/scoring.py); ``disc_logprob`` = log sigmoid of the Eq. (1) logit, taken
+batched engine (models/score_engine.py); ``disc_logprob`` = log sigmoid of the Eq. (1) logit, taken
 from `screen` where it ranked that (query, context) and otherwise computed with the
 `discriminator` artefact's model; ``disc_source`` records which (screen / model / missing: 0.0).
 S = lambda_disc * disc + lambda_fwd * fwd + lambda_left * left + lambda_right * right.
@@ -30,7 +30,13 @@ from pydantic import Field
 
 from ctxsim.models.generator import DIRECTIONS
 from ctxsim.models.quantize import quantize_int8
-from ctxsim.models.scoring import EngineConfig, Lambdas, ScoringEngine, combine_eq3, log_sigmoid
+from ctxsim.models.score_engine import (
+    EngineConfig,
+    Lambdas,
+    ScoringEngine,
+    combine_eq3,
+    log_sigmoid,
+)
 from ctxsim.scores.loading import load_scorer
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
 from ctxsim.store.score_cache import ScoreCache, window_keys

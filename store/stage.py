@@ -219,7 +219,7 @@ class Stage:
 
 
 @dataclass
-class StagePlan:
+class ResolvedStage:
     """A stage resolved against a config and its upstream artefacts."""
 
     stage: Stage
@@ -246,9 +246,9 @@ class StagePlan:
         return self.store.get(self.stage.name, self.fingerprint)
 
 
-def plan_stage(
+def resolve_stage(
     stage: Stage, params: Any, run: RunParams, store: ArtefactStore, upstream: dict[str, Artefact]
-) -> StagePlan:
+) -> ResolvedStage:
     payload = {
         "stage": stage.name,
         "version": stage.version,
@@ -257,10 +257,10 @@ def plan_stage(
         "upstream": {k: a.fingerprint for k, a in sorted(upstream.items())},
         "extra": stage.fingerprint_extra(params),
     }
-    return StagePlan(stage, params, run, fingerprint(payload), upstream, store, payload)
+    return ResolvedStage(stage, params, run, fingerprint(payload), upstream, store, payload)
 
 
-def compute_shard(plan: StagePlan, shard: int) -> dict[str, Any]:
+def compute_shard(plan: ResolvedStage, shard: int) -> dict[str, Any]:
     """Compute and durably record one shard, unless it is already done (then return its record).
 
     A shard lease (store/lease.py) makes workers sharing one artefact root take turns: whoever
@@ -307,7 +307,9 @@ def _process_setup(run: RunParams) -> None:
             torch.set_num_threads(run.torch_threads)
 
 
-def publish_stage(plan: StagePlan, n_shards: int, shard_infos: list[dict[str, Any]]) -> Artefact:
+def publish_stage(
+    plan: ResolvedStage, n_shards: int, shard_infos: list[dict[str, Any]]
+) -> Artefact:
     ctx = plan.context()
     stats = plan.stage.summarize(ctx, [i.get("stats", {}) for i in shard_infos])
     extra = {
@@ -325,7 +327,7 @@ def publish_stage(plan: StagePlan, n_shards: int, shard_infos: list[dict[str, An
     return plan.store.publish(plan.stage.name, plan.fingerprint, n_shards, extra)
 
 
-def run_stage_locally(plan: StagePlan) -> tuple[Artefact, bool]:
+def run_stage_locally(plan: ResolvedStage) -> tuple[Artefact, bool]:
     """Run every missing shard in this process and publish. Returns (artefact, reused)."""
     existing = plan.published()
     if existing is not None:

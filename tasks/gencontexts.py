@@ -7,7 +7,7 @@ continuations and preceding sentences fit any sentence. Per query, ``k_right`` o
 prompt, models/context_sampling.py TEMPLATES) are drawn; `select` takes them beside or instead of
 the screened corpus contexts (``select.source``), under the same diversity rule (one per chunk,
 word-set Jaccard < 0.5 of the context sentence), and `score` / `label` treat them like any slot:
-an Eq. 3 term whose target side is absent is 0 (models/scoring.py is never asked to score an
+an Eq. 3 term whose target side is absent is 0 (models/score_engine.py is never asked to score an
 empty target).
 
 Ids: generated contexts and their sentences live in their own ranges (``GEN_CONTEXT_BASE``,

@@ -54,7 +54,7 @@ from ctxsim.models.generator_training import (
     validation_perplexity,
 )
 from ctxsim.models.registry import check_model_name, resolve_model
-from ctxsim.models.scoring import EngineConfig, ScoringEngine
+from ctxsim.models.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import save_scorer
 from ctxsim.store.checked import seal, verified, write_checked
 from ctxsim.store.stage import Stage, StageContext, StageParams

@@ -55,7 +55,7 @@ def run_spine(root: Path, overrides: dict | None = None, until: str = "queries")
     """Run the pipeline stages up to `until` in-process (no Prefect) and return the artefacts."""
     from ctxsim.flows.config import load_config
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import plan_stage, run_stage_locally
+    from ctxsim.store.stage import resolve_stage, run_stage_locally
     from ctxsim.tasks import STAGES, load_stage
 
     names = list(STAGES)[: list(STAGES).index(until) + 1]
@@ -70,7 +70,7 @@ def run_spine(root: Path, overrides: dict | None = None, until: str = "queries")
         optional = stage.optional_inputs_for(cfg.stages[name])
         upstream |= {i: arts[i] for i in optional if i in arts}
         arts[name], _ = run_stage_locally(
-            plan_stage(stage, cfg.stages[name], cfg.run, store, upstream)
+            resolve_stage(stage, cfg.stages[name], cfg.run, store, upstream)
         )
     return arts
 

@@ -26,10 +26,11 @@ A *source* is the triple ``(c<, s, c>)`` with the generated slot set to ``None``
   whose last placeholder is ``{target}``; only the target tokens are scored.
 
 Every text is tokenised once, without special tokens (:meth:`tokenize`), and sources and targets
-are assembled from token ids (:meth:`build_ids`), so the batched engine (models/scoring.py), the
-training loop (models/generator_training.py) and this module's plain :meth:`log_prob` all score
-exactly the same token sequences. Long parts are cut to the config's limits: the left context
-keeps its last tokens (those next to the slot), the right context and the sentence their first.
+are assembled from token ids (:meth:`build_ids`), so the batched engine
+(models/score_engine.py), the training loop (models/generator_training.py) and this module's
+plain :meth:`log_prob` all score exactly the same token sequences. Long parts are cut to the
+config's limits: the left context keeps its last tokens (those next to the slot), the right
+context and the sentence their first.
 
 Files: ``protocol.py`` (directions, sources, limits, the base class), ``seq2seq.py`` and
 ``causal.py`` (the backends), ``build.py`` (tiny models, vocabularies, warm starts).

@@ -108,10 +108,12 @@ def _publish(store, name: str, table: pa.Table, stats: dict | None = None, files
 
 
 def _run(stage_cls, params: dict, store, up):
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
 
     stage = stage_cls()
-    return run_stage_locally(plan_stage(stage, stage.Params(**params), RunParams(), store, up))[0]
+    return run_stage_locally(resolve_stage(stage, stage.Params(**params), RunParams(), store, up))[
+        0
+    ]
 
 
 def test_pairs_stage_mine(spine, tmp_path) -> None:

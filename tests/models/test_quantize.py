@@ -18,7 +18,7 @@ from ctxsim.models.generator import (
     train_wordpiece_tokenizer,
 )
 from ctxsim.models.quantize import quantize_int8
-from ctxsim.models.scoring import EngineConfig, ScoringEngine
+from ctxsim.models.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores import ScoreParams
 
 TINY = TinyConfig(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)

@@ -137,13 +137,15 @@ def test_bad_inputs() -> None:
 def run_stages(spine: dict, root, params: dict[str, dict]) -> dict:
     """Run some of this issue's stages on top of the session's spine artefacts (no Prefect)."""
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks import load_stage
 
     store, run, arts = ArtefactStore(root), RunParams(root=str(root), device="cpu"), dict(spine)
     for name, kw in params.items():
         stage = load_stage(name)
-        plan = plan_stage(stage, stage.Params(**kw), run, store, {i: arts[i] for i in stage.inputs})
+        plan = resolve_stage(
+            stage, stage.Params(**kw), run, store, {i: arts[i] for i in stage.inputs}
+        )
         arts[name] = run_stage_locally(plan)[0]
     return arts
 
@@ -184,7 +186,7 @@ def test_index_stage_empty_corpus_is_a_clear_error(tmp_path) -> None:
     import pyarrow.parquet as pq
 
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, Stage, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, Stage, resolve_stage, run_stage_locally
     from ctxsim.tasks.index import IndexParams, IndexStage
 
     store = ArtefactStore(tmp_path)
@@ -204,11 +206,11 @@ def test_index_stage_empty_corpus_is_a_clear_error(tmp_path) -> None:
     run = RunParams(root=str(tmp_path))
     sh = pa.table({"sent_id": pa.array([], pa.int64()), "text": pa.array([], pa.string())})
     arts = {
-        "shard": run_stage_locally(plan_stage(Empty("shard", sh), StageParams(), run, store, {}))[
-            0
-        ],
+        "shard": run_stage_locally(
+            resolve_stage(Empty("shard", sh), StageParams(), run, store, {})
+        )[0],
         "contexts": run_stage_locally(
-            plan_stage(
+            resolve_stage(
                 Empty("contexts", CONTEXT_SCHEMA.empty_table(), CHUNK_SCHEMA.empty_table()),
                 StageParams(),
                 run,
@@ -218,4 +220,4 @@ def test_index_stage_empty_corpus_is_a_clear_error(tmp_path) -> None:
         )[0],
     }
     with pytest.raises(ValueError, match="empty corpus"):
-        run_stage_locally(plan_stage(IndexStage(), IndexParams(), run, store, arts))
+        run_stage_locally(resolve_stage(IndexStage(), IndexParams(), run, store, arts))

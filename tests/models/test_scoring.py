@@ -1,4 +1,4 @@
-"""The batched scoring engine (models/scoring.py): same scores as the naive way, whatever the
+"""The batched scoring engine (models/score_engine.py): same scores as the naive way, whatever the
 batching; OOM back-off keeps every pair; sources are encoded once; Eq. (3) combination."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ctxsim.models.generator import (
     tiny_seq2seq,
     train_wordpiece_tokenizer,
 )
-from ctxsim.models.scoring import (
+from ctxsim.models.score_engine import (
     EngineConfig,
     Lambdas,
     ScoringEngine,
@@ -191,7 +191,13 @@ class _Fixed:
         import hashlib
 
         from ctxsim.store.artefacts import ArtefactStore
-        from ctxsim.store.stage import RunParams, Stage, StageParams, plan_stage, run_stage_locally
+        from ctxsim.store.stage import (
+            RunParams,
+            Stage,
+            StageParams,
+            resolve_stage,
+            run_stage_locally,
+        )
 
         digest = hashlib.sha256(str(table.to_pydict()).encode()).hexdigest()
 
@@ -205,7 +211,7 @@ class _Fixed:
                 return table, {}
 
         Fixed.name = name
-        plan = plan_stage(
+        plan = resolve_stage(
             Fixed(), StageParams(), RunParams(root=str(root)), ArtefactStore(root), {}
         )
         return run_stage_locally(plan)[0]
@@ -214,7 +220,7 @@ class _Fixed:
 @pytest.fixture(scope="module")
 def generator_art(spine, tmp_path_factory):
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
 
     root = tmp_path_factory.mktemp("gen")
@@ -230,7 +236,7 @@ def generator_art(spine, tmp_path_factory):
     )
     up = {k: spine[k] for k in ("shard", "contexts")}
     run = RunParams(root=str(root), torch_threads=1)
-    plan = plan_stage(GeneratorStage(), params, run, ArtefactStore(root), up)
+    plan = resolve_stage(GeneratorStage(), params, run, ArtefactStore(root), up)
     art, _ = run_stage_locally(plan)
     return art, plan
 
@@ -288,7 +294,7 @@ def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, 
 
     from ctxsim.scores.loading import load_scorer
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     q = spine["queries"].read_table(["query_id", "shard"])
@@ -328,7 +334,7 @@ def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, 
     up["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
     up["screen"] = _Fixed.publish(tmp_path, "screen", screen)
     params = ScoreParams(lambda_disc=1.0, lambda_fwd=1.0, lambda_left=0.5, lambda_right=2.0)
-    plan = plan_stage(
+    plan = resolve_stage(
         ScoreStage(), params, RunParams(root=str(tmp_path)), ArtefactStore(tmp_path), up
     )
     art, _ = run_stage_locally(plan)
@@ -371,7 +377,7 @@ def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, 
 
     # a direction whose lambda is 0 is not computed (NaN), and S leaves it out
     zero = ScoreParams(lambda_disc=1.0, lambda_fwd=1.0, lambda_left=0.5, lambda_right=0.0)
-    plan = plan_stage(
+    plan = resolve_stage(
         ScoreStage(), zero, RunParams(root=str(tmp_path)), ArtefactStore(tmp_path), up
     )
     art0, _ = run_stage_locally(plan)
@@ -414,7 +420,7 @@ def test_score_stage_computes_missing_disc_terms_with_the_discriminator(
     from ctxsim.models.discriminator import encode_texts, pad_batch
     from ctxsim.scores.loading import load_discriminator
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     q = spine["queries"].read_table(["query_id", "text"]).to_pydict()
@@ -440,7 +446,7 @@ def test_score_stage_computes_missing_disc_terms_with_the_discriminator(
     )
     run = RunParams(root=str(tmp_path))
     art, _ = run_stage_locally(
-        plan_stage(ScoreStage(), ScoreParams(), run, ArtefactStore(tmp_path), up)
+        resolve_stage(ScoreStage(), ScoreParams(), run, ArtefactStore(tmp_path), up)
     )
     t = art.read_table().to_pydict()
     assert len(t["query_id"]) == 4 and set(t["disc_source"]) == {"model"}
@@ -471,7 +477,7 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
     import pyarrow as pa
 
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.score import ScoreParams, ScoreStage
     from ctxsim.tasks.select_contexts import SelectParams, SelectStage
 
@@ -498,7 +504,7 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
     assert SelectStage().optional_inputs_for(params) == ("screen", "generator", "discriminator")
     assert SelectStage().optional_inputs_for(SelectParams()) == ("screen",)
     run = RunParams(root=str(tmp_path), torch_threads=1)
-    art, _ = run_stage_locally(plan_stage(SelectStage(), params, run, store, up))
+    art, _ = run_stage_locally(resolve_stage(SelectStage(), params, run, store, up))
     sel = art.read_table().to_pydict()
     assert art.stats["reranked"] == 5 * 8 and art.stats["order_by"] == "score"
     by_q: dict[int, list[int]] = {}
@@ -527,7 +533,7 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
     )
     up_score["select"] = _Fixed.publish(tmp_path, "select", sel_fixed)
     up_score["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
-    scored, _ = run_stage_locally(plan_stage(ScoreStage(), scoring, run, store, up_score))
+    scored, _ = run_stage_locally(resolve_stage(ScoreStage(), scoring, run, store, up_score))
     t = scored.read_table().to_pydict()
     S = {(a, c): v for a, c, v in zip(t["query_id"], t["context_id"], t["S"], strict=True)}
     for qid, idx in by_q.items():
@@ -575,7 +581,7 @@ def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
     values equal a run without the cache."""
 
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
@@ -590,7 +596,7 @@ def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, cache=cache)
         run = RunParams(root=str(root), torch_threads=1)
         art, _ = run_stage_locally(
-            plan_stage(ScoreStage(), params, run, ArtefactStore(root), world(k, root))
+            resolve_stage(ScoreStage(), params, run, ArtefactStore(root), world(k, root))
         )
         t = art.read_table().to_pydict()
         key = list(zip(t["query_id"], t["context_id"], strict=True))
@@ -619,7 +625,7 @@ def test_corrupt_score_cache_file_is_moved_aside_and_recomputed(
     import pyarrow.parquet as pq
 
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
@@ -632,7 +638,9 @@ def test_corrupt_score_cache_file_is_moved_aside_and_recomputed(
     def score(token_budget: int):  # another budget: another fingerprint, the same values
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, token_budget=token_budget)
         run = RunParams(root=str(root), torch_threads=1)
-        art, _ = run_stage_locally(plan_stage(ScoreStage(), params, run, ArtefactStore(root), up))
+        art, _ = run_stage_locally(
+            resolve_stage(ScoreStage(), params, run, ArtefactStore(root), up)
+        )
         return art.stats, art.read_table(["gen_fwd", "gen_left"]).to_pydict()
 
     _, clean = score(8192)
@@ -665,7 +673,7 @@ def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok
 
     from ctxsim.scores.loading import META_FILE
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
@@ -681,7 +689,7 @@ def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok
             backend="causal", backbone=str(backbone), train_steps=0, n_eval=8, max_val_windows=20
         ).model_copy(update=changes)
         up = {k: spine[k] for k in ("shard", "contexts")}
-        return run_stage_locally(plan_stage(GeneratorStage(), params, run, store, up))[0]
+        return run_stage_locally(resolve_stage(GeneratorStage(), params, run, store, up))[0]
 
     def scorer_id(a) -> str:
         return json.loads((a.files_dir / META_FILE).read_text())["scorer_id"]
@@ -699,7 +707,7 @@ def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok
     def score(gen) -> dict:
         up = _score_inputs(spine, (gen, None), root, cs, qids)
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0)
-        return run_stage_locally(plan_stage(ScoreStage(), params, run, store, up))[0].stats
+        return run_stage_locally(resolve_stage(ScoreStage(), params, run, store, up))[0].stats
 
     first = score(first_gen)
     assert first["cache_hits"] == 0
@@ -713,7 +721,7 @@ def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_ar
 
     from ctxsim.scores.loading import load_scorer
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
@@ -726,7 +734,7 @@ def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_ar
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, pmi=pmi, cache=False)
         run = RunParams(root=str(tmp_path), torch_threads=1)
         art, _ = run_stage_locally(
-            plan_stage(ScoreStage(), params, run, ArtefactStore(tmp_path), up)
+            resolve_stage(ScoreStage(), params, run, ArtefactStore(tmp_path), up)
         )
         return art.read_table().to_pydict()
 

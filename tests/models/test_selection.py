@@ -144,14 +144,14 @@ def _fake_screen(spine, per_query: int, seed: int = 0) -> pa.Table:
 
 
 def _run_select(spine, store, screen, **params):
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.select_contexts import SelectStage
 
     stage = SelectStage()
     up = {k: spine[k] for k in ("queries", "contexts", "shard")}
     if screen is not None:
         up["screen"] = screen
-    plan = plan_stage(stage, stage.Params(**params), RunParams(), store, up)
+    plan = resolve_stage(stage, stage.Params(**params), RunParams(), store, up)
     return run_stage_locally(plan)[0]
 
 

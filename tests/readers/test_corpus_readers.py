@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
 from ctxsim.tasks.shard import CorpusInputError, ShardParams, ShardStage
 
 P1 = "The kettle boiled at seven. Anna poured the tea into two cups."
@@ -23,7 +23,7 @@ SENTS = [s for p in (P1, P2, P3) for s in (p.split(". ")[0] + ".", p.split(". ")
 
 def shard(tmp_path: Path, **params):
     store = ArtefactStore(tmp_path / "root")
-    plan = plan_stage(ShardStage(), ShardParams(n_shards=1, **params), RunParams(), store, {})
+    plan = resolve_stage(ShardStage(), ShardParams(n_shards=1, **params), RunParams(), store, {})
     art, _ = run_stage_locally(plan)
     return art.read_table().sort_by("sent_id")
 

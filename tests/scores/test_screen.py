@@ -71,7 +71,7 @@ def test_screen_stats_and_own_context(screened) -> None:
 
 def test_outside_queries_and_cache_reuse(screened, tmp_path) -> None:
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, Stage, StageParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, Stage, StageParams, resolve_stage, run_stage_locally
 
     class OutsideQueries(Stage):
         name = "queries"
@@ -91,7 +91,7 @@ def test_outside_queries_and_cache_reuse(screened, tmp_path) -> None:
     store, run = ArtefactStore(tmp_path), RunParams(root=str(tmp_path), device="cpu")
     arts = dict(screened)
     arts["queries"] = run_stage_locally(
-        plan_stage(OutsideQueries(), StageParams(), run, store, {})
+        resolve_stage(OutsideQueries(), StageParams(), run, store, {})
     )[0]
     arts = run_stages(arts, tmp_path, {"retrieve": {"top_k": 15}, "screen": {"keep": KEEP}})
     ret = arts["retrieve"].read_table().to_pandas()

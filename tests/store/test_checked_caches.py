@@ -57,13 +57,13 @@ def test_the_discriminator_does_not_resume_from_a_corrupt_checkpoint(spine, tmp_
     """A checkpoint whose bytes changed is moved aside and training starts over (before, it was
     loaded as it was, or failed the stage)."""
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks import load_stage
     from tests.models.test_discriminator import TINY
 
     stage = load_stage("discriminator")
     store = ArtefactStore(tmp_path)
-    plan = plan_stage(
+    plan = resolve_stage(
         stage,
         stage.Params(**TINY),
         RunParams(root=str(tmp_path), device="cpu"),
@@ -88,7 +88,7 @@ def test_the_generator_checks_its_tokenizer_and_checkpoint_before_resuming(spine
     import shutil
 
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
 
     params = GeneratorParams(
@@ -103,7 +103,7 @@ def test_the_generator_checks_its_tokenizer_and_checkpoint_before_resuming(spine
     )
     up = {k: spine[k] for k in ("shard", "contexts")}
     store = ArtefactStore(tmp_path)
-    plan = plan_stage(GeneratorStage(), params, RunParams(root=str(tmp_path)), store, up)
+    plan = resolve_stage(GeneratorStage(), params, RunParams(root=str(tmp_path)), store, up)
     art, _ = run_stage_locally(plan)
     clean = art.read_table()
     cache = plan.context().cache_dir

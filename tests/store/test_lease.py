@@ -23,8 +23,8 @@ from ctxsim.store.stage import (
     Stage,
     StageParams,
     compute_shard,
-    plan_stage,
     publish_stage,
+    resolve_stage,
 )
 
 N_SHARDS = 12
@@ -54,7 +54,7 @@ class SlowStage(Stage):
 
 def _plan(root: Path, log: Path):
     stage = SlowStage()
-    return plan_stage(
+    return resolve_stage(
         stage, SlowParams(log=str(log)), RunParams(root=str(root)), ArtefactStore(root), {}
     )
 

@@ -68,14 +68,14 @@ def backbone(lm, tmp_path_factory):
 
 def _gen_stage(spine, root, backbone, **changes):
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.gencontexts import GenContextsParams, GenContextsStage
 
     params = GenContextsParams(
         model=str(backbone), k_right=2, k_left=1, max_new_tokens=5, batch_size=8
     ).model_copy(update=changes)
     run = RunParams(root=str(root), torch_threads=1, quiet=True)
-    plan = plan_stage(
+    plan = resolve_stage(
         GenContextsStage(), params, run, ArtefactStore(root), {"queries": spine["queries"]}
     )
     return run_stage_locally(plan)[0]

@@ -265,11 +265,11 @@ def _fake_world(
 
 
 def _run_label(store, arts, **params):
-    from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.label import LabelStage
 
     stage = LabelStage()
-    plan = plan_stage(stage, stage.Params(**params), RunParams(), store, arts)
+    plan = resolve_stage(stage, stage.Params(**params), RunParams(), store, arts)
     return run_stage_locally(plan)[0]
 
 

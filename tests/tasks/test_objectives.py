@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.store.stage import RunParams, Stage, StageParams, plan_stage, run_stage_locally
+from ctxsim.store.stage import RunParams, Stage, StageParams, resolve_stage, run_stage_locally
 
 # a handful of pairs: the first is labelled highest (and shares every word), the last lowest
 PAIRS = [
@@ -44,7 +44,7 @@ def _train(root, **overrides):
 
     store = ArtefactStore(root)
     run = RunParams(device="cpu", seed=0)
-    label, _ = run_stage_locally(plan_stage(_FakeLabel(), StageParams(), run, store, {}))
+    label, _ = run_stage_locally(resolve_stage(_FakeLabel(), StageParams(), run, store, {}))
     kw = {
         "max_steps": 12,
         "batch_size": 8,
@@ -56,7 +56,7 @@ def _train(root, **overrides):
         **overrides,
     }
     art, _ = run_stage_locally(
-        plan_stage(TrainStage(), TrainParams(**kw), run, store, {"label": label})
+        resolve_stage(TrainStage(), TrainParams(**kw), run, store, {"label": label})
     )
     return art
 

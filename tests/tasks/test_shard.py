@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.store.stage import RunParams, plan_stage, run_stage_locally
+from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
 from ctxsim.tasks.contexts import ContextsParams, ContextsStage, build_contexts
 from ctxsim.tasks.shard import CorpusInputError, ShardParams, ShardStage
 
@@ -24,7 +24,7 @@ DOC = (
 
 def run_shard(tmp_path: Path, **params) -> pa.Table:
     store = ArtefactStore(tmp_path / "root")
-    plan = plan_stage(ShardStage(), ShardParams(**params), RunParams(), store, {})
+    plan = resolve_stage(ShardStage(), ShardParams(**params), RunParams(), store, {})
     art, _ = run_stage_locally(plan)
     return art.read_table().sort_by("sent_id"), art
 
@@ -106,7 +106,7 @@ def test_parquet_null_text_cells_are_counted_warned_and_can_fail(tmp_path: Path,
     )
     # a check, not an input of the sentences: the fingerprint stays that of the skip run
     store = ArtefactStore(tmp_path / "root")
-    plan = plan_stage(
+    plan = resolve_stage(
         ShardStage(), ShardParams(**common, null_cells="error"), RunParams(), store, {}
     )
     assert plan.fingerprint == art.fingerprint
@@ -207,7 +207,7 @@ def test_files_losing_their_text_warn_and_fail_by_name(tmp_path: Path, caplog):
     assert "dropped 20 over max_tokens=80" in msg
     store = ArtefactStore(tmp_path / "root")
     fps = {
-        plan_stage(
+        resolve_stage(
             ShardStage(), ShardParams(paths=paths, min_kept_share=x), RunParams(), store, {}
         ).fingerprint
         for x in (0.0, 0.25, 0.9)
@@ -289,7 +289,7 @@ def test_fingerprint_follows_content_not_mtime(tmp_path: Path, monkeypatch):
 
     def fp() -> str:
         params = ShardParams(paths=[str(src / "*.txt")])
-        return plan_stage(ShardStage(), params, RunParams(), store, {}).fingerprint
+        return resolve_stage(ShardStage(), params, RunParams(), store, {}).fingerprint
 
     first = fp()
     shutil.copytree(src, tmp_path / "backup")
@@ -327,7 +327,7 @@ def test_lead_fields_put_the_question_before_its_answer_and_queries_mix_them(tmp
     store = ArtefactStore(tmp_path / "b")
     run = RunParams()
     shard, _ = run_stage_locally(
-        plan_stage(ShardStage(), ShardParams(**common, lead_fields=["question"]), run, store, {})
+        resolve_stage(ShardStage(), ShardParams(**common, lead_fields=["question"]), run, store, {})
     )
     table = shard.read_table().sort_by("sent_id")
     first = table.slice(0, 3).to_pylist()
@@ -339,13 +339,13 @@ def test_lead_fields_put_the_question_before_its_answer_and_queries_mix_them(tmp
     assert [r["para_idx"] for r in first] == [0, 1, 1]
     assert len({r["section_id"] for r in first}) == 1
     ctx_art, _ = run_stage_locally(
-        plan_stage(ContextsStage(), ContextsParams(), run, store, {"shard": shard})
+        resolve_stage(ContextsStage(), ContextsParams(), run, store, {"shard": shard})
     )
     ups = {"shard": shard, "contexts": ctx_art}
 
     def queries(**kw):
         params = QueriesParams(n_corpus=10, only_context_centres=False, min_tokens=3, **kw)
-        art, _ = run_stage_locally(plan_stage(QueriesStage(), params, run, store, ups))
+        art, _ = run_stage_locally(resolve_stage(QueriesStage(), params, run, store, ups))
         return art.read_table().column("text").to_pylist()
 
     mixed = queries(lead_share=0.5)

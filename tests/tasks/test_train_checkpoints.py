@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 import ctxsim.tasks.train as T
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.store.stage import RunParams, StageParams, plan_stage, run_stage_locally
+from ctxsim.store.stage import RunParams, StageParams, resolve_stage, run_stage_locally
 from tests.tasks.test_train_evaluate import _FakeLabel, _label_table, _sts_dir
 
 
@@ -26,7 +26,7 @@ def _setup(root):
     store = ArtefactStore(root / "store")
     run = RunParams(device="cpu", seed=0)
     label, _ = run_stage_locally(
-        plan_stage(_FakeLabel(_label_table()), StageParams(), run, store, {})
+        resolve_stage(_FakeLabel(_label_table()), StageParams(), run, store, {})
     )
     sts = root / "sts"
     _sts_dir(sts)
@@ -42,7 +42,7 @@ def _setup(root):
 
 
 def _train(store, run, label, params):
-    art, _ = run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
+    art, _ = run_stage_locally(resolve_stage(T.TrainStage(), params, run, store, {"label": label}))
     return art, json.loads((art.files_dir / "metrics.json").read_text())
 
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.store.stage import RunParams, Stage, StageParams, plan_stage, run_stage_locally
+from ctxsim.store.stage import RunParams, Stage, StageParams, resolve_stage, run_stage_locally
 
 WORDS = "man woman dog cat plays runs eats guitar ball park street food red big small".split()
 
@@ -127,7 +127,7 @@ def trained(tmp_path_factory):
     store = ArtefactStore(root / "store")
     run = RunParams(device="cpu", seed=0)
     label, _ = run_stage_locally(
-        plan_stage(_FakeLabel(_label_table()), StageParams(), run, store, {})
+        resolve_stage(_FakeLabel(_label_table()), StageParams(), run, store, {})
     )
     sts = root / "sts"
     _sts_dir(sts)
@@ -139,7 +139,7 @@ def trained(tmp_path_factory):
         tiny_vocab_size=200,
         max_seq_length=32,
     )
-    art, _ = run_stage_locally(plan_stage(TrainStage(), params, run, store, {"label": label}))
+    art, _ = run_stage_locally(resolve_stage(TrainStage(), params, run, store, {"label": label}))
     return root, store, run, art, sts, label
 
 
@@ -183,7 +183,7 @@ def test_evaluate_stage_end_to_end(trained):
         bootstrap_resamples=50,
         max_seq_length=32,
     )
-    ev, _ = run_stage_locally(plan_stage(EvaluateStage(), params, run, store, {"train": art}))
+    ev, _ = run_stage_locally(resolve_stage(EvaluateStage(), params, run, store, {"train": art}))
     rows = ev.read_table().to_pylist()
     systems = {(r["system"], r["similarity"]) for r in rows}
     assert {
@@ -241,7 +241,7 @@ def test_evaluate_extra_model_that_is_not_a_model_names_the_key(trained, tmp_pat
     with pytest.raises(
         InputError, match=r"evaluate\.extra_models\.simcse: .*not a model directory"
     ):
-        run_stage_locally(plan_stage(EvaluateStage(), params, run, store, {"train": art}))
+        run_stage_locally(resolve_stage(EvaluateStage(), params, run, store, {"train": art}))
     with pytest.raises(ValueError, match="built-in"):
         EvaluateParams(extra_models={"tfidf": str(tmp_path)})
 
@@ -341,11 +341,13 @@ def _train_crashing_at_step_4(trained, monkeypatch, lr: float):
     )
     monkeypatch.setattr(T, "_callbacks", lambda: [Boom()])
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
+        run_stage_locally(resolve_stage(T.TrainStage(), params, run, store, {"label": label}))
 
     def resume() -> dict:
         monkeypatch.setattr(T, "_callbacks", lambda: [])
-        art, _ = run_stage_locally(plan_stage(T.TrainStage(), params, run, store, {"label": label}))
+        art, _ = run_stage_locally(
+            resolve_stage(T.TrainStage(), params, run, store, {"label": label})
+        )
         return json.loads((art.files_dir / "metrics.json").read_text())
 
     return resume
