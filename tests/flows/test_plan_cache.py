@@ -115,3 +115,30 @@ def test_cli_plan_shows_progress_and_its_own_cost(tmp_path: Path, monkeypatch):
 @pytest.fixture(autouse=True)
 def _no_tqdm_env(monkeypatch):
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
+
+
+def test_a_fixed_step_train_is_piloted_for_a_few_steps_and_scaled_by_steps() -> None:
+    """Run in full, a 200-step train made a cold plan cost a third of the run it predicts."""
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.plan import StageMeasure, _train_step_sets, _units
+
+    cfg = load_config(QUICKSTART, ["train.max_steps=200"])
+    assert _train_step_sets(cfg, 0, 20) == ["train.max_steps=20", "train.eval_steps=20"]
+    assert _train_step_sets(cfg, 1, 20) == ["train.max_steps=40", "train.eval_steps=40"]
+    short = load_config(QUICKSTART, ["train.max_steps=30"])
+    assert _train_step_sets(short, 1, 20)[0] == "train.max_steps=30"  # never past the budget
+    by_epochs = load_config(QUICKSTART, ["train.max_steps=-1"])
+    assert _train_step_sets(by_epochs, 0, 20) == []  # scaled by labelled pairs instead
+
+    run = {
+        "train": StageMeasure(
+            "train",
+            cpu_s=9.0,
+            wall_s=9.0,
+            rows=1,
+            disk_bytes=0,
+            peak_rss_mb=0.0,
+            stats={"steps": 20},
+        )
+    }
+    assert _units("train", run, cfg, None) == ("optimizer steps", 20.0, 200.0)
