@@ -432,6 +432,7 @@ def run_pilot(
         pilot_sets = list(overrides or []) + [
             f"shard.paths={json.dumps(paths)}",
             "shard.n_shards=1",
+            "run.no_progress=true",  # the plan shows its own progress, one bar
         ]
         if with_queries:
             pilot_sets.append("queries.n_shards=1")
