@@ -1,24 +1,67 @@
-"""Resume after SIGKILL: finished shards are not recomputed; artefacts are byte-identical."""
+"""Resume after SIGKILL: finished shards are not recomputed; artefacts are byte-identical.
+
+One clean run of a shrunk quickstart (``SMALL``, through ``evaluate``) serves the whole module:
+every drill compares its resumed artefacts with it byte for byte, and the drills of the costly
+stages (score, train) start from a root seeded with its published upstream artefacts (they are
+content-addressed: ``<root>/<stage>/<fingerprint>/``), so only the stage under test is computed,
+killed and resumed. A second clean run, in another process at the same time, is the other half
+of the byte-identity check. Every `ctxsim run` of the module talks to one Prefect server (SQLite,
+loopback) instead of starting an ephemeral one each: what these drills prove lives in the
+artefact store, and a killed run's flow run merely stays "running" on that server.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from ctxsim.flows import ops
+from ctxsim.tasks import STAGES
 from tests.conftest import REPO, SAMPLE
+from tests.ops_support import cli, free_port, server_extra_env
 
 pytestmark = pytest.mark.integration
 
+#: a quickstart shrunk to minutes: the corpus in four shards (one is killed mid-stage), two
+#: query shards (one is killed mid-score), and enough training steps to kill it after a
+#: checkpoint
+SMALL = [
+    f"shard.paths=['{SAMPLE}']",
+    "shard.n_shards=4",
+    "queries.n_corpus=30",
+    "queries.n_shards=2",
+    "retrieve.top_k=40",
+    "screen.keep=12",
+    "select.max_size=4",
+    "generator.train_steps=3",
+    "generator.n_eval=10",
+    "pairs.pairs_per_query=2",
+    "pairs.idf_sample=500",
+    "train.max_steps=120",
+    "train.eval_steps=10",
+    "run.torch_threads=1",
+]
 
-def _cmd(root: Path, run_id: str) -> list[str]:
-    return [
+# what a rerun may change: the wall-clock fields of the train metrics and model card (which the
+# evaluate stage's published model card extends)
+TIMING_FILES = {
+    "train/files/metrics.json",
+    "train/files/model/README.md",
+    "evaluate/files/model/README.md",
+}
+
+
+def _cmd(root: Path, run_id: str, until: str) -> list[str]:
+    cmd = [
         sys.executable,
         "-m",
         "ctxsim.flows.cli",
@@ -28,45 +71,125 @@ def _cmd(root: Path, run_id: str) -> list[str]:
         "--root",
         str(root),
         "--until",
-        "queries",
+        until,
         "--run-id",
         run_id,
         "--no-progress",
-        "--set",
-        f"shard.paths=['{SAMPLE}']",
-        "--set",
-        "shard.n_shards=4",
     ]
+    for s in SMALL:
+        cmd += ["--set", s]
+    return cmd
+
+
+#: the module's Prefect server (set by the ``prefect_api`` fixture)
+API: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_api(tmp_path_factory: pytest.TempPathFactory):
+    """`ctxsim server` on a free loopback port (SQLite) for every run of the module."""
+    home = tmp_path_factory.mktemp("resume-prefect") / "server"
+    port = free_port()
+    senv = {**os.environ, **server_extra_env()}
+    senv.pop("PREFECT_API_URL", None)
+    cli(["ctxsim", "server", "--no-ui", "--port", str(port), "--home", str(home)], senv, 480)
+    pid = int((home / "server.pid").read_text().split()[0])
+    API["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+    try:
+        yield API["PREFECT_API_URL"]
+    finally:
+        API.clear()
+        ops.stop_process(pid)
 
 
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.pop("PREFECT_API_URL", None)
+    env.update(API)
     env.update(extra)
     return env
 
 
-def _part_hashes(root: Path) -> dict[str, str]:
+def _run(root: Path, run_id: str, until: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        _cmd(root, run_id, until), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _part_hashes(root: Path, until: str = "evaluate", timing: bool = True) -> dict[str, str]:
+    """sha256 of every published part and file of the stages up to ``until`` (``timing=False``:
+    without the wall-clock files)."""
+    stages = set(list(STAGES)[: list(STAGES).index(until) + 1])
     out = {}
     for manifest in sorted(root.glob("*/*/_MANIFEST.json")):
         m = json.loads(manifest.read_text())
+        if m["stage"] not in stages:
+            continue
         for p in m["parts"] + m["files"]:
-            out[f"{m['stage']}/{p['file']}"] = p["sha256"]
+            key = f"{m['stage']}/{p['file']}"
+            if timing or key not in TIMING_FILES:
+                out[key] = p["sha256"]
     return out
 
 
-def test_sigkill_mid_stage_then_resume(tmp_path: Path):
-    killed_root = tmp_path / "killed"
-    fault = tmp_path / "fault.json"  # shard 2 sleeps: a window to SIGKILL the run mid-stage
-    fault.write_text(json.dumps({"stage": "shard", "shard": 2, "kind": "delay", "seconds": 300}))
-    proc = subprocess.Popen(
-        _cmd(killed_root, "r1"),
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """Two clean runs through ``evaluate`` in two processes at once, on two roots (read-only
+    for the tests: they copy from them): ``root`` is the reference, ``other`` its twin."""
+    roots = [tmp_path_factory.mktemp("resume-clean"), tmp_path_factory.mktemp("resume-twin")]
+    logs = [root.with_name(f"{root.name}.stderr") for root in roots]
+    procs = []
+    for root, log in zip(roots, logs, strict=True):
+        with open(log, "wb") as err:
+            procs.append(
+                subprocess.Popen(
+                    _cmd(root, "clean", "evaluate"),
+                    cwd=REPO,
+                    env=_env(),
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                )
+            )
+    try:
+        for proc, log in zip(procs, logs, strict=True):
+            proc.wait(timeout=900)
+            assert proc.returncode == 0, log.read_text()[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    record = json.loads((roots[0] / "runs" / "clean.json").read_text())
+    assert record["status"] == "completed"
+    return SimpleNamespace(root=roots[0], other=roots[1], stages=record["stages"])
+
+
+def _seed(root: Path, clean: SimpleNamespace, before: str) -> None:
+    """Copy the clean run's published artefacts of every stage before ``before`` into ``root``
+    (a rerun finds them by fingerprint and reuses them, checksums verified)."""
+    for name in list(STAGES)[: list(STAGES).index(before)]:
+        if name in clean.stages:
+            fp = clean.stages[name]["fingerprint"]
+            shutil.copytree(clean.root / name / fp, root / name / fp)
+
+
+def _start_killable(root: Path, run_id: str, until: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        _cmd(root, run_id, until),
         cwd=REPO,
         start_new_session=True,
-        env=_env(CTXSIM_FAULT_FILE=str(fault)),
+        env=_env(**env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+
+def test_sigkill_mid_stage_then_resume(tmp_path: Path, clean: SimpleNamespace):
+    killed_root = tmp_path / "killed"
+    fault = tmp_path / "fault.json"  # shard 2 sleeps: a window to SIGKILL the run mid-stage
+    fault.write_text(json.dumps({"stage": "shard", "shard": 2, "kind": "delay", "seconds": 300}))
+    proc = _start_killable(killed_root, "r1", "queries", CTXSIM_FAULT_FILE=str(fault))
     partial = killed_root / "shard"
     deadline = time.monotonic() + 240
     done: list[Path] = []
@@ -84,95 +207,48 @@ def test_sigkill_mid_stage_then_resume(tmp_path: Path):
     record = json.loads((killed_root / "runs" / "r1.json").read_text())
     assert record["status"] == "running"  # killed without a chance to record anything
 
-    rerun = subprocess.run(
-        _cmd(killed_root, "r1") + ["--json"],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _run(killed_root, "r1", "queries")
     record = json.loads((killed_root / "runs" / "r1.json").read_text())
     assert record["status"] == "completed"
     assert record["stages"]["shard"]["shards_computed"] == 2  # shards 0 and 1 were reused
 
-    clean_root = tmp_path / "clean"
-    clean = subprocess.run(
-        _cmd(clean_root, "r2"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400
-    )
-    assert clean.returncode == 0, clean.stderr[-3000:]
-    assert _part_hashes(killed_root) == _part_hashes(clean_root)
-    assert len(_part_hashes(clean_root)) >= 7
+    fresh = _part_hashes(clean.root, until="queries")
+    assert _part_hashes(killed_root) == fresh
+    assert len(fresh) >= 7
 
-    again = subprocess.run(
-        _cmd(clean_root, "r3"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    rec3 = json.loads((clean_root / "runs" / "r3.json").read_text())
+    _run(killed_root, "r3", "queries")  # a finished root: every stage is reused
+    rec3 = json.loads((killed_root / "runs" / "r3.json").read_text())
     assert {s["status"] for s in rec3["stages"].values()} == {"reused"}
 
 
-# what a rerun may change: the wall-clock fields of the train metrics and model card (which the
-# evaluate stage's published model card extends)
-TIMING_FILES = {
-    "train/files/metrics.json",
-    "train/files/model/README.md",
-    "evaluate/files/model/README.md",
-}
-
-
-def test_two_fresh_runs_give_byte_identical_artefacts(tmp_path: Path):
+def test_two_fresh_runs_give_byte_identical_artefacts(clean: SimpleNamespace):
     """Same config and seed in two processes (tokenizers' and Python's hashes seeded
     differently) on two roots: every artefact is byte-identical, the tiny generator's learnt
     vocabulary and weights, its scores, the labels, the surrogate's weights and the evaluation
     report (which names models relative to the root) included."""
-    hashes = []
-    for name in ("a", "b"):
-        cmd = _cmd(tmp_path / name, name)
-        cmd[cmd.index("--until") + 1] = "evaluate"
-        run = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=500)
-        assert run.returncode == 0, run.stderr[-3000:]
-        hashes.append(
-            {k: v for k, v in _part_hashes(tmp_path / name).items() if k not in TIMING_FILES}
-        )
-    assert {k.split("/")[0] for k in hashes[0]} >= {"generator", "score", "label", "evaluate"}
+    hashes = [_part_hashes(root, timing=False) for root in (clean.root, clean.other)]
+    assert {k.split("/")[0] for k in hashes[0]} >= {
+        "generator",
+        "score",
+        "label",
+        "train",
+        "evaluate",
+    }
     assert "evaluate/files/report.md" in hashes[0]
     assert "generator/files/model/model.safetensors" in hashes[0]
+    assert "train/files/model/model.safetensors" in hashes[0]
     differing = sorted(k for k in hashes[0] if hashes[0][k] != hashes[1].get(k))
     assert not differing and hashes[0].keys() == hashes[1].keys()
 
 
-#: a quickstart shrunk to minutes, through `score` (two query shards: one is killed)
-SMALL = [
-    "queries.n_corpus=30",
-    "queries.n_shards=2",
-    "retrieve.top_k=40",
-    "screen.keep=12",
-    "select.max_size=4",
-    "generator.train_steps=3",
-    "generator.n_eval=10",
-    "pairs.pairs_per_query=2",
-    "pairs.idf_sample=500",
-    "run.torch_threads=1",
-]
-
-
-def _small_cmd(root: Path, run_id: str) -> list[str]:
-    cmd = _cmd(root, run_id)
-    cmd[cmd.index("--until") + 1] = "score"
-    i = cmd.index("shard.n_shards=4")
-    del cmd[i - 1 : i + 1]  # the corpus in its default shards
-    for s in SMALL:
-        cmd += ["--set", s]
-    return cmd
-
-
-def test_sigkill_mid_score_then_resume_is_byte_identical_to_a_clean_run(tmp_path: Path):
+def test_sigkill_mid_score_then_resume_is_byte_identical_to_a_clean_run(
+    tmp_path: Path, clean: SimpleNamespace
+):
     """The costly stage, with its score cache: killed while shard 1 waits (shard 0 finished and
     its generative terms cached), the rerun computes only shard 1 and every artefact matches a
-    clean run byte for byte."""
+    clean run byte for byte. The root starts with the clean run's upstream artefacts."""
     killed_root = tmp_path / "killed"
+    _seed(killed_root, clean, before="score")
     fault = tmp_path / "fault.json"
     fault.write_text(
         json.dumps(
@@ -185,14 +261,7 @@ def test_sigkill_mid_score_then_resume_is_byte_identical_to_a_clean_run(tmp_path
             }
         )
     )
-    proc = subprocess.Popen(
-        _small_cmd(killed_root, "k1"),
-        cwd=REPO,
-        start_new_session=True,
-        env=_env(CTXSIM_FAULT_FILE=str(fault)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    proc = _start_killable(killed_root, "k1", "score", CTXSIM_FAULT_FILE=str(fault))
     deadline = time.monotonic() + 480
     done: list[Path] = []
     while time.monotonic() < deadline:
@@ -207,58 +276,31 @@ def test_sigkill_mid_score_then_resume_is_byte_identical_to_a_clean_run(tmp_path
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert not list(killed_root.glob("score/*/_MANIFEST.json")), "nothing may be published"
+    record = json.loads((killed_root / "runs" / "k1.json").read_text())
+    assert {s["status"] for s in record["stages"].values()} == {"reused"}  # upstream: seeded
 
-    rerun = subprocess.run(
-        _small_cmd(killed_root, "k1"),
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _run(killed_root, "k1", "score")
     record = json.loads((killed_root / "runs" / "k1.json").read_text())
     assert record["status"] == "completed"
+    assert record["stages"]["score"]["status"] == "completed"
     assert record["stages"]["score"]["shards_computed"] == 1  # shard 0 was reused
 
-    clean_root = tmp_path / "clean"
-    clean = subprocess.run(
-        _small_cmd(clean_root, "c1"),
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert clean.returncode == 0, clean.stderr[-3000:]
-    killed, fresh = _part_hashes(killed_root), _part_hashes(clean_root)
+    killed, fresh = _part_hashes(killed_root), _part_hashes(clean.root, until="score")
     assert any(k.startswith("score/") for k in fresh)
     assert sorted(k for k in fresh if fresh[k] != killed.get(k)) == []
     assert killed.keys() == fresh.keys()
 
 
-def test_sigkill_mid_train_then_resume_is_byte_identical_to_a_clean_run(tmp_path: Path):
+def test_sigkill_mid_train_then_resume_is_byte_identical_to_a_clean_run(
+    tmp_path: Path, clean: SimpleNamespace
+):
     """Training, with its checkpoints: killed once a checkpoint is complete, the rerun resumes
     from it (the train stats say so) and every artefact matches a clean run byte for byte (the
-    wall-clock fields of the metrics and model card aside)."""
-    sets = ["train.max_steps=120", "train.eval_steps=10"]
-
-    def cmd(root: Path, run_id: str) -> list[str]:
-        c = _small_cmd(root, run_id)
-        c[c.index("--until") + 1] = "train"
-        for s in sets:
-            c += ["--set", s]
-        return c
-
+    wall-clock fields of the metrics and model card aside). The root starts with the clean
+    run's upstream artefacts."""
     killed_root = tmp_path / "killed"
-    proc = subprocess.Popen(
-        cmd(killed_root, "k1"),
-        cwd=REPO,
-        start_new_session=True,
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    _seed(killed_root, clean, before="train")
+    proc = _start_killable(killed_root, "k1", "train")
     deadline = time.monotonic() + 480
     ready: list[Path] = []
     while time.monotonic() < deadline:
@@ -275,22 +317,12 @@ def test_sigkill_mid_train_then_resume_is_byte_identical_to_a_clean_run(tmp_path
     proc.wait(30)
     assert not list(killed_root.glob("train/*/_MANIFEST.json")), "train must not be published"
 
-    rerun = subprocess.run(
-        cmd(killed_root, "k1"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600
-    )
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    _run(killed_root, "k1", "train")
     (manifest,) = killed_root.glob("train/*/_MANIFEST.json")
     assert json.loads(manifest.read_text())["stats"]["resumed"] is True
 
-    clean_root = tmp_path / "clean"
-    clean = subprocess.run(
-        cmd(clean_root, "c1"), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600
-    )
-    assert clean.returncode == 0, clean.stderr[-3000:]
-    killed, fresh = (
-        {k: v for k, v in _part_hashes(root).items() if k not in TIMING_FILES}
-        for root in (killed_root, clean_root)
-    )
+    killed = _part_hashes(killed_root, timing=False)
+    fresh = _part_hashes(clean.root, until="train", timing=False)
     assert "train/files/model/model.safetensors" in fresh
     assert sorted(k for k in fresh if fresh[k] != killed.get(k)) == []
     assert killed.keys() == fresh.keys()
