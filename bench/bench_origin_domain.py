@@ -48,14 +48,15 @@ def main(argv: list[str] | None = None) -> None:
     from ctxsim.tasks.evaluate import load_st
     from ctxsim.tasks.evaluate.domain import pair_scores
 
-    def labelled(run: str) -> dict[tuple[str, str], tuple[float, int]]:
-        _, arts = run_artefacts(args.root, run)
+    def labelled(arts: dict) -> dict[tuple[str, str], tuple[float, int]]:
         t = arts["label"].read_table(["s1", "s2", "label", "gold"]).to_pylist()
         return {(r["s1"], r["s2"]): (float(r["label"]), int(r["gold"])) for r in t}
 
     rec, arts = run_artefacts(args.root, args.run)
-    mine = labelled(args.run)
-    others = {n: labelled(r) for n, r in (v.split("=", 1) for v in args.vs)}
+    mine = labelled(arts)
+    others = {
+        n: labelled(run_artefacts(args.root, r)[1]) for n, r in (v.split("=", 1) for v in args.vs)
+    }
     keys = [
         k
         for k, (v, _) in mine.items()
