@@ -11,9 +11,8 @@ import pytest
 from transformers import TrainerCallback
 
 import ctxsim.tasks.train as T
-from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.store.stage import RunParams, StageParams, resolve_stage, run_stage_locally
-from tests.tasks.test_train_evaluate import _FakeLabel, _label_table, _sts_dir
+from ctxsim.store.stage import resolve_stage, run_stage_locally
+from tests.tasks.test_train_evaluate import train_setup
 
 
 class _Boom(TrainerCallback):
@@ -23,21 +22,7 @@ class _Boom(TrainerCallback):
 
 
 def _setup(root):
-    store = ArtefactStore(root / "store")
-    run = RunParams(device="cpu", seed=0)
-    label, _ = run_stage_locally(
-        resolve_stage(_FakeLabel(_label_table()), StageParams(), run, store, {})
-    )
-    sts = root / "sts"
-    _sts_dir(sts)
-    params = T.TrainParams(
-        max_steps=6,
-        eval_steps=2,
-        batch_size=8,
-        sts_dir=str(sts),
-        tiny_vocab_size=200,
-        max_seq_length=32,
-    )
+    store, run, label, _, params = train_setup(root, eval_steps=2)
     return store, run, label, params
 
 

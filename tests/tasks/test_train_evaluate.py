@@ -119,11 +119,11 @@ def _ists_dir(root):
     (d / f"{base.name}.wa").write_text(wa)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    from ctxsim.tasks.train import TrainParams, TrainStage
+def train_setup(root, eval_steps: int):
+    """A store under ``root`` with a published fake label artefact, an STS dir, and the tiny
+    train settings these tests train with (6 steps, a checkpoint every ``eval_steps``)."""
+    from ctxsim.tasks.train import TrainParams
 
-    root = tmp_path_factory.mktemp("te")
     store = ArtefactStore(root / "store")
     run = RunParams(device="cpu", seed=0)
     label, _ = run_stage_locally(
@@ -133,12 +133,21 @@ def trained(tmp_path_factory):
     _sts_dir(sts)
     params = TrainParams(
         max_steps=6,
-        eval_steps=3,
+        eval_steps=eval_steps,
         batch_size=8,
         sts_dir=str(sts),
         tiny_vocab_size=200,
         max_seq_length=32,
     )
+    return store, run, label, sts, params
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from ctxsim.tasks.train import TrainStage
+
+    root = tmp_path_factory.mktemp("te")
+    store, run, label, sts, params = train_setup(root, eval_steps=3)
     art, _ = run_stage_locally(resolve_stage(TrainStage(), params, run, store, {"label": label}))
     return root, store, run, art, sts, label
 
