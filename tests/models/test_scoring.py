@@ -217,14 +217,11 @@ class _Fixed:
         return run_stage_locally(plan)[0]
 
 
-@pytest.fixture(scope="module")
-def generator_art(spine, tmp_path_factory):
-    from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
+def tiny_generator_params():
+    """A generator that trains 3 steps of a tiny backbone (a checkpoint every 2)."""
+    from ctxsim.tasks.generator import GeneratorParams
 
-    root = tmp_path_factory.mktemp("gen")
-    params = GeneratorParams(
+    return GeneratorParams(
         train_steps=3,
         n_eval=12,
         max_train_windows=60,
@@ -234,6 +231,16 @@ def generator_art(spine, tmp_path_factory):
         tiny_intermediate=64,
         checkpoint_every=2,
     )
+
+
+@pytest.fixture(scope="module")
+def generator_art(spine, tmp_path_factory):
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
+    from ctxsim.tasks.generator import GeneratorStage
+
+    root = tmp_path_factory.mktemp("gen")
+    params = tiny_generator_params()
     up = {k: spine[k] for k in ("shard", "contexts")}
     run = RunParams(root=str(root), torch_threads=1)
     plan = resolve_stage(GeneratorStage(), params, run, ArtefactStore(root), up)

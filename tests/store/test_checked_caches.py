@@ -89,18 +89,10 @@ def test_the_generator_checks_its_tokenizer_and_checkpoint_before_resuming(spine
 
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
+    from ctxsim.tasks.generator import GeneratorStage
+    from tests.models.test_scoring import tiny_generator_params
 
-    params = GeneratorParams(
-        train_steps=3,
-        n_eval=12,
-        max_train_windows=60,
-        max_val_windows=30,
-        tokenizer_vocab=300,
-        tiny_hidden=32,
-        tiny_intermediate=64,
-        checkpoint_every=2,
-    )
+    params = tiny_generator_params()
     up = {k: spine[k] for k in ("shard", "contexts")}
     store = ArtefactStore(tmp_path)
     plan = resolve_stage(GeneratorStage(), params, RunParams(root=str(tmp_path)), store, up)
