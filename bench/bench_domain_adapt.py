@@ -5,7 +5,11 @@ same label artefact (its sentences are every arm's data), backbone, optimizer st
 and seed; only ``train.objective`` / ``train.loss`` differ, and each arm may take its own learning
 rate (``--arm-set ARM:train.lr=...``, chosen on the dev tasks). Arms: the backbone as downloaded
 (``none``), SimCSE and TSDAE on the corpus sentences, TF-IDF labels and ctxsim labels (CoSENT) on
-the mined pairs, and ``joint`` (ctxsim CoSENT + SimCSE in one multi-dataset training).
+the mined pairs, and ``joint`` (ctxsim CoSENT + SimCSE in one multi-dataset training); two
+diagnostics: ``context`` (each sentence's real right context in the corpus as its MNRL positive:
+the paper's premise without Eq. 4 scores) and ``teacher-CoSENT`` (the same pairs labelled by a
+larger downloaded encoder, all-mpnet-base-v2: what the pairs and the loss teach when the labels
+are good). ``--reference-models`` scores downloaded encoders as they are (e.g. the teacher).
 
 Each model is scored on every domain file under ``--eval-dir`` (pair classification AP, retrieval
 nDCG@10 / MRR@10: tasks/evaluate/domain.py) and on STSb dev (Spearman x100); each arm gets paired
@@ -41,6 +45,8 @@ ARMS: dict[str, dict[str, str]] = {
     "tfidf-CoSENT": {"objective": "tfidf", "loss": "cosent", "label_scale": "none"},
     "ctxsim-CoSENT": {"objective": "ctxsim", "loss": "cosent", "label_scale": "none"},
     "joint": {"objective": "joint", "loss": "cosent", "label_scale": "none"},
+    "context": {"objective": "context"},
+    "teacher-CoSENT": {"objective": "teacher", "loss": "cosent", "label_scale": "none"},
 }
 REFERENCES = ("none", "simcse", "tsdae")
 
@@ -135,6 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--arms", nargs="+", default=list(ARMS), help=f"of {list(ARMS)}")
     ap.add_argument("--arm-set", action="append", default=[], metavar="ARM:KEY=VALUE")
     ap.add_argument("--with-tfidf", action="store_true", help="TF-IDF 1-2 grams as a row too")
+    ap.add_argument(
+        "--reference-models",
+        nargs="*",
+        default=[],
+        help="registry names scored as downloaded, a row each (e.g. mpnet, the teacher)",
+    )
     ap.add_argument("--run-prefix", default="domain")
     ap.add_argument("--eval-dir", default="../shared/data/domain")
     ap.add_argument("--sts-dir", default="../shared/data/sts")
@@ -181,6 +193,14 @@ def main(argv: list[str] | None = None) -> None:
                 **summarise(scores["tfidf 1-2 grams"], pair_sets, qa_sets, sts),
             }
         )
+    for name in args.reference_models:
+        from ctxsim.models.registry import resolve_model
+
+        row_name = f"{name} as downloaded"
+        scores[row_name] = score_arm(
+            str(resolve_model(name)), pair_sets, qa_sets, sts, cache / name, args.max_seq_length
+        )
+        rows.append({"arm": row_name, **summarise(scores[row_name], pair_sets, qa_sets, sts)})
     label_cpu = pair_cpu = None
     ci_rows: list[dict[str, Any]] = []
     for arm in args.arms:

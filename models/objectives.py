@@ -11,6 +11,13 @@ sentences and the same CPU another way (issue 18):
 - ``tsdae``: TSDAE (Wang et al. 2021): each sentence of those pairs, with 60% of its words deleted,
   is encoded and a decoder tied to the encoder must rebuild the sentence from that one vector
   (sentence-transformers' ``DenoisingAutoEncoderLoss``);
+- ``context``: each sentence of those pairs that comes from the corpus, with its real right
+  context (the next ``context_width`` sentences of its section) as the positive and the other
+  contexts of the batch as negatives (``MultipleNegativesRankingLoss``): the paper's premise
+  (a sentence means the contexts it fits) taught directly, with no Eq. 4 scores;
+- ``teacher``: the same pairs, labelled by the cosine of a larger packaged encoder (``teacher``,
+  all-mpnet-base-v2 by default): distillation, and the check of what the pairs and the loss can
+  teach when the labels are good;
 - ``joint``: ctxsim's labelled pairs and SimCSE's positives in one training (sentence-transformers
   multi-dataset training: each batch comes from one of the two, in proportion to their sizes);
 - ``none``: the untrained backbone.
@@ -28,7 +35,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-Objective = Literal["ctxsim", "simcse", "tfidf", "tsdae", "joint", "none"]
+Objective = Literal["ctxsim", "simcse", "tfidf", "tsdae", "joint", "context", "teacher", "none"]
+#: objectives whose training rows are (sentence1, sentence2, score)
+LABELLED: tuple[str, ...] = ("ctxsim", "tfidf", "teacher")
 LossName = Literal["cosine", "cosent", "angle", "clrcmd"]
 
 #: SimCSE's temperature 0.05 as sentence-transformers' similarity scale (Gao et al. 2021, Sec. 3)
@@ -65,6 +74,66 @@ def tfidf_cosine(s1: Sequence[str | None], s2: Sequence[str | None]) -> np.ndarr
     return np.asarray(xa.multiply(xb).sum(axis=1), dtype=np.float64).ravel()
 
 
+def right_contexts(
+    sent_ids: np.ndarray,
+    section_ids: np.ndarray,
+    texts: Sequence[str],
+    wanted: Sequence[int | None],
+    width: int,
+) -> list[str | None]:
+    """The real right context of each wanted sentence: the next ``width`` sentences of its
+    section, joined by a space (the shard's order: ``sent_ids`` ascending within a section);
+    None for a sentence that is not in the corpus or ends its section."""
+    if width < 1:
+        raise ValueError(f"context width must be >= 1, got {width}")
+    order = np.argsort(sent_ids, kind="stable")
+    sid, sec = np.asarray(sent_ids)[order], np.asarray(section_ids)[order]
+    out: list[str | None] = []
+    for w in wanted:
+        if w is None:
+            out.append(None)
+            continue
+        i = int(np.searchsorted(sid, w))
+        if i >= len(sid) or sid[i] != w:
+            out.append(None)
+            continue
+        j = np.arange(i + 1, min(i + 1 + width, len(sid)))
+        j = j[sec[j] == sec[i]]
+        out.append(" ".join(texts[order[k]] for k in j) if len(j) else None)
+    return out
+
+
+def context_pairs(
+    s1: Sequence[str], s2: Sequence[str], c1: Sequence[str | None], c2: Sequence[str | None]
+) -> tuple[list[str], list[str]]:
+    """(sentence, its right context) for the distinct sentences of the pairs that have one, in
+    first-seen order; a context seen twice is kept once (a duplicate in a batch would be a false
+    negative for MNRL)."""
+    anchors: list[str] = []
+    positives: list[str] = []
+    seen: set[str] = set()
+    for a, b, ca, cb in zip(s1, s2, c1, c2, strict=True):
+        for s, c in ((a, ca), (b, cb)):
+            if c is None or s in seen or c in seen:
+                continue
+            seen.update((s, c))
+            anchors.append(s)
+            positives.append(c)
+    return anchors, positives
+
+
+def teacher_cosine(s1: Sequence[str], s2: Sequence[str], teacher: Any, batch_size: int = 64):
+    """Cosine of a teacher encoder's vectors of the two sentences (each distinct sentence encoded
+    once): the `teacher` objective's labels."""
+    pool = sentence_pool(s1, s2)
+    vecs = teacher.encode(pool, batch_size=batch_size, normalize_embeddings=True)
+    vecs = np.asarray(vecs, dtype=np.float64)
+    at = {s: i for i, s in enumerate(pool)}
+    a = vecs[[at[x] for x in s1]]
+    b = vecs[[at[x] for x in s2]]
+    return np.einsum("ij,ij->i", a, b)
+
+
 def sentence_pool(s1: Sequence[str], s2: Sequence[str]) -> list[str]:
     """The distinct sentences of the pairs, in first-seen order (deterministic): SimCSE's data.
     Distinct, because a duplicate in a batch would be a false negative for MNRL."""
@@ -76,10 +145,20 @@ def sentence_pool(s1: Sequence[str], s2: Sequence[str]) -> list[str]:
 
 
 def training_columns(
-    objective: Objective, s1: Sequence[str], s2: Sequence[str], targets: np.ndarray | None
+    objective: Objective,
+    s1: Sequence[str],
+    s2: Sequence[str],
+    targets: np.ndarray | None,
+    contexts: tuple[Sequence[str | None], Sequence[str | None]] | None = None,
 ) -> dict[str, list[Any]]:
     """The columns of the training dataset: (sentence1, sentence2, score) for the labelled
-    objectives, (anchor, positive) with positive = anchor for SimCSE."""
+    objectives, (anchor, positive) with positive = anchor for SimCSE and the sentence's right
+    context for ``context`` (``contexts``: those of s1 and of s2, None where there is none)."""
+    if objective == "context":
+        if contexts is None:
+            raise ValueError("objective 'context' needs each sentence's right context")
+        anchors, positives = context_pairs(s1, s2, *contexts)
+        return {"anchor": anchors, "positive": positives}
     if objective == "simcse":
         pool = sentence_pool(s1, s2)
         return {"anchor": pool, "positive": list(pool)}
@@ -90,7 +169,7 @@ def training_columns(
             "damaged": [delete_words(x, TSDAE_DELETE_RATIO, rng) for x in pool],
             "original": pool,
         }
-    if objective in ("ctxsim", "tfidf"):
+    if objective in LABELLED:
         if targets is None or len(targets) != len(s1):
             raise ValueError("labelled objectives need one target per pair")
         return {
@@ -112,7 +191,7 @@ def build_loss(
     ``backbone_path``: the checkpoint TSDAE's decoder starts from)."""
     from sentence_transformers import losses
 
-    if objective == "simcse":
+    if objective in ("simcse", "context"):
         return losses.MultipleNegativesRankingLoss(model, scale=SIMCSE_SCALE)
     if objective == "tsdae":
         # the decoder starts from the encoder's own checkpoint and shares its weights (the

@@ -7,7 +7,9 @@ Sec. 4.1 "Implementation Details"; AdamW with weight decay 0 is Adam). Optionall
 contrastive loss over RCMD similarities (Lee et al. 2022, Sec. 3.3) instead, or the rank-aware
 ``CoSENTLoss`` / ``AnglELoss``. ``objective`` swaps the labels for a peer on the same sentences,
 steps, batch size and seed (models/objectives.py): TF-IDF cosine labels, unsupervised SimCSE,
-or no training at all; ``train_cpu_seconds`` in the metrics is what each cost.
+TSDAE, each sentence's real right context as its positive (``context``: reads `queries` and
+`shard`), a larger encoder's cosine (``teacher``), or no training at all; ``train_cpu_seconds``
+in the metrics is what each cost.
 
 sentence-transformers' trainer brings evaluation on STSb dev every ``eval_steps`` (or the label
 dev split when no STSb dev is found), keeping the best checkpoint, and mid-epoch resume from the
@@ -37,7 +39,9 @@ from ctxsim.models.objectives import (
     build_loss,
     dropout_config,
     has_dropout,
+    right_contexts,
     steps_for,
+    teacher_cosine,
     tfidf_cosine,
     training_columns,
 )
@@ -63,8 +67,11 @@ class TrainParams(StageParams):
     """The `train` config section."""
 
     backbone: str = TINY  # registry name (minilm, gemma-270m, ...), a local path, or tiny-random
-    # ctxsim = Eq. 4 labels; tfidf / simcse / none = the peers on the same pairs (issue 18)
+    # ctxsim = Eq. 4 labels; tfidf / simcse / tsdae / context / teacher / none = the peers on
+    # the same sentences (issues 18, 30; models/objectives.py)
     objective: Objective = "ctxsim"
+    teacher: str = "mpnet"  # objective teacher: the encoder whose cosine labels the pairs
+    context_width: int = Field(1, ge=1, le=8)  # objective context: sentences after the centre
     loss: LossName = "cosine"  # cosine = the paper's L2; cosent / angle use only label order
     label_column: str = "label"  # or label_disc / label_fwd / ... for the Eq. 3 ablations
     # Eq. 4 cosines crowd into ~[0.93, 1]: rank maps them to [0, 1] (models.origin.rescale_labels)
@@ -108,6 +115,11 @@ class TrainParams(StageParams):
     def _known_backbone(cls, value: str) -> str:
         return check_model_name(value, TINY)
 
+    @field_validator("teacher")
+    @classmethod
+    def _known_teacher(cls, value: str) -> str:
+        return check_model_name(value)
+
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:
         """Keys added after version 2 enter the dump, and so the fingerprint, only when set away
         from their default: existing configs keep their train artefacts."""
@@ -119,7 +131,12 @@ class TrainParams(StageParams):
 
 
 #: keys added after the stage's version 2, with the default that reproduces version 2's output
-_ADDED_KEYS: dict[str, Any] = {"objective": "ctxsim", "dropout": None}
+_ADDED_KEYS: dict[str, Any] = {
+    "objective": "ctxsim",
+    "dropout": None,
+    "teacher": "mpnet",
+    "context_width": 1,
+}
 
 
 def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:
@@ -275,9 +292,15 @@ class TrainStage(Stage):
     version = "2"  # 2: max_dev_pairs samples the dev set (was its first rows)
     Params = TrainParams
     inputs = ("label",)
+    #: objective context finds each sentence in the corpus: its query's sent_id, then the shard
+    optional_inputs = ("queries", "shard")
     run_fields = ("seed", "device")
     cost_basis = "fit"
     model_artefact = True
+
+    def optional_inputs_for(self, params: TrainParams) -> tuple[str, ...]:
+        """Only ``context`` reads the corpus; the other objectives keep their fingerprints."""
+        return self.optional_inputs if params.objective == "context" else ()
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         import torch
@@ -313,9 +336,19 @@ class TrainStage(Stage):
             )
         t1, t2 = [s1[i] for i in idx], [s2[i] for i in idx]
         cpu0 = time.process_time()
-        raw = tfidf_cosine(t1, t2) if p.objective == "tfidf" else lab[idx]
+        contexts = None
+        if p.objective == "tfidf":
+            raw = tfidf_cosine(t1, t2)
+        elif p.objective == "teacher":
+            teacher = build_model(resolve_backbone(p.teacher), p.max_seq_length, ctx.device)
+            raw = teacher_cosine(t1, t2, teacher)
+            del teacher
+        else:
+            raw = lab[idx]
+        if p.objective == "context":
+            contexts = self._right_contexts(ctx, table, idx, p.context_width)
         targets = rescale_labels(raw, p.label_scale)
-        label_cpu = time.process_time() - cpu0 if p.objective == "tfidf" else 0.0
+        label_cpu = time.process_time() - cpu0 if p.objective in ("tfidf", "teacher") else 0.0
         if p.objective == "joint":  # ctxsim's pairs and SimCSE's positives, one training
             train_ds = DatasetDict(
                 {
@@ -325,11 +358,25 @@ class TrainStage(Stage):
             )
         else:
             columns = (
-                {} if p.objective == "none" else training_columns(p.objective, t1, t2, targets)
+                {}
+                if p.objective == "none"
+                else training_columns(p.objective, t1, t2, targets, contexts)
             )
             train_ds = Dataset.from_dict(columns)
+            if p.objective == "context":
+                if len(train_ds) == 0:
+                    raise ValueError(
+                        f"objective context: none of the {len(idx)} pairs' sentences in "
+                        f"{label_art.path} has a right context in the corpus (sentences from "
+                        "an STS file, or each the last of its section)"
+                    )
+                log.info(
+                    "train: %d sentences with their right context (of %d pairs)",
+                    len(train_ds),
+                    len(idx),
+                )
         max_steps = p.max_steps
-        if p.objective in ("simcse", "tsdae", "joint") and max_steps <= 0:
+        if p.objective in ("simcse", "tsdae", "joint", "context") and max_steps <= 0:
             max_steps = steps_for(len(idx), p.batch_size, p.epochs)  # the pair objectives' steps
 
         dev = self._dev_set(ctx, p, s1, s2, split, lab)
@@ -493,6 +540,32 @@ class TrainStage(Stage):
         history = _history_rows(trainer.state.log_history if trainer else [], metric)
         stats = {k: v for k, v in info.items() if v is not None}
         return history, stats
+
+    @staticmethod
+    def _right_contexts(
+        ctx: StageContext, table: pa.Table, idx: np.ndarray, width: int
+    ) -> tuple[list[str | None], list[str | None]]:
+        """Each pair's two sentences' right contexts: label ``s1_id``/``s2_id`` are query ids,
+        a query's ``sent_id`` places it in the shard (None: not a corpus sentence)."""
+        for col in ("s1_id", "s2_id"):
+            if col not in table.column_names:
+                raise ValueError(
+                    f"objective context: label artefact {ctx.input('label').path} has no "
+                    f"column {col!r}"
+                )
+        q = ctx.input("queries").read_table(["query_id", "sent_id"])
+        qid, sid = q.column("query_id").to_pylist(), q.column("sent_id").to_pylist()
+        sent_of = dict(zip(qid, sid, strict=True))
+        sh = ctx.input("shard").read_table(["sent_id", "section_id", "text"])
+        sent_ids = sh.column("sent_id").to_numpy()
+        sections = sh.column("section_id").to_numpy()
+        texts = sh.column("text").to_pylist()
+        out = []
+        for col in ("s1_id", "s2_id"):
+            qids = table.column(col).to_pylist()
+            wanted = [sent_of.get(qids[i]) for i in idx]
+            out.append(right_contexts(sent_ids, sections, texts, wanted, width))
+        return out[0], out[1]
 
     @staticmethod
     def _dev_set(
