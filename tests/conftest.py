@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -49,6 +53,142 @@ def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory):
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "docs.jsonl"
+
+
+#: ``python -c`` that arms the parent-death signal (SIGTERM when the pytest process is gone) and
+#: execs argv[2:]; argv[1] is the pytest pid. Set after the fork in a fresh interpreter rather
+#: than in a ``preexec_fn``, which is unsafe once the session has threads.
+_DIE_WITH_PARENT = [
+    sys.executable,
+    "-c",
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n",
+]
+
+
+class SessionPrefectServer:
+    """`prefect server start` (SQLite in its own temporary home, no UI) on a free loopback port.
+
+    Launched without waiting when collection is done (``pytest_collection_finish``) if a
+    collected test uses ``prefect_server``, so that it boots on the second core while the first
+    tests run; ``url()`` waits until it is healthy. A port taken between choosing and binding
+    it (the server exits, or something else answers) costs a relaunch on another port. The
+    server runs in its own process group, stopped as a whole at the session's end, and gets
+    SIGTERM from the kernel if the session dies without that (parent-death signal).
+    """
+
+    attempts = 3
+
+    def __init__(self) -> None:
+        self.home: Path | None = None
+        self.proc: subprocess.Popen | None = None
+        self.api_url: str | None = None
+        self.healthy = False
+        self.problems: list[str] = []
+
+    def launch(self) -> None:
+        from ctxsim.flows import ops
+        from tests.ops_support import free_port, server_extra_env
+
+        if self.home is None:
+            self.home = Path(tempfile.mkdtemp(prefix="ctxsim-test-server-"))
+        env = ops.server_env(self.home)
+        env.update(server_extra_env())
+        for key in (
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL",
+            "PREFECT_API_DATABASE_CONNECTION_URL",
+        ):
+            env.pop(key, None)  # always the session's own SQLite file
+        port = free_port()
+        self.api_url = ops.api_url("127.0.0.1", port)
+        cmd = ops.server_command("127.0.0.1", port, ui=False)
+        with open(self.home / f"server-{len(self.problems)}.log", "wb") as out:
+            self.proc = subprocess.Popen(
+                [*_DIE_WITH_PARENT, str(os.getpid()), *cmd],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def url(self) -> str:
+        """The API URL of the running server, once healthy (launched here if not yet)."""
+        from ctxsim.flows import ops
+
+        while not self.healthy:
+            if self.proc is None:
+                self.launch()
+            assert self.proc is not None and self.home is not None and self.api_url
+            log = self.home / f"server-{len(self.problems)}.log"
+            try:
+                ops.wait_healthy(self.api_url, 300, self.proc, log)
+            except (RuntimeError, TimeoutError) as exc:
+                self.problems.append(str(exc))
+            else:
+                if self.proc.poll() is None:  # ours answers, not something that took the port
+                    self.healthy = True
+                    break
+                self.problems.append(f"{self.api_url}: exited ({self.proc.returncode})")
+            self.stop_process()
+            if len(self.problems) >= self.attempts:
+                raise RuntimeError(
+                    "no Prefect server for the session:\n" + "\n".join(self.problems)
+                )
+        assert self.api_url
+        return self.api_url
+
+    def stop_process(self) -> None:
+        """SIGTERM (then SIGKILL) the server's process group (its own session), and reap it."""
+        from ctxsim.flows import ops
+
+        proc, self.proc, self.healthy = self.proc, None, False
+        if proc is None:
+            return
+        if proc.poll() is None:
+            ops.stop_process(proc.pid)
+        with contextlib.suppress(ProcessLookupError):  # what is left of its group (uvicorn)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+    def close(self) -> None:
+        self.stop_process()
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
+            self.home = None
+
+
+_PREFECT_SERVER = SessionPrefectServer()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
+    if any("prefect_server" in getattr(item, "fixturenames", ()) for item in session.items):
+        _PREFECT_SERVER.launch()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _PREFECT_SERVER.close()
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> str:
+    """One Prefect server for the session (``SessionPrefectServer``): the `ctxsim run`
+    subprocesses of the tests that ask for it (``prefect_env``) talk to it instead of booting
+    an ephemeral API server each (~15 CPU-seconds a run). Nothing a test checks lives there:
+    runs record themselves in their artefact root, the flows cache and persist nothing, and a
+    killed run's flow run merely stays "running" on the server."""
+    return _PREFECT_SERVER.url()
+
+
+@pytest.fixture
+def prefect_env(prefect_server: str) -> dict[str, str]:
+    """The environment of a `ctxsim` subprocess that uses the session's Prefect server."""
+    return {**os.environ, "PREFECT_API_URL": prefect_server}
 
 
 def run_spine(root: Path, overrides: dict | None = None, until: str = "queries"):

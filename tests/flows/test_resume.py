@@ -5,9 +5,10 @@ every drill compares its resumed artefacts with it byte for byte, and the drills
 stages (score, train) start from a root seeded with its published upstream artefacts (they are
 content-addressed: ``<root>/<stage>/<fingerprint>/``), so only the stage under test is computed,
 killed and resumed. A second clean run, in another process at the same time, is the other half
-of the byte-identity check. Every `ctxsim run` of the module talks to one Prefect server (SQLite,
-loopback) instead of starting an ephemeral one each: what these drills prove lives in the
-artefact store, and a killed run's flow run merely stays "running" on that server.
+of the byte-identity check. Every `ctxsim run` of the module talks to the session's Prefect
+server (SQLite, loopback; tests/conftest.py ``prefect_server``) instead of starting an ephemeral
+one each: what these drills prove lives in the artefact store, and a killed run's flow run
+merely stays "running" on that server.
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ctxsim.flows import ops
 from ctxsim.tasks import STAGES
 from tests.conftest import REPO, SAMPLE
-from tests.ops_support import cli, free_port, server_extra_env
 
 pytestmark = pytest.mark.integration
 
@@ -86,20 +85,13 @@ API: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prefect_api(tmp_path_factory: pytest.TempPathFactory):
-    """`ctxsim server` on a free loopback port (SQLite) for every run of the module."""
-    home = tmp_path_factory.mktemp("resume-prefect") / "server"
-    port = free_port()
-    senv = {**os.environ, **server_extra_env()}
-    senv.pop("PREFECT_API_URL", None)
-    cli(["ctxsim", "server", "--no-ui", "--port", str(port), "--home", str(home)], senv, 480)
-    pid = int((home / "server.pid").read_text().split()[0])
-    API["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+def prefect_api(prefect_server: str):
+    """The session's Prefect server (tests/conftest.py) for every run of the module."""
+    API["PREFECT_API_URL"] = prefect_server
     try:
-        yield API["PREFECT_API_URL"]
+        yield prefect_server
     finally:
         API.clear()
-        ops.stop_process(pid)
 
 
 def _env(**extra: str) -> dict[str, str]:

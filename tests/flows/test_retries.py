@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import gzip
 import json
-import os
 import subprocess
 import sys
 import zlib
@@ -63,26 +62,30 @@ def test_the_stage_task_retries_through_the_classifier() -> None:
 
 
 # ---- the drill: Prefect's engine, the stage task's retry wiring, a fault injected in a shard ----
-def _run_with_fault(tmp_path: Path, spec: dict) -> tuple[subprocess.CompletedProcess, int]:
-    """`ctxsim run --until shard` (one shard) with the fault armed; (result, attempts at it)."""
+def _run_with_fault(
+    tmp_path: Path, spec: dict, prefect_env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess, int]:
+    """`ctxsim run --until shard` (one shard) with the fault armed, against the session's
+    Prefect server (``prefect_env``); (result, attempts at it)."""
     root = tmp_path / "art"
     fault = tmp_path / "fault.json"
     fault.write_text(json.dumps({"stage": "shard", "shard": 0, "root": str(root), **spec}))
     cmd = [str(Path(sys.executable).with_name("ctxsim")), "run", "-c", str(QUICKSTART)]
     cmd += ["--root", str(root), "-q", "--until", "shard", "--set", f"shard.paths=['{SAMPLE}']"]
     cmd += ["--set", "shard.n_shards=1", "--verbose"]  # Prefect's per-task lines on the console
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env["CTXSIM_FAULT_FILE"] = str(fault)
+    env = {**prefect_env, "CTXSIM_FAULT_FILE": str(fault)}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=400)
     attempts = Path(f"{fault}.attempts")
     return res, len(attempts.read_text().splitlines()) if attempts.exists() else 0
 
 
 @pytest.mark.integration
-def test_a_transient_fault_is_retried_then_succeeds(tmp_path: Path) -> None:
+def test_a_transient_fault_is_retried_then_succeeds(
+    tmp_path: Path, prefect_env: dict[str, str]
+) -> None:
     """An I/O-class fault on the first attempt only: Prefect retries the shard (Prefect 3.8.8
     logs "Retry 1/2 will start ..."), the second attempt succeeds, the run completes."""
-    res, attempts = _run_with_fault(tmp_path, {"kind": "transient", "times": 1})
+    res, attempts = _run_with_fault(tmp_path, {"kind": "transient", "times": 1}, prefect_env)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     assert attempts == 2, out[-3000:]
@@ -91,10 +94,10 @@ def test_a_transient_fault_is_retried_then_succeeds(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_a_permanent_fault_runs_once(tmp_path: Path) -> None:
+def test_a_permanent_fault_runs_once(tmp_path: Path, prefect_env: dict[str, str]) -> None:
     """A bad-input-class fault on every attempt: one attempt, no retry, the run fails with
     the error's line last."""
-    res, attempts = _run_with_fault(tmp_path, {"kind": "permanent"})
+    res, attempts = _run_with_fault(tmp_path, {"kind": "permanent"}, prefect_env)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out[-3000:]
     assert attempts == 1, out[-3000:]

@@ -207,7 +207,7 @@ def test_read_only_root_with_data_fails_in_one_line(tmp_path: Path) -> None:
 
 
 def test_truncated_gz_found_inside_the_flow_is_not_retried_and_has_no_traceback(
-    tmp_path: Path,
+    tmp_path: Path, prefect_env: dict[str, str]
 ) -> None:
     """A truncated stream is only found by reading it, inside the flow: the shard fails once
     (a retry cannot help), and the console shows the error line, not Prefect's traceback."""
@@ -220,7 +220,7 @@ def test_truncated_gz_found_inside_the_flow_is_not_retried_and_has_no_traceback(
     # a fault that does nothing but count the attempts at the shard (store/faults.py)
     counter = tmp_path / "count.json"
     counter.write_text('{"stage": "shard", "shard": 0, "kind": "delay", "seconds": 0}')
-    env = {**os.environ, "CTXSIM_FAULT_FILE": str(counter)}
+    env = {**prefect_env, "CTXSIM_FAULT_FILE": str(counter)}  # the session's Prefect server
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     out = res.stdout + res.stderr
     assert res.returncode == 1, out
