@@ -65,6 +65,50 @@ def train_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[s
     }
 
 
+#: the label columns that decide what an arm trains on
+_TRAINING_DATA = ("s1", "s2", "label", "split")
+
+
+def reuse_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[str], fp: str):
+    """An arm trained before (train artefact ``fp`` of the same root), taken instead of training
+    again when it is what training now would give: the same train settings, and labels whose
+    pairs, values and splits equal the current label artefact's (a label version bump that left
+    the labels as they were changes every fingerprint, not the data). Else an error saying why."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.pipeline import run_pipeline
+
+    sets = [*base, *(f"train.{k}={v}" for k, v in ARMS[arm].items()), *extra]
+    rec = run_pipeline(config, sets, None, "label", f"{prefix}-{arm}")
+    cfg = load_config(config, sets)
+    old = Path(cfg.run.root) / "train" / fp
+    manifest = json.loads((old / "_MANIFEST.json").read_text())
+    params = cfg.stages["train"].model_dump(mode="json")
+    if manifest["params"] != params:
+        diff = sorted(
+            k
+            for k in params.keys() | manifest["params"].keys()
+            if params.get(k) != manifest["params"].get(k)
+        )
+        raise SystemExit(f"--reuse {arm}={fp}: trained with other train settings: {diff}")
+    run_then = manifest["fingerprint_payload"]["run"]
+    if run_then != {k: getattr(cfg.run, k) for k in run_then}:
+        raise SystemExit(f"--reuse {arm}={fp}: trained with other run settings: {run_then}")
+    metrics = json.loads((old / "files" / "metrics.json").read_text())
+
+    def training_data(path: Path) -> pa.Table:
+        parts = sorted(path.glob("part-*.parquet"))
+        return pa.concat_tables(pq.read_table(f, columns=list(_TRAINING_DATA)) for f in parts)
+
+    then = training_data(Path(cfg.run.root) / "label" / metrics["label_run"])
+    now = training_data(Path(rec["stages"]["label"]["path"]))
+    if not then.equals(now):
+        raise SystemExit(f"--reuse {arm}={fp}: trained on other labels ({metrics['label_run']})")
+    return {"record": rec, "model": str(old / "files" / "model"), "metrics": metrics}
+
+
 def score_arm(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int) -> dict:
     """Per-pair cosines, per-query retrieval metrics and STS cosines of one model (cached)."""
     from ctxsim.models import domain_metrics as D
@@ -140,6 +184,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="sets", action="append", default=[], help="config override")
     ap.add_argument("--arms", nargs="+", default=list(ARMS), help=f"of {list(ARMS)}")
     ap.add_argument("--arm-set", action="append", default=[], metavar="ARM:KEY=VALUE")
+    ap.add_argument(
+        "--reuse",
+        action="append",
+        default=[],
+        metavar="ARM=TRAIN_FINGERPRINT",
+        help="take an arm trained before on the same labels and settings (checked) instead",
+    )
     ap.add_argument("--with-tfidf", action="store_true", help="TF-IDF 1-2 grams as a row too")
     ap.add_argument(
         "--reference-models",
@@ -175,6 +226,12 @@ def main(argv: list[str] | None = None) -> None:
     for arm in args.arms:
         if arm not in ARMS:
             ap.error(f"unknown arm {arm!r}: use {list(ARMS)}")
+    reuse: dict[str, str] = {}
+    for spec in args.reuse:
+        arm, sep, fp = spec.partition("=")
+        if not sep or arm not in ARMS:
+            ap.error(f"--reuse {spec!r}: use ARM=TRAIN_FINGERPRINT with ARM in {list(ARMS)}")
+        reuse[arm] = fp
     pair_sets, qa_sets = discover_domain(args.eval_dir)
     if not pair_sets and not qa_sets:
         ap.error(f"--eval-dir {args.eval_dir}: no *.pairs.tsv or *_qa.jsonl found")
@@ -204,7 +261,11 @@ def main(argv: list[str] | None = None) -> None:
     label_cpu = pair_cpu = None
     ci_rows: list[dict[str, Any]] = []
     for arm in args.arms:
-        t = train_arm(args.config, args.sets, arm, args.run_prefix, arm_sets.get(arm, []))
+        extra = arm_sets.get(arm, [])
+        if arm in reuse:
+            t = reuse_arm(args.config, args.sets, arm, args.run_prefix, extra, reuse[arm])
+        else:
+            t = train_arm(args.config, args.sets, arm, args.run_prefix, extra)
         stages = t["record"]["stages"]
         if label_cpu is None:
             labelling, pairing = label_and_pair_stages()
@@ -240,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
             "config": args.config,
             "sets": args.sets,
             "arm_sets": arm_sets,
+            "reused": reuse,
             "eval": {p.name: len(p) for p in pair_sets}
             | {q.name: f"{len(q)} questions, {len(q.answers)} answers" for q in qa_sets}
             | {s.name: len(s) for s in sts},
