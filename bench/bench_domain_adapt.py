@@ -7,7 +7,8 @@ rate (``--arm-set ARM:train.lr=...``, chosen on the dev tasks). Arms: the backbo
 (``none``), SimCSE and TSDAE on the corpus sentences, TF-IDF labels and ctxsim labels (CoSENT) on
 the mined pairs, and ``joint`` (ctxsim CoSENT + SimCSE in one multi-dataset training); two
 diagnostics: ``context`` (each sentence's real right context in the corpus as its MNRL positive:
-the paper's premise without Eq. 4 scores) and ``teacher-CoSENT`` (the same pairs labelled by a
+the paper's premise without Eq. 4 scores; ``context-6k`` adds 6,100 sampled corpus sentences,
+which cost no labels) and ``teacher-CoSENT`` (the same pairs labelled by a
 larger downloaded encoder, all-mpnet-base-v2: what the pairs and the loss teach when the labels
 are good). ``--reference-models`` scores downloaded encoders as they are (e.g. the teacher).
 
@@ -46,6 +47,8 @@ ARMS: dict[str, dict[str, str]] = {
     "ctxsim-CoSENT": {"objective": "ctxsim", "loss": "cosent", "label_scale": "none"},
     "joint": {"objective": "joint", "loss": "cosent", "label_scale": "none"},
     "context": {"objective": "context"},
+    # the same, with 6,100 more corpus sentences (no labels needed): each example seen ~once
+    "context-6k": {"objective": "context", "context_corpus_sentences": "6100"},
     "teacher-CoSENT": {"objective": "teacher", "loss": "cosent", "label_scale": "none"},
 }
 REFERENCES = ("none", "simcse", "tsdae")

@@ -103,6 +103,19 @@ def right_contexts(
     return out
 
 
+def sample_with_context(
+    sent_ids: np.ndarray, section_ids: np.ndarray, n: int, seed: int
+) -> np.ndarray:
+    """``n`` sent_ids drawn without replacement (seeded) among the corpus sentences that have a
+    right context (the next sentence is in the same section); all of them when fewer."""
+    order = np.argsort(sent_ids, kind="stable")
+    sid, sec = np.asarray(sent_ids)[order], np.asarray(section_ids)[order]
+    has_next = np.flatnonzero(sec[:-1] == sec[1:])
+    rng = np.random.default_rng(seed)
+    take = rng.permutation(len(has_next))[: max(n, 0)]
+    return sid[has_next[np.sort(take)]]
+
+
 def context_pairs(
     s1: Sequence[str], s2: Sequence[str], c1: Sequence[str | None], c2: Sequence[str | None]
 ) -> tuple[list[str], list[str]]:

@@ -40,6 +40,7 @@ from ctxsim.models.objectives import (
     dropout_config,
     has_dropout,
     right_contexts,
+    sample_with_context,
     steps_for,
     teacher_cosine,
     tfidf_cosine,
@@ -72,6 +73,9 @@ class TrainParams(StageParams):
     objective: Objective = "ctxsim"
     teacher: str = "mpnet"  # objective teacher: the encoder whose cosine labels the pairs
     context_width: int = Field(1, ge=1, le=8)  # objective context: sentences after the centre
+    # objective context: also this many corpus sentences (seeded sample) with their contexts;
+    # they cost no labels, so the data can grow past the labelled pairs' few hundred sentences
+    context_corpus_sentences: int = Field(0, ge=0)
     loss: LossName = "cosine"  # cosine = the paper's L2; cosent / angle use only label order
     label_column: str = "label"  # or label_disc / label_fwd / ... for the Eq. 3 ablations
     # Eq. 4 cosines crowd into ~[0.93, 1]: rank maps them to [0, 1] (models.origin.rescale_labels)
@@ -136,6 +140,7 @@ _ADDED_KEYS: dict[str, Any] = {
     "dropout": None,
     "teacher": "mpnet",
     "context_width": 1,
+    "context_corpus_sentences": 0,
 }
 
 
@@ -346,7 +351,10 @@ class TrainStage(Stage):
         else:
             raw = lab[idx]
         if p.objective == "context":
-            contexts = self._right_contexts(ctx, table, idx, p.context_width)
+            contexts = self._right_contexts(ctx, table, idx, p)
+            extra = len(contexts[0]) - len(idx)
+            t1, t2 = t1 + contexts[2][:extra], t2 + contexts[2][:extra]
+            contexts = contexts[0], contexts[1]
         targets = rescale_labels(raw, p.label_scale)
         label_cpu = time.process_time() - cpu0 if p.objective in ("tfidf", "teacher") else 0.0
         if p.objective == "joint":  # ctxsim's pairs and SimCSE's positives, one training
@@ -543,10 +551,12 @@ class TrainStage(Stage):
 
     @staticmethod
     def _right_contexts(
-        ctx: StageContext, table: pa.Table, idx: np.ndarray, width: int
-    ) -> tuple[list[str | None], list[str | None]]:
-        """Each pair's two sentences' right contexts: label ``s1_id``/``s2_id`` are query ids,
-        a query's ``sent_id`` places it in the shard (None: not a corpus sentence)."""
+        ctx: StageContext, table: pa.Table, idx: np.ndarray, p: TrainParams
+    ) -> tuple[list[str | None], list[str | None], list[str]]:
+        """Each pair's two sentences' right contexts (label ``s1_id``/``s2_id`` are query ids; a
+        query's ``sent_id`` places it in the shard; None: not a corpus sentence), then those of
+        ``context_corpus_sentences`` sampled corpus sentences appended to both lists, whose texts
+        come third."""
         for col in ("s1_id", "s2_id"):
             if col not in table.column_names:
                 raise ValueError(
@@ -560,12 +570,18 @@ class TrainStage(Stage):
         sent_ids = sh.column("sent_id").to_numpy()
         sections = sh.column("section_id").to_numpy()
         texts = sh.column("text").to_pylist()
+        sampled = sample_with_context(sent_ids, sections, p.context_corpus_sentences, ctx.run.seed)
+        extra_ctx = right_contexts(sent_ids, sections, texts, list(sampled), p.context_width)
+        row_of = {s: i for i, s in enumerate(sent_ids.tolist())}
+        extra_text = [texts[row_of[s]] for s in sampled.tolist()]
         out = []
         for col in ("s1_id", "s2_id"):
             qids = table.column(col).to_pylist()
             wanted = [sent_of.get(qids[i]) for i in idx]
-            out.append(right_contexts(sent_ids, sections, texts, wanted, width))
-        return out[0], out[1]
+            out.append(
+                right_contexts(sent_ids, sections, texts, wanted, p.context_width) + extra_ctx
+            )
+        return out[0], out[1], extra_text
 
     @staticmethod
     def _dev_set(

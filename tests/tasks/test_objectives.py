@@ -378,6 +378,8 @@ CORPUS = [
     (3, 1, "what is a dog ?"),
     (4, 1, "a dog is a loyal animal that barks ."),
     (5, 1, "dogs bark at night ."),
+    (6, 2, "what is a bird ?"),
+    (7, 2, "a bird is an animal that flies ."),
 ]
 QUERY_SENT = {0: 0, 1: 3, 2: 2, 3: None}
 QUERY_TEXT = {0: "what is a cat ?", 1: "what is a dog ?", 2: "cats sleep a lot .", 3: "hi ."}
@@ -456,6 +458,23 @@ def test_context_objective_pulls_each_sentence_towards_its_own_next_sentence(tmp
     assert margin(art.files_dir / "model") > margin(art.files_dir / "backbone") + 0.02
 
 
+def test_context_objective_adds_sampled_corpus_sentences(tmp_path):
+    """Corpus sentences cost no labels: a sample of them joins the pairs' sentences. Of the five
+    with a right context, two are the queries' own and two are already a positive (kept once):
+    the bird's question is the one new example."""
+    from ctxsim.models.objectives import sample_with_context
+
+    sid = np.array([c[0] for c in CORPUS])
+    sec = np.array([c[1] for c in CORPUS])
+    assert sample_with_context(sid, sec, 10, 0).tolist() == [0, 1, 3, 4, 6]
+    two = sample_with_context(sid, sec, 2, 0)
+    assert len(two) == 2 and set(two) <= {0, 1, 3, 4, 6}
+    assert two.tolist() == sample_with_context(sid, sec, 2, 0).tolist()
+    art = _train_context(tmp_path, context_corpus_sentences=10, max_steps=2)
+    info = json.loads((art.files_dir / "metrics.json").read_text())
+    assert info["n_train_examples"] == 3
+
+
 def test_context_objective_without_any_corpus_sentence_names_the_label_artefact(tmp_path):
     with pytest.raises(ValueError, match="right context in the corpus") as e:
         _train_context(tmp_path, query_sent={0: None, 1: None, 2: None, 3: None})
@@ -472,4 +491,5 @@ def test_only_the_context_objective_reads_the_corpus():
     assert stage.optional_inputs_for(TrainParams(objective="context")) == ("queries", "shard")
     dump = TrainParams().model_dump()
     assert "teacher" not in dump and "context_width" not in dump
+    assert "context_corpus_sentences" not in dump
     assert TrainParams(context_width=2).model_dump()["context_width"] == 2
