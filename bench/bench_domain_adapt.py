@@ -112,6 +112,45 @@ def reuse_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[s
     return {"record": rec, "model": str(old / "files" / "model"), "metrics": metrics}
 
 
+def label_agreement(label_dir: Path, encoders: list[str]) -> list[dict[str, Any]]:
+    """How each way of labelling the training pairs agrees with each encoder's cosine on them
+    (Spearman x100; all train pairs, the mined ones, the random ones): the labels a student sees,
+    against the teacher that lifted it and the backbone it starts from."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from scipy.stats import spearmanr
+
+    from ctxsim.models.objectives import teacher_cosine, tfidf_cosine
+    from ctxsim.models.registry import resolve_model
+    from ctxsim.tasks.train import build_model
+
+    parts = sorted(label_dir.glob("part-*.parquet"))
+    t = pa.concat_tables(
+        pq.read_table(f, columns=["s1", "s2", "label", "split", "source"]) for f in parts
+    )
+    train = np.asarray(t.column("split").to_pylist()) == "train"
+    s1 = [x for x, k in zip(t.column("s1").to_pylist(), train, strict=True) if k]
+    s2 = [x for x, k in zip(t.column("s2").to_pylist(), train, strict=True) if k]
+    source = np.asarray(t.column("source").to_pylist(), dtype=object)[train]
+    labels = {
+        "ctxsim (Eq. 4)": np.asarray(t.column("label").to_numpy())[train],
+        "TF-IDF cosine": tfidf_cosine(s1, s2),
+    }
+    cos = {
+        e: teacher_cosine(s1, s2, build_model(str(resolve_model(e)), 128, "cpu")) for e in encoders
+    }
+    labels |= {f"{e} cosine": c for e, c in cos.items()}
+    rows = []
+    for name, lab in labels.items():
+        for subset in ("all", *sorted(set(source))):
+            m = np.ones(len(lab), bool) if subset == "all" else source == subset
+            row: dict[str, Any] = {"labels": name, "pairs": f"{subset} ({int(m.sum())})"}
+            for e, c in cos.items():
+                row[f"vs {e}"] = round(100 * float(spearmanr(lab[m], c[m])[0]), 1)
+            rows.append(row)
+    return rows
+
+
 def score_arm(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int) -> dict:
     """Per-pair cosines, per-query retrieval metrics and STS cosines of one model (cached)."""
     from ctxsim.models import domain_metrics as D
@@ -315,6 +354,20 @@ def main(argv: list[str] | None = None) -> None:
         }
         write_results(
             args.name, rows, meta, args.out_dir, tables={"paired bootstrap 95% CI": ci_rows}
+        )
+    if args.reference_models and args.arms:
+        agreement = label_agreement(
+            Path(t["record"]["stages"]["label"]["path"]), ["minilm", *args.reference_models]
+        )
+        write_results(
+            args.name,
+            rows,
+            meta,
+            args.out_dir,
+            tables={
+                "paired bootstrap 95% CI": ci_rows,
+                "labels on the training pairs (Spearman x100)": agreement,
+            },
         )
 
 
