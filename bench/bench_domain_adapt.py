@@ -16,7 +16,8 @@ Each model is scored on every domain file under ``--eval-dir`` (pair classificat
 nDCG@10 / MRR@10: tasks/evaluate/domain.py) and on STSb dev (Spearman x100); each arm gets paired
 bootstrap intervals against the reference arms (``none``, ``simcse``, ``tsdae``). CPU-seconds of
 labels come from the run's manifests (Eq. 4 = generator + gencontexts + score + label stages;
-pair mining apart), of training from the trainer.
+pair mining apart; TF-IDF and teacher labels from the train stage's metrics), of training from
+the trainer.
 
 Usage::
 
@@ -70,6 +71,14 @@ def train_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[s
 
 #: the label columns that decide what an arm trains on
 _TRAINING_DATA = ("s1", "s2", "label", "split")
+
+
+def arm_lr(config: str, base: list[str], arm: str, extra: list[str]) -> float:
+    """The learning rate an arm trains with (the config, then --set, then the arm's own)."""
+    from ctxsim.flows.config import load_config
+
+    sets = [*base, *(f"train.{k}={v}" for k, v in ARMS[arm].items()), *extra]
+    return float(load_config(config, sets).stages["train"].lr)
 
 
 def reuse_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[str], fp: str):
@@ -319,8 +328,14 @@ def main(argv: list[str] | None = None) -> None:
             {
                 "arm": arm,
                 **summarise(scores[arm], pair_sets, qa_sets, sts),
-                "lr": m.get("lr"),
+                "lr": arm_lr(args.config, args.sets, arm, extra),
                 "steps": m.get("steps"),
+                "label CPU-s": round(
+                    label_cpu
+                    if ARMS[arm]["objective"] in ("ctxsim", "joint")
+                    else float(m.get("label_cpu_seconds") or 0.0),
+                    1,
+                ),
                 "train CPU-s": round(float(m.get("train_cpu_seconds") or 0.0), 1),
                 "model": t["model"],
             }
