@@ -55,12 +55,16 @@ ARMS: dict[str, dict[str, str]] = {
 REFERENCES = ("none", "simcse", "tsdae")
 
 
+def arm_overrides(base: list[str], arm: str, extra: list[str]) -> list[str]:
+    """An arm's config overrides: the shared ``--set``s, the arm's train keys, its own."""
+    return [*base, *(f"train.{k}={v}" for k, v in ARMS[arm].items()), *extra]
+
+
 def train_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[str]) -> dict:
     """Run the pipeline through `train` for one arm; its record, model and metrics."""
     from ctxsim.flows.pipeline import run_pipeline
 
-    sets = [*base, *(f"train.{k}={v}" for k, v in ARMS[arm].items()), *extra]
-    rec = run_pipeline(config, sets, None, "train", f"{prefix}-{arm}")
+    rec = run_pipeline(config, arm_overrides(base, arm, extra), None, "train", f"{prefix}-{arm}")
     train = rec["stages"]["train"]["path"]
     return {
         "record": rec,
@@ -70,15 +74,14 @@ def train_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[s
 
 
 #: the label columns that decide what an arm trains on
-_TRAINING_DATA = ("s1", "s2", "label", "split")
+_TRAINING_DATA = ["s1", "s2", "label", "split"]
 
 
 def arm_lr(config: str, base: list[str], arm: str, extra: list[str]) -> float:
     """The learning rate an arm trains with (the config, then --set, then the arm's own)."""
     from ctxsim.flows.config import load_config
 
-    sets = [*base, *(f"train.{k}={v}" for k, v in ARMS[arm].items()), *extra]
-    return float(load_config(config, sets).stages["train"].lr)
+    return float(load_config(config, arm_overrides(base, arm, extra)).stages["train"].lr)
 
 
 def reuse_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[str], fp: str):
@@ -86,57 +89,48 @@ def reuse_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[s
     again when it is what training now would give: the same train settings, and labels whose
     pairs, values and splits equal the current label artefact's (a label version bump that left
     the labels as they were changes every fingerprint, not the data). Else an error saying why."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     from ctxsim.flows.config import load_config
     from ctxsim.flows.pipeline import run_pipeline
+    from ctxsim.store.artefacts import ArtefactStore
 
-    sets = [*base, *(f"train.{k}={v}" for k, v in ARMS[arm].items()), *extra]
+    sets = arm_overrides(base, arm, extra)
     rec = run_pipeline(config, sets, None, "label", f"{prefix}-{arm}")
     cfg = load_config(config, sets)
-    old = Path(cfg.run.root) / "train" / fp
-    manifest = json.loads((old / "_MANIFEST.json").read_text())
+    store = ArtefactStore(cfg.run.root, create=False)
+    old = store.get("train", fp)
+    if old is None:
+        raise SystemExit(f"--reuse {arm}={fp}: no published train artefact {fp} under {store.root}")
     params = cfg.stages["train"].model_dump(mode="json")
-    if manifest["params"] != params:
+    if old.manifest["params"] != params:
         diff = sorted(
             k
-            for k in params.keys() | manifest["params"].keys()
-            if params.get(k) != manifest["params"].get(k)
+            for k in params.keys() | old.manifest["params"].keys()
+            if params.get(k) != old.manifest["params"].get(k)
         )
         raise SystemExit(f"--reuse {arm}={fp}: trained with other train settings: {diff}")
-    run_then = manifest["fingerprint_payload"]["run"]
+    run_then = old.manifest["fingerprint_payload"]["run"]
     if run_then != {k: getattr(cfg.run, k) for k in run_then}:
         raise SystemExit(f"--reuse {arm}={fp}: trained with other run settings: {run_then}")
-    metrics = json.loads((old / "files" / "metrics.json").read_text())
-
-    def training_data(path: Path) -> pa.Table:
-        parts = sorted(path.glob("part-*.parquet"))
-        return pa.concat_tables(pq.read_table(f, columns=list(_TRAINING_DATA)) for f in parts)
-
-    then = training_data(Path(cfg.run.root) / "label" / metrics["label_run"])
-    now = training_data(Path(rec["stages"]["label"]["path"]))
-    if not then.equals(now):
+    metrics = json.loads((old.files_dir / "metrics.json").read_text())
+    then = store.get("label", metrics["label_run"])
+    now = store.get("label", Path(rec["stages"]["label"]["path"]).name)
+    if then is None or not then.read_table(_TRAINING_DATA).equals(now.read_table(_TRAINING_DATA)):
         raise SystemExit(f"--reuse {arm}={fp}: trained on other labels ({metrics['label_run']})")
-    return {"record": rec, "model": str(old / "files" / "model"), "metrics": metrics}
+    return {"record": rec, "model": str(old.files_dir / "model"), "metrics": metrics}
 
 
-def label_agreement(label_dir: Path, encoders: list[str]) -> list[dict[str, Any]]:
+def label_agreement(label: Any, encoders: list[str]) -> list[dict[str, Any]]:
     """How each way of labelling the training pairs agrees with each encoder's cosine on them
     (Spearman x100; all train pairs, the mined ones, the random ones): the labels a student sees,
-    against the teacher that lifted it and the backbone it starts from."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    against the teacher that lifted it and the backbone it starts from. ``label``: the label
+    stage's Artefact."""
     from scipy.stats import spearmanr
 
     from ctxsim.models.objectives import teacher_cosine, tfidf_cosine
     from ctxsim.models.registry import resolve_model
     from ctxsim.tasks.train import build_model
 
-    parts = sorted(label_dir.glob("part-*.parquet"))
-    t = pa.concat_tables(
-        pq.read_table(f, columns=["s1", "s2", "label", "split", "source"]) for f in parts
-    )
+    t = label.read_table(["s1", "s2", "label", "split", "source"])
     train = np.asarray(t.column("split").to_pylist()) == "train"
     s1 = [x for x, k in zip(t.column("s1").to_pylist(), train, strict=True) if k]
     s2 = [x for x, k in zip(t.column("s2").to_pylist(), train, strict=True) if k]
@@ -371,9 +365,11 @@ def main(argv: list[str] | None = None) -> None:
             args.name, rows, meta, args.out_dir, tables={"paired bootstrap 95% CI": ci_rows}
         )
     if args.reference_models and args.arms:
-        agreement = label_agreement(
-            Path(t["record"]["stages"]["label"]["path"]), ["minilm", *args.reference_models]
-        )
+        from ctxsim.store.artefacts import ArtefactStore
+
+        label_path = Path(t["record"]["stages"]["label"]["path"])
+        label = ArtefactStore(label_path.parent.parent, create=False).get("label", label_path.name)
+        agreement = label_agreement(label, ["minilm", *args.reference_models])
         write_results(
             args.name,
             rows,
