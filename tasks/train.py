@@ -351,10 +351,10 @@ class TrainStage(Stage):
         else:
             raw = lab[idx]
         if p.objective == "context":
-            contexts = self._right_contexts(ctx, table, idx, p)
-            extra = len(contexts[0]) - len(idx)
-            t1, t2 = t1 + contexts[2][:extra], t2 + contexts[2][:extra]
-            contexts = contexts[0], contexts[1]
+            c1, c2, sampled = self._right_contexts(ctx, table, idx, p)
+            # a sampled corpus sentence joins as a pair with itself (context_pairs keeps it once)
+            t1, t2 = t1 + sampled, t2 + sampled
+            contexts = c1, c2
         targets = rescale_labels(raw, p.label_scale)
         label_cpu = time.process_time() - cpu0 if p.objective in ("tfidf", "teacher") else 0.0
         if p.objective == "joint":  # ctxsim's pairs and SimCSE's positives, one training
