@@ -53,6 +53,19 @@ def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory):
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample" / "docs.jsonl"
+#: the quickstart on the bundled sample shrunk to a minute or two: 30 queries, small candidate
+#: and context sets, a 3-step generator (tests add their own shards, steps and label splits)
+SMALL_QUICKSTART = [
+    f"shard.paths=['{SAMPLE}']",
+    "queries.n_corpus=30",
+    "retrieve.top_k=40",
+    "screen.keep=12",
+    "select.max_size=4",
+    "generator.train_steps=3",
+    "generator.n_eval=10",
+    "pairs.pairs_per_query=2",
+    "pairs.idf_sample=500",
+]
 
 
 #: ``python -c`` that arms the parent-death signal (SIGTERM when the pytest process is gone) and

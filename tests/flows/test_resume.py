@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import pytest
 
 from ctxsim.tasks import STAGES
-from tests.conftest import REPO, SAMPLE
+from tests.conftest import REPO, SMALL_QUICKSTART
 
 pytestmark = pytest.mark.integration
 
@@ -34,17 +34,9 @@ pytestmark = pytest.mark.integration
 #: query shards (one is killed mid-score), and enough training steps to kill it after a
 #: checkpoint
 SMALL = [
-    f"shard.paths=['{SAMPLE}']",
+    *SMALL_QUICKSTART,
     "shard.n_shards=4",
-    "queries.n_corpus=30",
     "queries.n_shards=2",
-    "retrieve.top_k=40",
-    "screen.keep=12",
-    "select.max_size=4",
-    "generator.train_steps=3",
-    "generator.n_eval=10",
-    "pairs.pairs_per_query=2",
-    "pairs.idf_sample=500",
     "train.max_steps=120",
     "train.eval_steps=10",
     "run.torch_threads=1",

@@ -154,20 +154,12 @@ def tiny_run(tmp_path_factory):
     from ctxsim.flows.config import load_config
     from ctxsim.flows.pipeline import execute
     from ctxsim.store.artefacts import ArtefactStore
-    from tests.conftest import REPO, SAMPLE
+    from tests.conftest import REPO, SMALL_QUICKSTART
 
     root = tmp_path_factory.mktemp("product-run")
     sts = _sts_dir(root)
     sets = [
-        f"shard.paths=['{SAMPLE}']",
-        "queries.n_corpus=30",
-        "retrieve.top_k=40",
-        "screen.keep=12",
-        "select.max_size=4",
-        "generator.train_steps=3",
-        "generator.n_eval=10",
-        "pairs.pairs_per_query=2",
-        "pairs.idf_sample=500",
+        *SMALL_QUICKSTART,
         "label.split_ratios=[60, 20, 20]",
         f"label.contamination.sts_dir='{sts}'",
         "run.license=cc-by-4.0",
