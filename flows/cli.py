@@ -55,27 +55,15 @@ def _fail(msg: str | BaseException, code: int = 2) -> None:
 
 
 def _root_of(config: Path | None, root: str | None) -> str:
-    from ctxsim.flows.config import ConfigError, load_config
+    from ctxsim.flows.cli_common import root_of
 
-    if root:
-        return root
-    path = config or (
-        Path("configs/quickstart.yaml") if Path("configs/quickstart.yaml").exists() else None
-    )
-    try:
-        return load_config(path, stages=[]).run.root
-    except ConfigError as e:
-        _fail(e)
-        raise
+    return root_of(config, root)
 
 
 def _existing_store(config: Path | None, root: str | None):  # noqa: ANN202 - lazy import
-    """The store at the configured root, for read-only commands: creates nothing (a command
-    run from another folder must not leave a ./data/artefacts behind), None if absent."""
-    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.flows.cli_common import existing_store
 
-    path = Path(_root_of(config, root)).expanduser()
-    return ArtefactStore(path, create=False) if path.is_dir() else None
+    return existing_store(config, root)
 
 
 @app.command(epilog="Example: ctxsim run --config configs/quickstart.yaml --set retrieve.top_k=500")
@@ -385,7 +373,7 @@ def evaluate(
     tasks (pair classification AP/accuracy/F1, retrieval nDCG@10/MRR@10/Recall@100) for one
     model, with paired bootstrap intervals against each --baseline."""
     from ctxsim.flows.cli_errors import set_verbose, user_errors
-    from ctxsim.flows.preflight import check_eval_dirs
+    from ctxsim.flows.preflight import check_eval_dirs, check_output_dir, check_output_file
     from ctxsim.store.stage import resolve_device
     from ctxsim.tasks.evaluate import evaluate_model
 
@@ -401,8 +389,12 @@ def evaluate(
         if name == "surrogate" or name in given:
             _fail(f"--baseline {spec!r}: the name {name!r} is taken")
         given[name] = (spec, ref)
-    with user_errors(2):  # before loading any model: the data, the model names, packages
+    with user_errors(2):  # before loading any model: data, outputs, model names, packages
         check_eval_dirs(sts_dir, ists_dir)
+        if out_dir is not None:
+            check_output_dir(out_dir, "--out-dir")
+        if json_out is not None:
+            check_output_file(json_out, "--json-out")
         for name, (spec, ref) in given.items():
             keep_as_is = name == "dynamax" and ref == "wordllama"
             baselines[name] = ref if keep_as_is else _model_path(ref, f"--baseline {spec}")
@@ -416,11 +408,18 @@ def evaluate(
             device=resolve_device(device),
             out_dir=out_dir,
             max_pairs_per_subset=max_pairs,
+            keep_result_on_write_error=True,
         )
     text = json.dumps(result, indent=2, default=str)
+    typer.echo(text)  # first: the figures reach the terminal whatever happens to the file
     if json_out:
-        json_out.write_text(text)
-    typer.echo(text)
+        try:
+            json_out.write_text(text)
+        except OSError as e:
+            _fail(f"--json-out {json_out}: not written ({e.strerror or e}); the result is above", 1)
+    for warning in result.get("warnings", []):
+        if warning.startswith("--out-dir"):
+            _fail(warning, 1)
 
 
 def _model_path(model: str, what: str = "model") -> str:

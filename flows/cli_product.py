@@ -57,7 +57,7 @@ def latest_labelled_run(store: Any) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add the product commands to the main CLI."""
-    from ctxsim.flows.cli import _root_of
+    from ctxsim.flows.cli_common import require_store
 
     @app.command(
         epilog="Example: ctxsim export run-20260101-120000-ab12 --out exports/qs --format hf"
@@ -89,10 +89,9 @@ def register(app: typer.Typer) -> None:
         results and the STS test-set contamination check. Nothing is written on error."""
         from ctxsim.flows.cli_errors import user_error_types
         from ctxsim.product.export import export_run
-        from ctxsim.store.artefacts import ArtefactStore
 
+        store = require_store(config, root)
         try:
-            store = ArtefactStore(_root_of(config, root))
             summary = export_run(store, run_id, out, fmt, overwrite, sts_dir, license_)
         except user_error_types() as e:  # ExportError, ContaminationError, StoreError, ...
             _fail(str(e), 1)
@@ -125,14 +124,13 @@ def register(app: typer.Typer) -> None:
         the run did not label gets its Cs from the run's own retrieve/screen/select."""
         from ctxsim.flows.cli_errors import cli_error_types
         from ctxsim.product.explain import explain_pair, render_table
-        from ctxsim.store.artefacts import ArtefactStore
 
         for name, text in (("S1 (the first sentence)", s1), ("S2 (the second sentence)", s2)):
             problem = utf8_problem(text, name)
             if problem:
                 _fail(problem)
+        store = require_store(config, root)
         try:
-            store = ArtefactStore(_root_of(config, root))
             rid = run_id or latest_labelled_run(store)
             result = explain_pair(store, rid, s1, s2, top=top)
         except cli_error_types() as e:

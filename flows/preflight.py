@@ -55,6 +55,41 @@ def check_root_writable(root: str | Path, prefect_home: bool | None = None) -> P
     return path
 
 
+def _probe_write(d: Path) -> None:
+    fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=d)
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_output_dir(path: str | Path, flag: str) -> Path:
+    """Create ``path`` (a command's output folder) and prove a file can be written in it, before
+    the command spends minutes on work whose report would then be lost."""
+    out = Path(path).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _probe_write(out)
+    except OSError as e:
+        raise InputError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+    return out
+
+
+def check_output_file(path: str | Path, flag: str) -> Path:
+    """A file a command will write at the end: its folder exists and takes a new file, and it
+    is not a folder itself."""
+    out = Path(path).expanduser()
+    if out.is_dir():
+        raise InputError(f"{flag} {path}: is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise InputError(f"{flag} {path}: its folder {out.parent} does not exist")
+    try:
+        _probe_write(out.parent)
+    except OSError as e:
+        raise InputError(f"{flag} {path}: cannot write there ({e.strerror or e})") from None
+    if out.exists() and not os.access(out, os.W_OK):
+        raise InputError(f"{flag} {path}: the file is read-only")
+    return out
+
+
 def check_corpus(cfg: PipelineConfig) -> None:
     """The shard stage's paths match files, and every ``*.gz`` has a gzip header (a truncated
     stream is only found by reading it all: the shard stage reports that one, naming the file)."""

@@ -9,7 +9,9 @@ Everything is written into a temporary directory beside DIR and renamed into pla
 an error leaves nothing behind, and nothing is written outside DIR and that sibling. A non-empty
 DIR is refused unless ``overwrite``, and ``overwrite`` replaces only a previous export (one holding
 the marker file every export writes), never the artefact root, a directory containing it or the
-current working directory.
+current working directory. Nothing at or below an artefact root (the store's, or the root the run
+was made in) is ever a target, marker or not: the marker is a hint anyone can forge, and the
+store owns everything under its root.
 """
 
 from __future__ import annotations
@@ -68,21 +70,36 @@ def _contains(outer: Path, inner: Path) -> bool:
     return inner == outer or outer in inner.parents
 
 
-def check_target(out: Path, overwrite: bool, protected: Path | None = None) -> None:
+def _roots(protected: Path | list[Path] | None) -> list[Path]:
+    if protected is None:
+        return []
+    return [protected] if isinstance(protected, Path) else list(protected)
+
+
+def check_target(out: Path, overwrite: bool, protected: Path | list[Path] | None = None) -> None:
     """Fail before writing anything: DIR must be a directory that is empty, or not exist in a
-    parent that does; the parent must take a new directory. ``overwrite`` replaces only a
-    previous export (it holds ``EXPORT_MARKER``), never ``protected`` (the artefact root), a
-    directory containing it, or the current working directory or one containing it."""
+    parent that does; the parent must take a new directory. Never at or below a ``protected``
+    root (artefact roots: the store owns all of it). ``overwrite`` replaces only a previous
+    export (it holds ``EXPORT_MARKER``), never a directory containing a protected root, or the
+    current working directory or one containing it."""
+    roots = _roots(protected)
+    for root in roots:
+        if _contains(root, out):
+            raise ExportError(
+                f"--out {out} is inside the artefact root {root}: the store owns everything "
+                "there; export to a directory outside it"
+            )
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:
             raise ExportError(f"--out {out} is not empty; pass --overwrite to replace its contents")
-        if protected is not None and _contains(out, protected):
-            raise ExportError(
-                f"--out {out} contains the artefact root {protected}; --overwrite replaces only "
-                "a previous export, refused"
-            )
+        for root in roots:
+            if _contains(out, root):
+                raise ExportError(
+                    f"--out {out} contains the artefact root {root}; --overwrite replaces only "
+                    "a previous export, refused"
+                )
         if _contains(out, Path.cwd()):
             raise ExportError(
                 f"--out {out} is the current directory or contains it; --overwrite replaces only "
@@ -103,7 +120,9 @@ def check_target(out: Path, overwrite: bool, protected: Path | None = None) -> N
 
 
 @contextlib.contextmanager
-def staged_dir(out: Path, overwrite: bool, protected: Path | None = None) -> Iterator[Path]:
+def staged_dir(
+    out: Path, overwrite: bool, protected: Path | list[Path] | None = None
+) -> Iterator[Path]:
     """A fresh directory beside ``out`` to write into; renamed to ``out`` on success, removed on
     failure. A replaced ``out`` is moved aside first and deleted only after the rename."""
     check_target(out, overwrite, protected)
@@ -541,9 +560,13 @@ def export_run(
     if fmt not in FORMATS:
         raise ExportError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     out = Path(out).expanduser().absolute()
-    protected = Path(store.root)
-    check_target(out, overwrite, protected)  # before any reading: a refused export costs nothing
+    protected = [Path(store.root)]
+    check_target(out, overwrite, protected)  # before reading artefacts: a refusal costs nothing
     record, arts = run_artefacts(store, run_id)
+    made_in = ((record.get("config") or {}).get("run") or {}).get("root")
+    if made_in:  # the root the run was made in (a store moved or reached through a link)
+        protected.append(Path(str(made_in)).expanduser().absolute())
+        check_target(out, overwrite, protected)
     label = read_labels(arts["label"], run_id)
     splits = split_tables(label)
     contamination = run_contamination(record, arts, label, sts_dir)

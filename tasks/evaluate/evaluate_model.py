@@ -124,9 +124,11 @@ def _find_data(
     """(STS sets, domain pair sets, domain QA sets) under ``sts_dir``; a warning in ``result``
     (and the log) when there is none of them."""
     sets: list[StsSet] = []
-    if sts_dir is not None and Path(sts_dir).expanduser().is_dir():
+    if sts_dir is None:  # iSTS alone: no STS sets were asked for
+        return sets, [], []
+    if Path(sts_dir).expanduser().is_dir():
         sets = [sample_pairs(s, max_pairs, seed) for s in discover(Path(sts_dir).expanduser())]
-    pair_sets, qa_sets = discover_domain(sts_dir) if sts_dir is not None else ([], [])
+    pair_sets, qa_sets = discover_domain(sts_dir)
     if not sets and not pair_sets and not qa_sets:
         msg = DATA_HINT.format(where=sts_dir)
         log.warning(msg)
@@ -363,6 +365,7 @@ def evaluate_model(
     seed: int = 0,
     logger: Any = None,
     paths_relative_to: str | Path | None = None,
+    keep_result_on_write_error: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a sentence-transformers model directory; returns the JSON-able result.
 
@@ -372,7 +375,9 @@ def evaluate_model(
     input embeddings; "backbone" value: that model's input embeddings). With ``out_dir``, plots,
     ``report.md`` and ``results.json`` are written there. Model paths under
     ``paths_relative_to`` (the artefact root, inside a run) are reported relative to it, so the
-    same run on another root writes the same report.
+    same run on another root writes the same report. ``keep_result_on_write_error`` (the CLI):
+    a report that cannot be written becomes a warning in the result instead of an error, so the
+    figures computed are still returned (a stage raises, to retry and never publish half).
     """
     import logging
 
@@ -438,5 +443,12 @@ def evaluate_model(
     result = _nan_to_none(result)
     result["rows"] = _nan_to_none(rows)
     if out_dir is not None:
-        _write_outputs(Path(out_dir), result, per_system, hard_idx, surrogate, sets, preds, log)
+        try:
+            _write_outputs(Path(out_dir), result, per_system, hard_idx, surrogate, sets, preds, log)
+        except OSError as e:
+            if not keep_result_on_write_error:
+                raise
+            msg = f"--out-dir {out_dir}: report not written ({e.strerror or e})"
+            log.warning("evaluate: %s", msg)
+            result.setdefault("warnings", []).append(msg)
     return result

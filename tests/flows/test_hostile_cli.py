@@ -1,0 +1,155 @@
+"""The CLI under hostile input, one parametrised suite: every case ends in one line naming the
+file, line, key or path it is about, no traceback without --verbose, and nothing the store owns
+is lost. Add the next round's cases here."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ctxsim.flows.cli import app
+
+
+def _error_line(res) -> str:
+    """The one ``error:`` line of a failed command (no traceback before it)."""
+    assert res.exit_code not in (0, None), res.output
+    assert "Traceback" not in res.output, res.output
+    assert not isinstance(res.exception, Exception) or isinstance(res.exception, SystemExit), repr(
+        res.exception
+    )
+    lines = [x for x in res.output.strip().splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    return lines[0]
+
+
+def _manifests(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("_MANIFEST.json"))
+
+
+# ---- export: nothing at or below an artefact root is a target ----------------------------------
+@pytest.fixture
+def labelled_store(tmp_path):
+    from tests.tasks.test_label import _fake_world, _run_label
+
+    store, arts, _ = _fake_world(tmp_path / "root", given=False)
+    arts["label"] = _run_label(store, arts)
+    stages = {k: {"fingerprint": a.fingerprint} for k, a in arts.items()}
+    store.write_run("r", {"run_id": "r", "config": {"run": {}}, "stages": stages})
+    store.cache_dir("scores")
+    return store
+
+
+@pytest.mark.parametrize("target", ["label", "_cache", "label/new", "runs"])
+def test_export_refuses_any_target_under_the_root_even_with_a_forged_marker(labelled_store, target):
+    root = labelled_store.root
+    out = root / target
+    if out.is_dir():
+        (out / ".ctxsim-export.json").write_text("{}")
+    before = _manifests(root)
+    res = CliRunner().invoke(
+        app, ["export", "r", "--root", str(root), "--out", str(out), "--overwrite"]
+    )
+    line = _error_line(res)
+    assert f"--out {out} is inside the artefact root {root}" in line
+    assert _manifests(root) == before and (root / "_cache" / "scores").is_dir()
+    assert (root / "runs" / "r.json").is_file()
+
+
+def test_export_refuses_the_root_a_run_was_made_in(labelled_store, tmp_path):
+    """A store reached through a link: the run's own root is protected too."""
+    link = tmp_path / "link"
+    link.symlink_to(labelled_store.root)
+    rec = labelled_store.read_run("r")
+    rec["config"]["run"]["root"] = str(tmp_path / "root")
+    labelled_store.write_run("r", rec)
+    out = tmp_path / "root" / "label"
+    res = CliRunner().invoke(app, ["export", "r", "--root", str(link), "--out", str(out)])
+    assert "is inside the artefact root" in _error_line(res)
+
+
+# ---- evaluate: outputs checked before the work, figures never thrown away ---------------------
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A 2-layer, 32-d sentence-transformers model (random weights, WordPiece vocabulary learnt
+    from the STS sentences) and an STS folder of 8 pairs."""
+    from ctxsim.tasks.train import TrainParams, build_model, build_tiny_backbone
+
+    d = tmp_path_factory.mktemp("evaluate")
+    sts = d / "sts"
+    sts.mkdir()
+    pairs = [(f"A cat sat on mat {i}.", f"A dog lay on rug {i % 3}.", i % 5) for i in range(8)]
+    rows = "".join(f"{a}\t{b}\t{g}\n" for a, b, g in pairs)
+    (sts / "STSb.dev.tsv").write_text("sentence1\tsentence2\tscore\n" + rows)
+    texts = [t for a, b, _ in pairs for t in (a, b)]
+    backbone = build_tiny_backbone(texts, d / "backbone", TrainParams(tiny_vocab_size=120), 0)
+    model = build_model(str(backbone), 32, "cpu")
+    model.save(str(d / "model"))
+    return d / "model", sts
+
+
+def test_evaluate_checks_its_out_dir_before_loading_anything(tiny_model, tmp_path, monkeypatch):
+    em = importlib.import_module("ctxsim.tasks.evaluate.evaluate_model")
+
+    model, sts = tiny_model
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    loaded = []
+
+    real = em.load_st
+    monkeypatch.setattr(em, "load_st", lambda *a, **k: loaded.append(a) or real(*a, **k))
+    args = ["evaluate", str(model), "--eval-dir", str(sts), "--out-dir", str(blocker / "sub")]
+    line = _error_line(CliRunner().invoke(app, args))
+    assert f"--out-dir {blocker / 'sub'}: cannot write there" in line and not loaded
+    res = CliRunner().invoke(
+        app, ["evaluate", str(model), "--eval-dir", str(sts), "--json-out", str(tmp_path)]
+    )
+    assert f"--json-out {tmp_path}: is a directory" in _error_line(res) and not loaded
+
+
+def test_evaluate_prints_the_figures_when_the_report_cannot_be_written(
+    tiny_model, tmp_path, monkeypatch
+):
+    em = importlib.import_module("ctxsim.tasks.evaluate.evaluate_model")
+
+    def disk_full(out, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(em, "_write_outputs", disk_full)
+    model, sts = tiny_model
+    out = tmp_path / "report"
+    res = CliRunner().invoke(
+        app, ["evaluate", str(model), "--eval-dir", str(sts), "--out-dir", str(out)]
+    )
+    assert res.exit_code == 1 and "Traceback" not in res.output + res.stderr
+    figures = json.loads(res.stdout)
+    assert figures["n_sets"] == 1 and "STSb" in json.dumps(figures["datasets"])
+    assert res.stderr.strip() == (
+        f"error: --out-dir {out}: report not written (No space left on device)"
+    )
+
+
+def test_evaluate_with_ists_alone_warns_about_no_sts_folder(tiny_model, tmp_path):
+    from ctxsim.tasks.evaluate import evaluate_model
+
+    model, _ = tiny_model
+    res = evaluate_model(model, None, tmp_path / "no-ists", max_seq_length=32)
+    assert "None" not in json.dumps(res.get("warnings", []))
+    assert res["n_sets"] == 0
+
+
+# ---- explain / export: a mistyped --root creates nothing ---------------------------------------
+@pytest.mark.parametrize(
+    "argv",
+    [["explain", "A b.", "C d."], ["export", "r", "--out", "OUT"]],
+    ids=["explain", "export"],
+)
+def test_a_mistyped_root_is_named_and_not_created(tmp_path, argv):
+    typo = tmp_path / "artefactz"
+    argv = [a.replace("OUT", str(tmp_path / "out")) for a in argv]
+    line = _error_line(CliRunner().invoke(app, [*argv, "--root", str(typo)]))
+    assert line == f"error: no artefact root {typo} (check --root)"
+    assert not typo.exists() and not (tmp_path / "out").exists()
