@@ -30,6 +30,7 @@ from ctxsim.models.pairs import (
     shared_context_pairs,
     tfidf_embed,
 )
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 PAIRS_SCHEMA = pa.schema(
@@ -75,9 +76,16 @@ class PairsStage(Stage):
     name = "pairs"
     version = "1"
     Params = PairsParams
-    inputs = ("queries", "select", "shard")
+    inputs = ("queries", "shard")
+    #: context sets, read only to mine pairs that share a context (ratio_shared > 0)
+    optional_inputs = ("select",)
     cost_basis = "fit"
     per_query = True
+
+    def optional_inputs_for(self, params: PairsParams) -> tuple[str, ...]:
+        """`select` only when some pairs must share a context: a mix of neighbours and random
+        pairs needs no context sets (and so no retrieval or scorer) at all."""
+        return ("select",) if params.ratio_shared > 0 else ()
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: PairsParams = ctx.params
@@ -87,6 +95,16 @@ class PairsStage(Stage):
             table = self._given(given_path)
         else:
             table = self._mine(ctx, p)
+        if table.num_rows == 0:
+            raise InputError(
+                f"pairs: mode {mode!r} gave 0 pairs"
+                + (
+                    f" ({given_path} has no rows)"
+                    if mode == "given"
+                    else " (pairs.pairs_per_query / pairs.max_pairs, or too few distinct queries)"
+                )
+                + "; nothing to label"
+            )
         src = table.column("source").to_numpy(zero_copy_only=False)
         stats: dict[str, Any] = {"pairs": table.num_rows, "mode": mode}
         for name in ("knn", "shared", "random", "given"):
@@ -151,6 +169,11 @@ class PairsStage(Stage):
             )
             cands["knn"] = knn_pairs(nbr, ids_k)
         if quotas["shared"]:
+            if "select" not in ctx.upstream:
+                raise InputError(
+                    "pairs.ratio_shared > 0 mines pairs that share a context, which needs the "
+                    "select stage: add a select section or set pairs.ratio_shared: 0"
+                )
             sel = ctx.input("select").read_table(["query_id", "context_id"])
             sq = sel.column("query_id").to_numpy()
             ok = np.isin(sq, ids_k)
