@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctxsim.store.atomic import atomic_path, write_json_atomic, write_text_atomic
+from ctxsim.store.logs import get_logger
 
 MANIFEST = "_MANIFEST.json"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -88,8 +89,6 @@ def fingerprint(payload: dict[str, Any]) -> str:
 
 def _warn(msg: str, *args: Any) -> None:
     """A warning through the project's logger (Prefect's inside a flow)."""
-    from ctxsim.store.stage import get_logger  # store.stage imports this module
-
     get_logger("ctxsim.store").warning(msg, *args)
 
 

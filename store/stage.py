@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
 from ctxsim.store.artefacts import Artefact, ArtefactStore, fingerprint
+from ctxsim.store.logs import get_logger
 
 CTXSIM_VERSION = "0.1.0"
 
@@ -77,21 +78,6 @@ class RunParams(BaseModel):
             quiet = TypeAdapter(bool).validate_python(data.pop("quiet"))
             data["no_progress"] = quiet or data.get("no_progress", False)
         return data
-
-
-def get_logger(name: str = "ctxsim") -> logging.Logger | logging.LoggerAdapter:
-    """Prefect's run logger inside a flow or task, a standard logger outside."""
-    try:
-        from prefect.exceptions import MissingContextError
-        from prefect.logging import get_run_logger
-
-        try:
-            return get_run_logger()
-        except MissingContextError:
-            pass
-    except ImportError:  # pragma: no cover - prefect is a hard dependency
-        pass
-    return logging.getLogger(name)
 
 
 def resolve_device(device: str) -> str:

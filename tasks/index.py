@@ -2,26 +2,24 @@
 
 Retrieval ("primary screening") compares a sentence with every text chunk of the corpus; the fitted
 vectoriser and the chunk matrix are an artefact of their own so that later runs and outside
-queries (STS sentences for the Origin evaluation) reuse them. Stored without pickle: the
-vocabulary as JSON, idf and chunk ids as ``.npy``, the chunk matrix as scipy ``.npz``. When the
+queries (STS sentences for the Origin evaluation) reuse them. Stored without pickle
+(store/index_files.py: ``save_index_matrix``, ``load_index``). When the
 main n-gram range starts above 1, a unigram index is stored too, for queries with no known n-gram.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import scipy.sparse as sp
 from pydantic import Field, model_validator
-from sklearn.feature_extraction.text import TfidfVectorizer
 
-from ctxsim.models.retrieval import fit_index, vectorizer_from_state, vectorizer_state
+from ctxsim.models.retrieval import fit_index
 from ctxsim.store.artefacts import Artefact
+from ctxsim.store.index_files import META_FILE, save_index_matrix
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
@@ -68,44 +66,6 @@ def chunk_texts(contexts: Artefact, shard: Artefact) -> tuple[np.ndarray, list[s
     return chunk_ids, out
 
 
-def _save(files: Path, prefix: str, vec: TfidfVectorizer, mat: sp.csr_matrix) -> dict[str, Any]:
-    settings, terms, idf = vectorizer_state(vec)
-    (files / f"{prefix}vocab.json").write_text(json.dumps(terms, ensure_ascii=False))
-    np.save(files / f"{prefix}idf.npy", idf)
-    sp.save_npz(files / f"{prefix}chunks.npz", mat, compressed=False)
-    return settings
-
-
-def load_index(
-    files: Path,
-) -> tuple[
-    np.ndarray, TfidfVectorizer, sp.csr_matrix, TfidfVectorizer | None, sp.csr_matrix | None
-]:
-    """(chunk ids, main vectoriser, main matrix, fallback vectoriser, fallback matrix)."""
-    meta_path = files / "index.json"
-    if not meta_path.exists():
-        raise FileNotFoundError(f"{meta_path} is missing: not an index artefact")
-    meta = json.loads(meta_path.read_text())
-    chunk_ids = np.load(files / "chunk_ids.npy", allow_pickle=False)
-
-    def one(prefix: str, settings: dict[str, Any]) -> tuple[TfidfVectorizer, sp.csr_matrix]:
-        terms = json.loads((files / f"{prefix}vocab.json").read_text())
-        idf = np.load(files / f"{prefix}idf.npy", allow_pickle=False)
-        mat = sp.csr_matrix(sp.load_npz(files / f"{prefix}chunks.npz"), dtype=np.float32)
-        if mat.shape != (len(chunk_ids), len(terms)):
-            raise ValueError(
-                f"{files}/{prefix}chunks.npz has shape {mat.shape}, expected "
-                f"({len(chunk_ids)}, {len(terms)})"
-            )
-        return vectorizer_from_state(settings, terms, idf), mat
-
-    vec, mat = one("", meta["main"])
-    fb_vec = fb_mat = None
-    if meta.get("fallback"):
-        fb_vec, fb_mat = one("fallback_", meta["fallback"])
-    return chunk_ids, vec, mat, fb_vec, fb_mat
-
-
 class IndexStage(Stage):
     name = "index"
     version = "1"
@@ -130,7 +90,7 @@ class IndexStage(Stage):
         )
         files = ctx.files_dir
         np.save(files / "chunk_ids.npy", chunk_ids)
-        meta: dict[str, Any] = {"main": _save(files, "", vec, mat), "fallback": None}
+        meta: dict[str, Any] = {"main": save_index_matrix(files, "", vec, mat), "fallback": None}
         stats: dict[str, Any] = {
             "chunks": len(texts),
             "vocab": mat.shape[1],
@@ -139,10 +99,10 @@ class IndexStage(Stage):
         }
         if p.fallback_unigrams and p.ngram_min > 1:
             fvec, fmat = fit_index(texts, ngram_range=(1, 1), **common)
-            meta["fallback"] = _save(files, "fallback_", fvec, fmat)
+            meta["fallback"] = save_index_matrix(files, "fallback_", fvec, fmat)
             stats["fallback_vocab"] = fmat.shape[1]
             stats["fallback_nnz"] = int(fmat.nnz)
-        (files / "index.json").write_text(json.dumps(meta, indent=2))
+        (files / META_FILE).write_text(json.dumps(meta, indent=2))
         ctx.logger.info(f"index: {len(texts)} chunks, {mat.shape[1]} n-grams, {mat.nnz} non-zeros")
         table = pa.table(
             {"chunk_id": chunk_ids, "nnz": np.diff(mat.indptr).astype(np.int32)},

@@ -17,8 +17,8 @@ import pyarrow as pa
 from pydantic import Field
 
 from ctxsim.models.retrieval import resolve_backend, retrieve
+from ctxsim.store.index_files import load_index
 from ctxsim.store.stage import Stage, StageContext, StageParams
-from ctxsim.tasks.index import load_index
 
 RETRIEVE_SCHEMA = pa.schema(
     [

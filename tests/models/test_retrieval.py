@@ -151,7 +151,7 @@ def run_stages(spine: dict, root, params: dict[str, dict]) -> dict:
 
 
 def test_index_and_retrieve_stages(spine, tmp_path) -> None:
-    from ctxsim.tasks.index import load_index
+    from ctxsim.store.index_files import load_index
 
     arts = run_stages(spine, tmp_path, {"index": {}, "retrieve": {"top_k": 30, "memory_mb": 0.05}})
     index, ret, queries = arts["index"], arts["retrieve"], arts["queries"]
