@@ -18,6 +18,7 @@ STAGES: dict[str, str] = {
     "contexts": "ctxsim.tasks.contexts:ContextsStage",  # context slots [c<, _, c>] and text chunks
     "queries": "ctxsim.tasks.queries:QueriesStage",  # sentences to label (corpus sample or STS)
     "index": "ctxsim.tasks.index:IndexStage",  # TF-IDF bigram vectoriser + chunk matrix (Sec. 3.3)
+    "embed": "ctxsim.tasks.embed:EmbedStage",  # encoder context vectors + scatter (encoder route)
     "retrieve": "ctxsim.tasks.retrieve:RetrieveStage",  # top-K chunks per query (Sec. 3.3)
     "discriminator": "ctxsim.tasks.discriminator:DiscriminatorStage",  # BiLSTM, Eq. 1
     "screen": "ctxsim.tasks.screen:ScreenStage",  # rank contexts with cached reps (Sec. 3.3)

@@ -6,6 +6,13 @@ cosine(v_s1, v_s2). S and its Eq. 3 terms come from the `score` artefact, which 
 over blocks of pairs (models/origin.py). The label is also computed from each term alone
 (label_disc, label_fwd, label_left, label_right) so that ablations need no rescoring.
 
+With ``contextual: encoder`` the contextual model is a sentence encoder instead: S(c, s) =
+cos(E(c), E(s)) over every context unit of the corpus (the `embed` artefact), and the label is the
+correlation of the two profiles (models/encoder_origin.py): in closed form from the scatter
+matrix (``encoder_form: closed``), with the softmax fit score p(c | s) (``softmax``), or over the
+union of the two sentences' top-K contexts (``topk``). The sentences are encoded by the scorer the
+`embed` artefact names; `select` and `score` are not read.
+
 Splits: a seeded hash of the unordered pair assigns train/dev/test (paper 98/1/1, Sec. 3.4);
 given pairs (the Origin evaluation on STS) get split "eval".
 
@@ -20,12 +27,17 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
+from ctxsim.models.encoder_origin import (
+    closed_form_similarity,
+    softmax_profile_similarity,
+    topk_union_similarity,
+)
 from ctxsim.models.objectives import tfidf_cosine
 from ctxsim.models.origin import (
     SIMILARITIES,
@@ -57,6 +69,15 @@ from ctxsim.product.diagnostics import (
 from ctxsim.scores.views import labels_at, read_cs_sizes, score_views
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.tasks.embed import (
+    SCATTER_FILE,
+    EncoderInputError,
+    encode,
+    load_encoder,
+    load_scatter,
+    read_embeddings,
+    scorer_identity,
+)
 
 SPLITS = ("train", "dev", "test")
 #: subset names that are separate evaluation sets rather than parts of one year's set
@@ -64,6 +85,14 @@ SPLIT_SUBSETS = {"train", "dev", "test", "trial"}
 
 
 class LabelParams(StageParams):
+    # the contextual model: lm (Eq. 3 scores of the `score` stage over the context sets of
+    # `select`) or encoder (cosine fit scores over every context unit of `embed`)
+    contextual: Literal["lm", "encoder"] = "lm"  # lm: select + score | encoder: embed
+    # encoder only: closed form over all contexts | softmax fit score | top-K unions
+    encoder_form: Literal["closed", "softmax", "topk"] = "closed"  # encoder only
+    tau: float = Field(0.05, gt=0)  # softmax temperature
+    k: int = Field(32, ge=1)  # contexts per sentence of a top-K union
+    centred: bool = True  # profiles compared by Pearson (centred) or cosine
     split_ratios: list[float] = Field(default_factory=lambda: [98.0, 1.0, 1.0])  # train/dev/test
     # how v_s1 and v_s2 are compared (models/origin.py SIMILARITIES); the paper's Eq. 4 is cosine
     similarity: Literal["cosine", "pearson", "neg_rmse", "cross_fit"] = "cosine"
@@ -82,6 +111,16 @@ class LabelParams(StageParams):
     # context sets share no scored context); all of them always fails. A check, not an input of
     # the output: kept out of the fingerprint. `ctxsim export` refuses any non-finite label.
     max_nonfinite_fraction: float = Field(0.01, ge=0.0, le=1.0, exclude=True)
+
+    #: the encoder route's keys, out of the fingerprint at their defaults: LM-route configs
+    #: keep their label artefacts
+    added_defaults: ClassVar[dict[str, Any]] = {
+        "contextual": "lm",
+        "encoder_form": "closed",
+        "tau": 0.05,
+        "k": 32,
+        "centred": True,
+    }
 
     def link(self, sections: dict[str, StageParams]) -> None:
         c = self.contamination
@@ -200,13 +239,25 @@ class LabelStage(Stage):
     # 6: the trust warnings (mined vs random separation, reference agreement) and diag_separation
     version = "6"
     Params = LabelParams
-    inputs = ("queries", "select", "pairs", "score")
-    #: the generator's backbone gives the mean-pooled-cosine baseline of the Origin report;
-    #: retrieve and screen give the per-query yields of the diagnostics
-    optional_inputs = ("generator", "retrieve", "screen")
+    inputs = ("queries", "pairs")
+    #: the LM route reads select and score; the generator's backbone gives the mean-pooled-cosine
+    #: baseline of the Origin report; retrieve and screen give the per-query yields of the
+    #: diagnostics. The encoder route reads embed alone.
+    optional_inputs = ("select", "score", "embed", "generator", "retrieve", "screen")
     cost_basis = "fit"
     per_query = True
     labelling = True
+    #: what each route must have (a config without it fails with one line naming the section)
+    route_inputs: ClassVar[dict[str, tuple[str, ...]]] = {
+        "lm": ("select", "score"),
+        "encoder": ("embed",),
+    }
+
+    def optional_inputs_for(self, params: LabelParams) -> tuple[str, ...]:
+        """The encoder route reads only `embed`; the LM route everything else it reads."""
+        if params.contextual == "encoder":
+            return ("embed",)
+        return tuple(i for i in self.optional_inputs if i != "embed")
 
     def fingerprint_extra(self, params: LabelParams) -> dict[str, Any]:
         """The STS test files the contamination check reads, by content."""
@@ -215,15 +266,22 @@ class LabelStage(Stage):
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: LabelParams = ctx.params
         t0 = time.perf_counter()
+        missing = [i for i in self.route_inputs[p.contextual] if i not in ctx.upstream]
+        if missing:
+            raise InputError(
+                f"label.contextual {p.contextual!r} needs the {' and '.join(missing)} stage(s), "
+                "which this config does not run: add their sections"
+            )
         pairs = ctx.input("pairs").read_table()
-        sel = ctx.input("select").read_table(["query_id", "context_id", "position"])
-        score = ctx.input("score").read_table()
+        if pairs.num_rows == 0:
+            raise InputError(f"label: the pairs artefact {ctx.input('pairs').path} has no pairs")
         queries = ctx.input("queries").read_table(["query_id", "text"])
-
-        cs = ContextSets.from_rows(
-            sel.column("query_id").to_numpy(),
-            sel.column("context_id").to_numpy(),
-            sel.column("position").to_numpy(),
+        text_of = dict(
+            zip(
+                queries.column("query_id").to_pylist(),
+                queries.column("text").to_pylist(),
+                strict=True,
+            )
         )
         s1 = pairs.column("s1_query_id").to_numpy()
         s2 = pairs.column("s2_query_id").to_numpy()
@@ -232,40 +290,13 @@ class LabelStage(Stage):
             and pairs.num_rows > 0
             and bool(np.all(pairs.column("source").to_numpy(zero_copy_only=False) == "given"))
         )
-        names, values, lam = ablation_views(score, given and p.ablations)
-        lookup = ScoreLookup(
-            score.column("query_id").to_numpy(), score.column("context_id").to_numpy(), values
-        )
-        # adaptive |Cs| (score.adaptive_rounds): each pair over the contexts it stopped at
-        cs_size = read_cs_sizes(
-            ctx.input("score").files_dir, pairs.column("pair_id").to_numpy().astype(np.int64)
-        )
-        labels = labels_at(cs, s1, s2, lookup, cs_size, p.block_pairs, p.similarity)
+        if p.contextual == "encoder":
+            labels, n1, n2, other, enc_stats = self._encoder_labels(ctx, p, s1, s2, text_of)
+            names, lam, n_lookups = ["S"], None, 0
+        else:
+            labels, n1, n2, names, lam, other, n_lookups = self._lm_labels(ctx, p, pairs, given)
+            enc_stats = {}
         t_label = time.perf_counter() - t0
-        # S under every other vector similarity, for given pairs (the S column only)
-        other: dict[str, np.ndarray] = {}
-        if given:
-            s_only = ScoreLookup(
-                score.column("query_id").to_numpy(),
-                score.column("context_id").to_numpy(),
-                values[:, :1],
-            )
-            other = {
-                f"sim_{how}": labels_at(cs, s1, s2, s_only, cs_size, p.block_pairs, how)[:, 0]
-                for how in SIMILARITIES
-                if how != p.similarity
-            }
-
-        text_of = dict(
-            zip(
-                queries.column("query_id").to_pylist(),
-                queries.column("text").to_pylist(),
-                strict=True,
-            )
-        )
-        n1, n2 = cs.sizes(s1), cs.sizes(s2)
-        if cs_size is not None:
-            n1, n2 = np.minimum(n1, cs_size), np.minimum(n2, cs_size)
         n = pairs.num_rows
         if given:
             split = np.full(n, "eval", dtype=object)
@@ -301,7 +332,8 @@ class LabelStage(Stage):
             },
             schema=LABEL_SCHEMA,
         )
-        stats = self._stats(ctx, p, table, n1, n2, t_label, lookup.n_lookups)
+        stats = self._stats(ctx, p, table, n1, n2, t_label, n_lookups)
+        stats.update(enc_stats)
         if given:
             report = self._origin_report(ctx, p, table, names, labels, lam, other)
             (ctx.files_dir / "origin.json").write_text(json.dumps(report, indent=2))
@@ -315,12 +347,110 @@ class LabelStage(Stage):
         stats.update(self._diagnostics(ctx, p, table, given))
         return table, stats
 
+    def _lm_labels(
+        self, ctx: StageContext, p: LabelParams, pairs: pa.Table, given: bool
+    ) -> tuple[Any, ...]:
+        """Eq. 4 over the context sets of `select` with the Eq. 3 scores of `score`: (labels
+        [n, 5] of S and each term, n_ctx1, n_ctx2, view names, λ, other similarities, lookups)."""
+        sel = ctx.input("select").read_table(["query_id", "context_id", "position"])
+        score = ctx.input("score").read_table()
+        cs = ContextSets.from_rows(
+            sel.column("query_id").to_numpy(),
+            sel.column("context_id").to_numpy(),
+            sel.column("position").to_numpy(),
+        )
+        s1 = pairs.column("s1_query_id").to_numpy()
+        s2 = pairs.column("s2_query_id").to_numpy()
+        names, values, lam = ablation_views(score, given and p.ablations)
+        lookup = ScoreLookup(
+            score.column("query_id").to_numpy(), score.column("context_id").to_numpy(), values
+        )
+        # adaptive |Cs| (score.adaptive_rounds): each pair over the contexts it stopped at
+        cs_size = read_cs_sizes(
+            ctx.input("score").files_dir, pairs.column("pair_id").to_numpy().astype(np.int64)
+        )
+        labels = labels_at(cs, s1, s2, lookup, cs_size, p.block_pairs, p.similarity)
+        # S under every other vector similarity, for given pairs (the S column only)
+        other: dict[str, np.ndarray] = {}
+        if given:
+            s_only = ScoreLookup(
+                score.column("query_id").to_numpy(),
+                score.column("context_id").to_numpy(),
+                values[:, :1],
+            )
+            other = {
+                f"sim_{how}": labels_at(cs, s1, s2, s_only, cs_size, p.block_pairs, how)[:, 0]
+                for how in SIMILARITIES
+                if how != p.similarity
+            }
+
+        n1, n2 = cs.sizes(s1), cs.sizes(s2)
+        if cs_size is not None:
+            n1, n2 = np.minimum(n1, cs_size), np.minimum(n2, cs_size)
+        return labels, n1, n2, names, lam, other, lookup.n_lookups
+
+    def _encoder_labels(
+        self,
+        ctx: StageContext,
+        p: LabelParams,
+        s1: np.ndarray,
+        s2: np.ndarray,
+        text_of: dict[int, str],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray], dict[str, Any]]:
+        """Origin with the `embed` artefact's encoder as the contextual model: (labels [n, 5],
+        S in column 0 and no Eq. 3 terms, n_ctx1, n_ctx2, other views, stats). The sentences are
+        encoded by the scorer that encoded the contexts, refused if its files changed since."""
+        art = ctx.input("embed")
+        ep = art.manifest["params"]
+        recorded = art.manifest.get("fingerprint_payload", {}).get("extra", {}).get("scorer")
+        current = scorer_identity(ep["model"])
+        if recorded != current:
+            raise EncoderInputError(
+                f"label: the embed artefact {art.path} was encoded by {recorded}, but "
+                f"embed.model {ep['model']!r} is now {current}: rerun embed"
+            )
+        qids = np.unique(np.r_[s1, s2])
+        missing = [int(q) for q in qids if text_of.get(int(q)) is None]
+        if missing:
+            raise InputError(f"label: pairs name query ids without a text, e.g. {missing[:3]}")
+        model = load_encoder(ep["model"], int(ep["max_seq_length"]), ctx.device)
+        t0 = time.perf_counter()
+        emb = encode(model, [text_of[int(q)] for q in qids], int(ep.get("batch_size", 64)))
+        t_encode = time.perf_counter() - t0
+        e1, e2 = emb[np.searchsorted(qids, s1)], emb[np.searchsorted(qids, s2)]
+        n_contexts = int(art.stats.get("contexts", art.num_rows))
+        if p.encoder_form == "closed":
+            m = load_scatter(art.files_dir / SCATTER_FILE).matrix(centred=p.centred)
+            lab = closed_form_similarity(e1, e2, m)
+            n_ctx = n_contexts
+        elif p.encoder_form == "softmax":
+            lab = softmax_profile_similarity(
+                e1, e2, read_embeddings(art), p.tau, centred=p.centred, block=256
+            )
+            n_ctx = n_contexts
+        else:
+            lab = topk_union_similarity(e1, e2, read_embeddings(art), p.k, centred=p.centred)
+            n_ctx = min(p.k, n_contexts)
+        labels = np.full((len(s1), 1 + len(TERMS)), np.nan)
+        labels[:, 0] = lab
+        sizes = np.full(len(s1), n_ctx, dtype=np.int64)
+        # the scorer's own cosine of the two sentences: what the contexts add over it
+        other = {"scorer_cosine": (e1.astype(np.float64) * e2).sum(axis=1)}
+        stats = {
+            "encoder_form": p.encoder_form,
+            "encoder_contexts": n_contexts,
+            "encoder_sentences": len(qids),
+            "encoder_encode_seconds": round(t_encode, 3),
+        }
+        return labels, sizes, sizes, other, stats
+
     def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
         """The shards' stats; fails (nothing published) on too many non-finite labels. Here, not
         in the shard task: the threshold is kept out of the fingerprint and of the params a
         shard task gets, and the written shard is reused when only the threshold changes."""
         total = super().summarize(ctx, shard_stats)
-        empty = ctx.upstream["select"].stats.get("queries_empty")
+        select = ctx.upstream.get("select")
+        empty = select.stats.get("queries_empty") if select is not None else None
         check_finite(total, ctx.params.max_nonfinite_fraction, empty)
         return total
 
@@ -367,7 +497,9 @@ class LabelStage(Stage):
             m = (src == s) & ok
             if m.any():
                 stats[f"label_mean_{s}"] = round(float(lab[m].mean()), 5)
-        for stage in ("select", "pairs", "score"):  # seconds per labelled pair, by stage
+        for stage in ("select", "pairs", "score", "embed"):  # seconds per labelled pair, by stage
+            if stage not in ctx.upstream:
+                continue
             secs = ctx.upstream[stage].manifest.get("timings", {}).get("total_seconds")
             if secs is not None and n:
                 stats[f"{stage}_seconds_per_pair"] = float(secs) / n

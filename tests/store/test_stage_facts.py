@@ -35,7 +35,7 @@ def test_stage_facts_give_the_lists_they_replaced() -> None:
     from bench.bench_surrogate_compare import label_and_pair_stages
     from ctxsim.product.explain import new_query_stages
 
-    assert _with("cost_basis", "corpus") == ["shard", "contexts", "index"]
+    assert _with("cost_basis", "corpus") == ["shard", "contexts", "index", "embed"]
     assert _with("cost_basis", "constant") == ["evaluate"]
     fit = ["retrieve", "screen", "select", "pairs", "score", "label", "train"]
     assert _with("cost_basis", "fit") == fit
@@ -43,14 +43,14 @@ def test_stage_facts_give_the_lists_they_replaced() -> None:
     caps = {n: load_stage(n).rows_cap for n in STAGES if load_stage(n).rows_cap}
     assert caps == {"retrieve": "top_k", "screen": "keep", "select": "max_size"}
     assert _with("model_artefact") == ["discriminator", "generator", "train"]
-    memory = ["shard", "contexts", "index", "retrieve", "discriminator", "screen"]
+    memory = ["shard", "contexts", "index", "embed", "retrieve", "discriminator", "screen"]
     assert _with("corpus_memory") == memory
     assert new_query_stages() == ["queries", "retrieve", "screen", "select"]
     per_query = ["queries", "retrieve", "screen", "gencontexts", "select", "pairs", "score"]
     assert per_query_stages() == (*per_query, "label")
     assert stages_to_label() == tuple(n for n in STAGES if n not in ("train", "evaluate"))
     labels, pairs = label_and_pair_stages()
-    assert labels == ("generator", "gencontexts", "score", "label")
+    assert labels == ("embed", "generator", "gencontexts", "score", "label")
     assert sorted(pairs) == sorted(
         ["shard", "contexts", "queries", "index", "retrieve", "discriminator", "screen"]
         + ["select", "pairs"]
@@ -70,4 +70,21 @@ def test_upstream_of_follows_optional_inputs() -> None:
         "generator",
         "gencontexts",
     }
-    assert upstream_of("evaluate") >= {"train", "label", "score", "select"}
+    assert upstream_of("evaluate") >= {"train", "label", "score", "select", "embed"}
+    # pairs reads select only to mine pairs that share a context; label reads the encoder
+    # route's embed or the LM route's select and score, by label.contextual
+    assert upstream_of("pairs") >= {"select", "queries", "shard"}
+
+
+def test_optional_inputs_follow_the_route() -> None:
+    from ctxsim.tasks.label import LabelParams
+    from ctxsim.tasks.pairs import PairsParams
+
+    pairs, label = load_stage("pairs"), load_stage("label")
+    assert pairs.inputs == ("queries", "shard")
+    assert pairs.optional_inputs_for(PairsParams()) == ("select",)
+    assert pairs.optional_inputs_for(PairsParams(ratio_shared=0)) == ()
+    assert label.inputs == ("queries", "pairs")
+    lm = set(label.optional_inputs_for(LabelParams()))
+    assert {"select", "score"} <= lm and "embed" not in lm
+    assert label.optional_inputs_for(LabelParams(contextual="encoder")) == ("embed",)

@@ -1,0 +1,133 @@
+"""The `embed` stage: context units encoded once per shard, their scatter reduced, the scorer
+named by content in the fingerprint, bad input refused in one line."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from ctxsim.models.encoder_origin import ScatterStats
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
+from ctxsim.tasks.embed import (
+    SCATTER_FILE,
+    EmbedParams,
+    EmbedStage,
+    EncoderInputError,
+    context_units,
+    read_embeddings,
+)
+from tests.tasks.tiny_encoder import build_tiny_encoder
+
+
+@pytest.fixture(scope="module")
+def encoder(spine, tmp_path_factory):
+    texts = spine["shard"].read_table(["text"]).column("text").to_pylist()[:400]
+    return build_tiny_encoder(texts, tmp_path_factory.mktemp("enc") / "tiny-st")
+
+
+def _up(spine):
+    return {"shard": spine["shard"], "contexts": spine["contexts"]}
+
+
+def _run(spine, root, **params):
+    store = ArtefactStore(root)
+    plan = resolve_stage(
+        EmbedStage(), EmbedParams(**params), RunParams(device="cpu"), store, _up(spine)
+    )
+    return plan, run_stage_locally(plan)[0]
+
+
+def test_embed_encodes_every_unit_and_its_scatter_is_the_merged_shards(spine, encoder, tmp_path):
+    _, art = _run(spine, tmp_path, model=str(encoder), n_shards=3, max_seq_length=16, min_words=8)
+    rows = art.read_table()
+    ids, texts = context_units(spine["contexts"], spine["shard"], "chunk", 8)
+    assert rows.column("context_id").to_numpy().tolist() == ids.tolist()
+    assert all(len(t.split()) >= 8 for t in texts)
+    emb = read_embeddings(art)
+    assert emb.shape[0] == rows.num_rows and emb.dtype == np.float32
+    assert np.allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    whole = ScatterStats.load(art.files_dir / SCATTER_FILE)
+    direct = ScatterStats.of(emb)
+    assert whole.n == direct.n == rows.num_rows
+    assert np.allclose(whole.matrix(), direct.matrix(), atol=1e-9)
+    ntok = rows.column("n_tokens").to_numpy()
+    trunc = rows.column("truncated").to_numpy(zero_copy_only=False)
+    assert (trunc == (ntok > 16)).all() and trunc.any()  # 16 tokens cut most paragraphs
+    assert art.stats["truncated"] == int(trunc.sum()) and art.stats["contexts"] == len(ids)
+    assert art.stats["sentences_per_second"] > 0
+    # the adapted encoder's cosine is the closed form over these contexts
+    from sentence_transformers import SentenceTransformer
+
+    from ctxsim.models.encoder_origin import explicit_profile_similarity
+    from ctxsim.tasks.embed import ADAPTED_DIR, encode, load_encoder
+
+    adapted = SentenceTransformer(str(art.files_dir / ADAPTED_DIR), device="cpu")
+    adapted.max_seq_length = 16
+    pair = ["the first of two sentences here", "and another one that differs"]
+    a = adapted.encode(pair, convert_to_numpy=True, normalize_embeddings=True)
+    e = encode(load_encoder(str(encoder), 16, "cpu"), pair, 2)
+    want = explicit_profile_similarity(e[:1], e[1:], emb)[0]
+    assert abs(float(a[0] @ a[1]) - want) < 1e-4
+    assert "adapted encoder" in (art.files_dir / ADAPTED_DIR / "README.md").read_text()
+
+
+def test_embed_window_units_join_both_sides(spine, encoder, tmp_path):
+    ids, texts = context_units(spine["contexts"], spine["shard"], "window", 1)
+    ctx = spine["contexts"].read_table(["context_id"]).num_rows
+    assert len(ids) == ctx
+    sents = spine["shard"].read_table(["sent_id", "text"]).to_pydict()
+    text_of = dict(zip(sents["sent_id"], sents["text"], strict=True))
+    row = spine["contexts"].read_table().slice(0, 1).to_pylist()[0]
+    want = (
+        " ".join(text_of[i] for i in row["left_sent_ids"])
+        + " "
+        + " ".join(text_of[i] for i in row["right_sent_ids"])
+    )
+    assert texts[0] == want
+
+
+def test_fingerprint_names_the_scorer_by_content(spine, encoder, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(encoder, copy)
+    store = ArtefactStore(tmp_path / "store")
+
+    def fp(path, **kw) -> str:
+        p = EmbedParams(model=str(path), **kw)
+        return resolve_stage(EmbedStage(), p, RunParams(), store, _up(spine)).fingerprint
+
+    before = fp(copy)
+    assert fp(copy, batch_size=7) == before  # throughput only
+    assert fp(copy, max_seq_length=32) != before
+    weights = next(copy.rglob("model.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # new weights at the same path
+    weights.write_bytes(bytes(data))
+    assert fp(copy) != before
+
+
+def test_bad_input_is_one_line(spine, encoder, tmp_path):
+    with pytest.raises(ValueError, match="neither a registered model"):
+        EmbedParams(model=str(tmp_path / "nope"))
+    with pytest.raises(ValueError, match="neither a registered model"):
+        EmbedParams(model="no-such-model")
+    with pytest.raises(EncoderInputError, match="no context unit.*embed.min_words=100000"):
+        _run(spine, tmp_path, model=str(encoder), min_words=100000)
+
+
+def test_nonfinite_shard_scatter_is_refused(spine, encoder, tmp_path, monkeypatch):
+    import ctxsim.tasks.embed as embed
+
+    real = embed.encode
+
+    def poisoned(*a, **kw):
+        out = real(*a, **kw)
+        out[0, 0] = np.nan
+        return out
+
+    monkeypatch.setattr(embed, "encode", poisoned)
+    with pytest.raises(EncoderInputError, match="not finite"):
+        _run(spine, tmp_path, model=str(encoder), n_shards=2)
+    assert ArtefactStore(tmp_path).latest("embed") is None

@@ -1,0 +1,140 @@
+"""The encoder route: pairs mined without `select`, labelled from the `embed` artefact (closed
+form, softmax fit score, top-K unions), and its bad input refused in one line."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from ctxsim.models.encoder_origin import explicit_profile_similarity
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.errors import InputError
+from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
+from ctxsim.tasks.embed import (
+    EmbedParams,
+    EmbedStage,
+    EncoderInputError,
+    encode,
+    load_encoder,
+    read_embeddings,
+)
+from ctxsim.tasks.label import LabelParams, LabelStage
+from ctxsim.tasks.pairs import PairsParams, PairsStage
+from tests.tasks.tiny_encoder import build_tiny_encoder
+
+RUN = RunParams(device="cpu")
+
+
+def _run(stage, params, store, up):
+    return run_stage_locally(resolve_stage(stage, params, RUN, store, up))[0]
+
+
+@pytest.fixture(scope="module")
+def route(spine, tmp_path_factory):
+    """embed and pairs (neighbours by the tiny encoder + random, no select) on the sample."""
+    root = tmp_path_factory.mktemp("enc-route")
+    texts = spine["shard"].read_table(["text"]).column("text").to_pylist()[:400]
+    enc = build_tiny_encoder(texts, root / "tiny-st")
+    store = ArtefactStore(root / "store")
+    embed = _run(
+        EmbedStage(),
+        EmbedParams(model=str(enc), n_shards=2, max_seq_length=32),
+        store,
+        {"shard": spine["shard"], "contexts": spine["contexts"]},
+    )
+    pp = PairsParams(
+        pairs_per_query=2, ratio_knn=3, ratio_shared=0, ratio_random=1, encoder=str(enc)
+    )
+    pairs = _run(PairsStage(), pp, store, {"queries": spine["queries"], "shard": spine["shard"]})
+    return store, enc, embed, pairs
+
+
+def _label(spine, route, **params):
+    store, _, embed, pairs = route
+    up = {"queries": spine["queries"], "pairs": pairs, "embed": embed}
+    return _run(LabelStage(), LabelParams(contextual="encoder", **params), store, up)
+
+
+def test_pairs_mine_neighbours_and_random_without_select(route):
+    *_, pairs = route
+    t = pairs.read_table()
+    src = t.column("source").to_pylist()
+    assert set(src) == {"knn", "random"} and src.count("knn") > src.count("random")
+    assert "select" not in pairs.manifest["upstream"]
+
+
+def test_closed_form_labels_are_the_explicit_profiles(spine, route):
+    store, enc, embed, pairs = route
+    art = _label(spine, route)
+    t = art.read_table()
+    q = spine["queries"].read_table(["query_id", "text"]).to_pydict()
+    text_of = dict(zip(q["query_id"], q["text"], strict=True))
+    model = load_encoder(str(enc), 32, "cpu")
+    e1 = encode(model, [text_of[i] for i in t.column("s1_id").to_pylist()], 16)
+    e2 = encode(model, [text_of[i] for i in t.column("s2_id").to_pylist()], 16)
+    want = explicit_profile_similarity(e1, e2, read_embeddings(embed))
+    got = t.column("label").to_numpy()
+    assert np.allclose(got, want, atol=1e-4)
+    assert np.isnan(t.column("label_fwd").to_numpy(zero_copy_only=False)).all()
+    assert (t.column("n_ctx1").to_numpy() == embed.stats["contexts"]).all()
+    assert art.stats["encoder_form"] == "closed" and set(t.column("split").to_pylist()) <= {
+        "train",
+        "dev",
+        "test",
+    }
+    assert {"embed"} == set(art.manifest["upstream"]) - {"queries", "pairs"}
+
+
+def test_softmax_and_topk_forms_label_every_pair(spine, route):
+    closed = _label(spine, route).read_table().column("label").to_numpy()
+    soft = _label(spine, route, encoder_form="softmax", tau=0.1)
+    top = _label(spine, route, encoder_form="topk", k=4)
+    for art in (soft, top):
+        lab = art.read_table().column("label").to_numpy()
+        assert np.isfinite(lab).all() and (np.abs(lab) <= 1 + 1e-6).all()
+        assert not np.allclose(lab, closed)
+    assert (top.read_table().column("n_ctx1").to_numpy() == 4).all()
+    # a large temperature makes the softmax profile linear: the closed form again
+    flat = _label(spine, route, encoder_form="softmax", tau=1e4).read_table()
+    assert np.allclose(flat.column("label").to_numpy(), closed, atol=1e-3)
+
+
+def test_lm_route_keeps_its_fingerprint_and_needs_select_and_score(spine, route):
+    dump = LabelParams().model_dump(mode="json")
+    assert not {"contextual", "encoder_form", "tau", "k", "centred"} & set(dump)
+    store, _, embed, pairs = route
+    with pytest.raises(InputError, match="needs the select and score stage"):
+        _run(LabelStage(), LabelParams(), store, {"queries": spine["queries"], "pairs": pairs})
+    with pytest.raises(InputError, match="'encoder' needs the embed stage"):
+        up = {"queries": spine["queries"], "pairs": pairs}
+        _run(LabelStage(), LabelParams(contextual="encoder"), store, up)
+
+
+def test_a_scorer_changed_since_embed_is_refused(spine, route, tmp_path):
+    store, enc, _, pairs = route
+    copy = tmp_path / "scorer"
+    shutil.copytree(enc, copy)
+    embed = _run(
+        EmbedStage(),
+        EmbedParams(model=str(copy), n_shards=1, max_seq_length=32),
+        store,
+        {"shard": spine["shard"], "contexts": spine["contexts"]},
+    )
+    weights = next(copy.rglob("model.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    up = {"queries": spine["queries"], "pairs": pairs, "embed": embed}
+    with pytest.raises(EncoderInputError, match="rerun embed"):
+        _run(LabelStage(), LabelParams(contextual="encoder"), store, up)
+
+
+def test_pairs_bad_input_is_one_line(spine, tmp_path):
+    store = ArtefactStore(tmp_path)
+    up = {"queries": spine["queries"], "shard": spine["shard"]}
+    with pytest.raises(InputError, match="gave 0 pairs"):
+        _run(PairsStage(), PairsParams(pairs_per_query=0.001, idf_sample=100), store, up)
+    with pytest.raises(InputError, match="needs the select stage"):
+        _run(PairsStage(), PairsParams(pairs_per_query=1, idf_sample=100), store, up)
