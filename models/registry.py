@@ -263,11 +263,3 @@ def check_installed(name: str) -> None:
     if spec is not None:
         for package, suffix in zip(spec.packages, spec.files, strict=True):
             _installed_file(package, suffix, spec)
-
-
-def describe_models() -> list[dict[str, str]]:
-    """Short names, what they are and how to install them (for ``--help`` and errors)."""
-    return [
-        {"name": s.name, "description": s.description, "install": s.install_hint}
-        for s in REGISTRY.values()
-    ]

@@ -150,11 +150,6 @@ def read_chunks(path: str | Path) -> list[list[list[str]]]:
     return out
 
 
-def read_lines(path: str | Path) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [x.rstrip("\r\n").strip() for x in f]
-
-
 @dataclass
 class IstsDomain:
     """One iSTS domain: gold pairs (from .wa) with their gold chunking."""
