@@ -4,10 +4,16 @@ A config has a `run` section (ctxsim.store.stage.RunParams) and one section per 
 like the stage and validated by that stage's pydantic Params. Unknown sections and keys are
 errors that name the file and the key. ``--set retrieve.top_k=2000`` overrides any value
 (parsed as YAML).
+
+Checked at load, for every section, so that no stage runs on a value that cannot work: every
+number is finite and not negative (``NEGATIVE_ALLOWED`` lists the keys where a negative number
+means something), and every field that names a model (marked on its Params, or listed in
+``MODEL_FIELDS``) names one that can be loaded here.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,28 @@ from ctxsim.tasks import STAGES, load_stage
 
 class ConfigError(InputError):
     """A config file or override is invalid; the message names the file and the key."""
+
+
+#: numeric keys where a negative number means something; every other number anywhere in a config
+#: must be finite and >= 0 (a NaN split ratio put every pair in `train` without a word)
+NEGATIVE_ALLOWED: dict[str, str] = {
+    "train.max_steps": "-1 trains for `epochs`",
+    "train.clrcmd_positive_threshold": "a cosine threshold, in [-1, 1]",
+}
+
+#: the json_schema_extra key that marks a Params field naming a model (resolved at load):
+#: ``Field("minilm", json_schema_extra={NAMES_MODEL: ["tiny-random"]})``, the list holding the
+#: field's values that are built-in choices rather than models
+NAMES_MODEL = "names_model"
+
+#: fields naming a model on Params that do not mark them (section -> key -> built-in values
+#: that are not models); a new stage marks its field instead of adding a row
+MODEL_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "train": {"backbone": ("tiny-random",), "teacher": ()},
+    "gencontexts": {"model": ()},
+    "pairs": {"encoder": ("tfidf",)},
+    "embed": {"model": ()},
+}
 
 
 @dataclass
@@ -113,12 +141,15 @@ def load_config(
         p = Path(path)
         if not p.exists():
             raise ConfigError(f"config file {p} does not exist")
-        try:
-            raw = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{p}: invalid YAML: {e}") from None
+        raw = _read_yaml(p)
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: top level must be a mapping of sections")
+        for section, value in raw.items():  # before the overrides descend into them
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(
+                    f"{p}: section {section!r} must be a mapping of keys (it is "
+                    f"{type(value).__name__} {value!r:.40})"
+                )
     overridden: dict[str, str] = {}
     for ov in overrides or []:
         key, value = parse_override(ov)
@@ -132,21 +163,29 @@ def load_config(
                 f"{_origin_of(section, source, overridden)}: unknown section {section!r} "
                 f"(known: run, {', '.join(STAGES)})"
             )
+    if not isinstance(raw.get("run") or {}, dict):
+        origin = _origin_of("run", source, overridden)
+        raise ConfigError(f"{origin}: section 'run' must be a mapping")
     try:
         run = RunParams(**(raw.get("run") or {}))
     except ValidationError as e:
         raise ConfigError(_format_error(source, "run", e, overridden)) from None
+    _check_numbers("run", run, source, overridden)
     present = [s for s in STAGES if s in raw or s in (with_sections or ())] or list(STAGES)
     names = [s for s in present if stages is None or s in stages]
     parsed: dict[str, BaseModel] = {}
     for name in names:
         section = raw.get(name) or {}
         if not isinstance(section, dict):
-            raise ConfigError(f"{source}: section {name!r} must be a mapping")
+            raise ConfigError(
+                f"{_origin_of(name, source, overridden)}: section {name!r} must be a mapping"
+            )
         try:
             parsed[name] = load_stage(name).Params(**section)
         except ValidationError as e:
             raise ConfigError(_format_error(source, name, e, overridden)) from None
+        _check_numbers(name, parsed[name], source, overridden)
+        _check_models(name, parsed[name], source, overridden)
     for name, params in parsed.items():  # sections this one needs, before any work
         needs = getattr(params, "required_sections", None)
         for section, (key, why) in (needs() if needs else {}).items():
@@ -162,6 +201,100 @@ def load_config(
         except ValueError as e:  # settings of two sections that do not fit together
             raise ConfigError(f"{source}: section {name!r}: {e}") from None
     return PipelineConfig(run=run, stages=parsed, source=source, raw=raw)
+
+
+def _read_yaml(p: Path) -> Any:
+    """The file's YAML (a UTF-8 BOM is allowed); an unreadable file names itself."""
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = p.read_bytes()[: e.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{p}:{line}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+            "save the config as UTF-8"
+        ) from None
+    except OSError as e:
+        raise ConfigError(f"config file {p}: cannot be read ({e.strerror or e})") from None
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: invalid YAML: {e}") from None
+
+
+def _numbers(key: str, value: Any) -> list[tuple[str, str, float]]:
+    """(key, shown key, number) for every number in a parsed value, lists and mappings
+    included (``label.split_ratios[1]``)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return []
+    if isinstance(value, int | float):
+        return [(key, key, float(value))]
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        return [n for k in fields for n in _numbers(f"{key}.{k}", getattr(value, k))]
+    if isinstance(value, dict):
+        return [n for k, v in value.items() for n in _numbers(f"{key}.{k}", v)]
+    if isinstance(value, list | tuple):
+        out = []
+        for i, v in enumerate(value):
+            out += [(k, s.replace(key, f"{key}[{i}]", 1), x) for k, s, x in _numbers(key, v)]
+        return out
+    return []
+
+
+def _check_numbers(
+    section: str, params: BaseModel, source: str, overridden: dict[str, str]
+) -> None:
+    """No NaN or infinity anywhere, and no negative number but where a key means one."""
+    for key, shown, x in _numbers(section, params):
+        if not math.isfinite(x):
+            why = f"{x} is not a finite number"
+        elif x < 0 and key not in NEGATIVE_ALLOWED:
+            why = f"{x:g} is negative; use a number >= 0"
+        else:
+            continue
+        raise ConfigError(f"{_origin_of(key, source, overridden)}: {shown}: {why}")
+
+
+def model_fields(section: str, params: BaseModel) -> dict[str, tuple[str, ...]]:
+    """The fields of a parsed section that name a model (marked with ``NAMES_MODEL`` or listed
+    in ``MODEL_FIELDS``), each with its built-in values that are not models."""
+    out = dict(MODEL_FIELDS.get(section, {}))
+    for key, info in type(params).model_fields.items():
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and NAMES_MODEL in extra:
+            out[key] = tuple(extra[NAMES_MODEL] or ())  # type: ignore[arg-type]
+    return out
+
+
+def model_problem(name: str) -> str | None:
+    """Why ``name`` cannot be loaded as a model here, or None: a registered short name (its
+    package is checked by preflight), a local model directory (config.json, modules.json or a
+    GGUF file), or a hub id in the local Hugging Face cache."""
+    from ctxsim.models.registry import REGISTRY, model_name_problem, resolve_model
+
+    if name in REGISTRY:
+        return None
+    local = resolve_model(name)
+    if isinstance(local, Path):
+        if not local.is_dir():
+            return f"{name} is a file, not a model directory (one holding config.json)"
+        if not any((local / f).is_file() for f in ("config.json", "modules.json")) and not any(
+            local.glob("*.gguf")
+        ):
+            return f"{name} holds no model (no config.json, modules.json or *.gguf in it)"
+        return None
+    return model_name_problem(name)
+
+
+def _check_models(section: str, params: BaseModel, source: str, overridden: dict[str, str]) -> None:
+    for key, builtin in model_fields(section, params).items():
+        value = getattr(params, key, None)
+        if not isinstance(value, str) or value in builtin:
+            continue
+        problem = model_problem(value)
+        if problem:
+            loc = f"{section}.{key}"
+            raise ConfigError(f"{_origin_of(loc, source, overridden)}: {loc}: {problem}")
 
 
 def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:

@@ -65,7 +65,8 @@ TINY = "tiny-random"
 
 class GeneratorParams(StageParams):
     backend: Literal["seq2seq", "causal"] = "seq2seq"
-    backbone: str = TINY  # tiny-random | minilm | gemma-270m | smollm2-135m | path | hub id
+    # tiny-random | minilm | gemma-270m | smollm2-135m | path | hub id (resolved at config load)
+    backbone: str = Field(TINY, json_schema_extra={"names_model": [TINY]})
     shared: bool = True  # seq2seq: one model for the three directions (else one per direction)
     templates: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TEMPLATES))  # causal
     max_context_tokens: int = Field(96, ge=1)  # per side; the left side keeps its last tokens
@@ -102,7 +103,8 @@ class GeneratorParams(StageParams):
     bf16_on_cpu: bool = False  # bf16 matmuls on CPU in training and the evaluation's engine
     # distillation (issue 21): a tiny-random causal student trained on the teacher's next-token
     # distributions; it takes the teacher's tokenizer and templates (tiny_* size it)
-    distill_from: str | None = None  # teacher: registry short name / path / hub id
+    # teacher: registry short name / path / hub id
+    distill_from: str | None = Field(None, json_schema_extra={"names_model": []})
     distill_alpha: float = Field(1.0, ge=0.0, le=1.0)  # KL weight (1 - alpha: plain CE)
     distill_temperature: float = Field(1.0, gt=0.0)
     distill_svd_init: bool = True  # student embedding = teacher's, projected (rank tiny_hidden)

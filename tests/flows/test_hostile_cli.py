@@ -153,3 +153,80 @@ def test_a_mistyped_root_is_named_and_not_created(tmp_path, argv):
     line = _error_line(CliRunner().invoke(app, [*argv, "--root", str(typo)]))
     assert line == f"error: no artefact root {typo} (check --root)"
     assert not typo.exists() and not (tmp_path / "out").exists()
+
+
+# ---- config: checked at load, naming the key and where it came from ---------------------------
+QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+
+
+def _not_a_model(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "weights.bin").write_bytes(b"\0" * 16)
+    (tmp_path / "empty").mkdir(exist_ok=True)
+    return {"FILE": str(tmp_path / "weights.bin"), "EMPTY": str(tmp_path / "empty")}
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("label.split_ratios=[98,.nan,1]", "label.split_ratios[1]: nan is not a finite number"),
+        ("train.lr=.nan", "train.lr: nan is not a finite number"),
+        ("train.epochs=.inf", "train.epochs: inf is not a finite number"),
+        ("train.batch_size=-4", "train.batch_size: -4 is negative"),
+        ("score.lambda_left=.nan", "score.lambda_left: nan is not a finite number"),
+        ("run.seed=-1", "run.seed: -1 is negative"),
+        ("run.torch_threads=-3", "run.torch_threads: -3 is negative"),
+        ("train.teacher=FILE", "train.teacher: FILE is a file, not a model directory"),
+        ("train.backbone=EMPTY", "train.backbone: EMPTY holds no model"),
+        ("generator.backbone=FILE", "generator.backbone: FILE is a file"),
+        ("pairs.encoder=FILE", "pairs.encoder: FILE is a file"),
+        ("gencontexts.model=EMPTY", "gencontexts.model: EMPTY holds no model"),
+    ],
+)
+def test_a_bad_value_is_refused_at_load_naming_the_key(tmp_path, override, expected):
+    for name, path in _not_a_model(tmp_path).items():
+        override, expected = override.replace(name, path), expected.replace(name, path)
+    args = ["run", "-c", str(QUICKSTART), "--root", str(tmp_path / "root"), "--set", override]
+    line = _error_line(CliRunner().invoke(app, args))
+    assert line.startswith(f"error: --set {override}: ") and expected in line, line
+    assert not (tmp_path / "root").exists()
+
+
+def test_negative_numbers_are_allowed_where_a_key_means_one():
+    from ctxsim.flows.config import load_config
+
+    cfg = load_config(QUICKSTART, ["train.max_steps=-1"])
+    assert cfg.stages["train"].max_steps == -1
+
+
+def test_marked_model_fields_are_found_without_a_table_row():
+    from ctxsim.flows.config import MODEL_FIELDS, model_fields
+    from ctxsim.tasks.generator import GeneratorParams
+
+    assert "generator" not in MODEL_FIELDS
+    found = model_fields("generator", GeneratorParams())
+    assert found == {"backbone": ("tiny-random",), "distill_from": ()}
+
+
+@pytest.mark.parametrize(
+    ("text", "flags", "expected"),
+    [
+        (b"run: 5\n", ["--no-progress"], "CONFIG: section 'run' must be a mapping of keys"),
+        (b"run:\n  seed: 1\nshard: [a]\n", [], "CONFIG: section 'shard' must be a mapping"),
+        (b"run:\n  seed: 1\n# caf\xe9\n", [], "CONFIG:3: not UTF-8 text (byte 0xe9"),
+    ],
+    ids=["run-is-5", "section-is-a-list", "latin-1"],
+)
+def test_a_malformed_config_file_is_named(tmp_path, text, flags, expected):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_bytes(text)
+    args = ["run", "-c", str(cfg), "--root", str(tmp_path / "root"), *flags]
+    line = _error_line(CliRunner().invoke(app, args))
+    assert expected.replace("CONFIG", str(cfg)) in line and "--set" not in line
+
+
+def test_a_config_with_a_bom_is_read(tmp_path):
+    from ctxsim.flows.config import load_config
+
+    cfg = tmp_path / "bom.yaml"
+    cfg.write_bytes(b"\xef\xbb\xbfrun:\n  seed: 3\n")
+    assert load_config(cfg).run.seed == 3
