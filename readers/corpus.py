@@ -310,6 +310,8 @@ def _jsonl_sections(path: Path, p: CorpusSettings, counts: Counter) -> Iterator[
         for lineno, raw in enumerate(f, start=1):
             start, offset = offset, offset + len(raw)
             line = _decode(raw, path, start, p.encoding_errors, lineno).strip()
+            if lineno == 1:  # a UTF-8 byte order mark (spreadsheet programs write one)
+                line = line.removeprefix("\ufeff").strip()
             if not line:
                 continue
             try:

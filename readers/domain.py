@@ -16,11 +16,11 @@ A malformed file stops with one line naming the file and line (``DomainFormatErr
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ctxsim.readers.sts import tsv_rows
 from ctxsim.store.errors import InputError
 
 PAIRS_HEADER = ["sentence1", "sentence2", "label"]
@@ -74,32 +74,27 @@ def read_pairs(path: str | Path, name: str | None = None) -> PairSet:
     s1: list[str] = []
     s2: list[str] = []
     labels: list[int] = []
-    try:
-        with path.open(encoding="utf-8", newline="") as f:
-            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-            header = next(reader, None)
-            if header is None or [h.strip() for h in header] != PAIRS_HEADER:
-                raise DomainFormatError(
-                    f"{path}:1: header must be {' '.join(PAIRS_HEADER)} (tab-separated), "
-                    f"got {header!r}"
-                )
-            for lineno, row in enumerate(reader, start=2):
-                if not row or all(not c.strip() for c in row):
-                    continue
-                if len(row) != 3:
-                    raise DomainFormatError(
-                        f"{path}:{lineno}: expected 3 tab-separated fields, got {len(row)}"
-                    )
-                a, b, lab = (c.strip() for c in row)
-                if not a or not b:
-                    raise DomainFormatError(f"{path}:{lineno}: empty sentence")
-                if lab not in ("0", "1"):
-                    raise DomainFormatError(f"{path}:{lineno}: label {lab!r} is not 0 or 1")
-                s1.append(a)
-                s2.append(b)
-                labels.append(int(lab))
-    except UnicodeDecodeError as e:
-        raise DomainFormatError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    rows = tsv_rows(path, DomainFormatError)
+    header = next(rows, (1, None))[1]
+    if header is None or [h.strip() for h in header] != PAIRS_HEADER:
+        raise DomainFormatError(
+            f"{path}:1: header must be {' '.join(PAIRS_HEADER)} (tab-separated), got {header!r}"
+        )
+    for lineno, row in rows:
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != 3:
+            raise DomainFormatError(
+                f"{path}:{lineno}: expected 3 tab-separated fields, got {len(row)}"
+            )
+        a, b, lab = (c.strip() for c in row)
+        if not a or not b:
+            raise DomainFormatError(f"{path}:{lineno}: empty sentence")
+        if lab not in ("0", "1"):
+            raise DomainFormatError(f"{path}:{lineno}: label {lab!r} is not 0 or 1")
+        s1.append(a)
+        s2.append(b)
+        labels.append(int(lab))
     if not labels:
         raise DomainFormatError(f"{path}: no pairs")
     if len(set(labels)) < 2:

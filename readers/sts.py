@@ -18,7 +18,6 @@ genres, "all" = concatenated), ``STSb`` and ``SICK-R`` (subsets = splits). Sourc
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
@@ -30,6 +29,7 @@ import time
 import urllib.request
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,27 +81,54 @@ def _float(value: str, path: Path, lineno: int) -> float:
     return score
 
 
+#: longest field a TSV reader takes (csv's default limit): a longer one is a missing TAB or line end
+MAX_FIELD_CHARS = 131_072
+
+
+def tsv_rows(path: Path, error: type[InputError] = InputError) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of a TAB-separated file, quoting off (as csv's QUOTE_NONE reads
+    it); a UTF-8 byte order mark (what spreadsheet programs write) is read as nothing. Bytes
+    that are not UTF-8 or a field over ``MAX_FIELD_CHARS`` raise ``error`` naming file and line
+    (decoded line by line, so the line is the right one)."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise error(
+                    f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x}: {e.reason}); "
+                    "save it as UTF-8"
+                ) from None
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")
+            line = line.rstrip("\n").rstrip("\r")
+            row = line.split("\t") if line else []
+            if any(len(c) > MAX_FIELD_CHARS for c in row):
+                raise error(
+                    f"{path}:{lineno}: a field of {max(map(len, row))} characters (at most "
+                    f"{MAX_FIELD_CHARS}): is a TAB or line end missing?"
+                )
+            yield lineno, row
+
+
 def read_tsv(path: str | Path) -> tuple[list[str], list[str], list[float]]:
     """Read a uniform TSV (quoting off, header required)."""
     path = Path(path)
     s1, s2, gold = [], [], []
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:3]] != TSV_HEADER:
+    rows = tsv_rows(path, StsFormatError)
+    header = next(rows, (1, None))[1]
+    if header is None or [h.strip() for h in header[:3]] != TSV_HEADER:
+        raise StsFormatError(f"{path}:1: header must be {'<TAB>'.join(TSV_HEADER)}, got {header}")
+    for lineno, row in rows:
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) < 3:
             raise StsFormatError(
-                f"{path}:1: header must be {'<TAB>'.join(TSV_HEADER)}, got {header}"
+                f"{path}:{lineno}: expected 3 TAB-separated fields, got {len(row)}"
             )
-        for lineno, row in enumerate(reader, 2):
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue
-            if len(row) < 3:
-                raise StsFormatError(
-                    f"{path}:{lineno}: expected 3 TAB-separated fields, got {len(row)}"
-                )
-            s1.append(row[0].strip())
-            s2.append(row[1].strip())
-            gold.append(_float(row[2].strip(), path, lineno))
+        s1.append(row[0].strip())
+        s2.append(row[1].strip())
+        gold.append(_float(row[2].strip(), path, lineno))
     return s1, s2, gold
 
 
@@ -117,7 +144,7 @@ def write_tsv(path: str | Path, s1: list[str], s2: list[str], gold: list[float])
 
 
 def _lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8", errors="strict", newline=None) as f:
+    with open(path, encoding="utf-8-sig", errors="strict", newline=None) as f:
         return [line.rstrip("\n").rstrip("\r") for line in f]
 
 

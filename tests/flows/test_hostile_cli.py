@@ -230,3 +230,54 @@ def test_a_config_with_a_bom_is_read(tmp_path):
     cfg = tmp_path / "bom.yaml"
     cfg.write_bytes(b"\xef\xbb\xbfrun:\n  seed: 3\n")
     assert load_config(cfg).run.seed == 3
+
+
+# ---- evaluation and corpus files: read, or one line naming file and line ------------------------
+PAIRS = "sentence1\tsentence2\tlabel\nA cat.\tA dog.\t1\nA car.\tThe sea.\t0\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        (
+            "rqe.pairs.tsv",
+            PAIRS + "x" * 200_000 + "\tb\t1\n",
+            "rqe.pairs.tsv:4: a field of 200000 characters",
+        ),
+        (
+            "STSb.dev.tsv",
+            "sentence1\tsentence2\tscore\na\t" + "y" * 200_000 + "\t1\n",
+            "STSb.dev.tsv:2: a field of 200000",
+        ),
+        ("rqe.pairs.tsv", PAIRS + "caf\xe9\tb\t1\n", "rqe.pairs.tsv:4: not UTF-8"),
+    ],
+    ids=["pairs-200k-field", "sts-200k-field", "pairs-latin-1"],
+)
+def test_a_malformed_eval_file_names_file_and_line(tmp_path, name, content, expected):
+    data = content.encode("latin-1") if "\xe9" in content else content.encode()
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / "model").mkdir()
+    res = CliRunner().invoke(
+        app, ["evaluate", str(tmp_path / "model"), "--eval-dir", str(tmp_path)]
+    )
+    line = _error_line(res)
+    assert str(tmp_path) in line and expected in line, line
+
+
+def test_eval_and_corpus_files_with_a_bom_are_read(tmp_path):
+    from collections import Counter
+
+    from ctxsim.readers.corpus import iter_sections
+    from ctxsim.readers.domain import read_pairs
+    from ctxsim.readers.sts import read_tsv
+    from ctxsim.tasks.shard import ShardParams
+
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "rqe.pairs.tsv").write_bytes(bom + PAIRS.encode())
+    assert read_pairs(tmp_path / "rqe.pairs.tsv").labels == [1, 0]
+    (tmp_path / "STSb.dev.tsv").write_bytes(bom + b"sentence1\tsentence2\tscore\na\tb\t2.5\n")
+    assert read_tsv(tmp_path / "STSb.dev.tsv") == (["a"], ["b"], [2.5])
+    (tmp_path / "c.jsonl").write_bytes(bom + b'{"doc_id": "d", "text": "One. Two."}\n')
+    settings = ShardParams(paths=[str(tmp_path / "c.jsonl")], text_field="text")
+    (section,) = list(iter_sections(settings, Counter()))
+    assert "\ufeff" not in repr(section)

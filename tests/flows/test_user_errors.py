@@ -60,8 +60,9 @@ def test_unknown_backbone_fails_at_config_validation_naming_key_value_and_regist
     msg = str(info.value)
     assert f"c.yaml: {section}.backbone:" in msg and "'minilmm'" in msg
     assert "minilm, mpnet, gemma-270m, smollm2-135m" in msg
-    # a local directory is a valid backbone, whatever its name
+    # a local model directory is a valid backbone, whatever its name
     (tmp_path / "my-model").mkdir()
+    (tmp_path / "my-model" / "config.json").write_text("{}")
     cfg.write_text(f"{section}:\n  backbone: {tmp_path / 'my-model'}\n")
     assert load_config(cfg).stages[section].backbone == str(tmp_path / "my-model")
 
