@@ -147,6 +147,24 @@ def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:
         get_logger().warning("could not publish the %s artifact: %s", name, exc)
 
 
+_DEFAULT_THREADS: list[int] = []
+
+
+def effective_run(run: RunParams) -> RunParams:
+    """``run`` with ``torch_threads: 0`` (torch's default) replaced by the count torch uses in
+    this process (read once, before any stage sets it). A stage whose output depends on the
+    thread count (float sums split over threads: trained weights) declares it with
+    ``run_fields = (..., "torch_threads")`` and so fingerprints the count it trains with; every
+    shard process, local or remote, is set to that count (store.stage._process_setup)."""
+    if run.torch_threads > 0:
+        return run
+    if not _DEFAULT_THREADS:
+        import torch
+
+        _DEFAULT_THREADS.append(torch.get_num_threads())
+    return run.model_copy(update={"torch_threads": _DEFAULT_THREADS[0]})
+
+
 def execute(
     cfg: PipelineConfig,
     until: str | None = None,
@@ -170,6 +188,7 @@ def execute(
     }
     store.write_run(run_id, record)
     artefacts: dict[str, Artefact] = {}
+    run = effective_run(cfg.run)  # the record keeps the config as given
     try:
         options = shard_options(cfg.run, log.warning) if use_prefect else {}
         for name in select_stages(cfg, until):
@@ -180,7 +199,7 @@ def execute(
             upstream = {i: artefacts[i] for i in stage.inputs}
             optional = stage.optional_inputs_for(cfg.stages[name])
             upstream |= {i: artefacts[i] for i in optional if i in artefacts}
-            plan = resolve_stage(stage, cfg.stages[name], cfg.run, store, upstream)
+            plan = resolve_stage(stage, cfg.stages[name], run, store, upstream)
             t0 = time.perf_counter()
             art = plan.published()
             reused = art is not None

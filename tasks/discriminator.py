@@ -111,7 +111,8 @@ class DiscriminatorStage(Stage):
     version = "1"
     Params = DiscriminatorParams
     inputs = ("shard", "contexts")
-    run_fields = ("seed",)
+    #: the trained weights depend on the thread count (float sums split over threads)
+    run_fields = ("seed", "torch_threads")
     cost_basis = "scaled"
     model_artefact = True
     corpus_memory = True

@@ -326,6 +326,8 @@ class GeneratorStage(Stage):
     version = "3"
     Params = GeneratorParams
     inputs = ("shard", "contexts")
+    #: the trained weights depend on the thread count (float sums split over threads)
+    run_fields = ("seed", "torch_threads")
     cost_basis = "scaled"
     model_artefact = True
     labelling = True
