@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ctxsim.models.generator import DIRECTIONS, GenerativeScorer, Ids, eq3_example
+from ctxsim.models.generator.causal import prefix_groups
 
 OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError,)
 
@@ -49,6 +51,13 @@ class EngineConfig:
     # order a prefix-sharing scorer's requests by prompt (not prompt length), so prompts that
     # share a beginning land in one batch and run it once (CausalPrefixScorer)
     prefix_order: bool = True
+    # causal scorers: run each distinct prompt (or shared beginning of prompts) once for a group
+    # of prompts, then their targets in batches sorted by length on the prompts' keys/values, so
+    # neither prompts nor padding are recomputed per batch (off: one padded batch per cut of
+    # the requests, the prompts of each batch run once in it)
+    group_prompts: bool = True
+    head_chunk: int = 128  # target tokens per vocabulary-head call (grouped path; 0: all)
+    prefetch: bool = True  # lay out the next batch in a thread while the current one runs
 
 
 @dataclass
@@ -59,7 +68,8 @@ class EngineStats:
     forward_calls: int = 0
     encoder_sources: int = 0
     target_tokens: int = 0
-    padded_tokens: int = 0
+    padded_tokens: int = 0  # per batch: rows x (longest source + longest target)
+    run_tokens: int = 0  # tokens the model actually ran (prompts once, padding included)
     oom_retries: int = 0
     seconds: float = 0.0
     per_direction_seconds: dict[str, float] = field(default_factory=dict)
@@ -85,6 +95,7 @@ class ScoringEngine:
         self.oom_hook = oom_hook
         self.stats = EngineStats()
         self._scale = 1.0  # shrinks after an OOM
+        self._ids: dict[str, Ids] = {}  # every text tokenised once for the engine's lifetime
         if self.config.num_threads > 0 and scorer.device.type == "cpu":
             torch.set_num_threads(self.config.num_threads)
 
@@ -101,7 +112,9 @@ class ScoringEngine:
             raise ValueError("lefts, sentences and rights must have the same length")
         t0 = time.perf_counter()
         texts = list(dict.fromkeys([*lefts, *sentences, *rights]))
-        cache = dict(zip(texts, self.scorer.tokenize(texts), strict=True))
+        new = [t for t in texts if t not in self._ids]
+        self._ids.update(zip(new, self.scorer.tokenize(new), strict=True))
+        cache = self._ids
         self.stats.distinct_texts += len(texts)
         out: dict[str, np.ndarray] = {}
         for d in directions:
@@ -129,6 +142,14 @@ class ScoringEngine:
         self.stats.distinct_requests += len(distinct)
         total = np.full(len(distinct), np.nan, dtype=np.float64)
         count = np.zeros(len(distinct), dtype=np.float64)
+        run0 = getattr(self.scorer, "tokens_run", 0)
+        if self._grouped(distinct):
+            with self._inference():
+                self._score_grouped(direction, distinct, total, count)
+            self.stats.run_tokens += getattr(self.scorer, "tokens_run", 0) - run0
+            if np.isnan(total).any():
+                raise RuntimeError(f"{int(np.isnan(total).sum())} requests were not scored")
+            return (total / np.maximum(count, 1.0)).astype(np.float32)[where]
         prefix = self.config.prefix_order and getattr(self.scorer, "min_shared_prefix", 0) > 0
         if self.scorer.shares_sources:  # keep requests of one source together (one encoding)
             rank = {s: i for i, s in enumerate(sorted({s for s, _ in distinct}))}
@@ -149,9 +170,227 @@ class ScoringEngine:
             for batch in self._batches(order, distinct):
                 self._run(direction, batch, distinct, total, count)
                 bar.update(len(batch))
+        self.stats.run_tokens += getattr(self.scorer, "tokens_run", 0) - run0
         if np.isnan(total).any():  # cannot happen unless a batch was skipped: fail loudly
             raise RuntimeError(f"{int(np.isnan(total).sum())} requests were not scored")
         return (total / np.maximum(count, 1.0)).astype(np.float32)[where]
+
+    # ---- grouped prompts (causal scorers) -------------------------------------------------
+    def _grouped(self, distinct: list[tuple[Ids, Ids]]) -> bool:
+        return (
+            self.config.group_prompts
+            and hasattr(self.scorer, "encode_prefixes")
+            and all(len(s) > 0 and len(t) > 0 for s, t in distinct)
+        )
+
+    def _prefixes(self, prompts: list[Ids]) -> tuple[list[Ids], np.ndarray, np.ndarray]:
+        """(prefixes to run once, the prefix of each prompt, its length): a shared beginning of
+        several distinct prompts (the left term's "Passage: ___ {sentence}") by the scorer's own
+        rule (``prefix_groups``, ``min_shared_prefix``, ``prefix_share_min``), else each prompt
+        whole."""
+        n = len(prompts)
+        which, cut = np.arange(n), np.fromiter(map(len, prompts), np.int64, n)
+        prefixes = list(prompts)
+        least = getattr(self.scorer, "min_shared_prefix", 0)
+        if least > 0 and n > 1:
+            groups = prefix_groups(prompts, least)
+            saved = sum((len(g) - 1) * k for g, k in groups)
+            if saved >= getattr(self.scorer, "prefix_share_min", 0.0) * int(cut.sum()):
+                prefixes = []
+                for members, k in groups:
+                    which[members] = len(prefixes)
+                    cut[members] = k
+                    prefixes.append(tuple(prompts[members[0]][:k]))
+        return prefixes, which, cut
+
+    def _score_grouped(
+        self,
+        direction: str,
+        distinct: list[tuple[Ids, Ids]],
+        total: np.ndarray,
+        count: np.ndarray,
+    ) -> None:
+        """Groups of prefixes run once each (up to the token budget per group), then every
+        request of the group as its rest of the prompt + target on the group's keys/values, in
+        batches sorted by that length (so they hardly pad)."""
+        prompts = list(dict.fromkeys(s for s, _ in distinct))
+        pid = {s: i for i, s in enumerate(prompts)}
+        prefixes, which, cut = self._prefixes(prompts)
+        req_prefix = np.fromiter((which[pid[s]] for s, _ in distinct), np.int64, len(distinct))
+        suffixes = [s[cut[pid[s]] :] for s, _ in distinct]
+        by_prefix: list[list[int]] = [[] for _ in prefixes]
+        for i, k in enumerate(req_prefix):
+            by_prefix[k].append(i)
+        order = sorted(range(len(prefixes)), key=lambda k: (len(prefixes[k]), prefixes[k]))
+        bar = tqdm(
+            total=len(distinct),
+            desc=f"score {direction}",
+            unit="pair",
+            mininterval=30.0,
+            disable=not self.config.progress,
+        )
+        with bar:
+            for group in self._prefix_groups(order, prefixes, by_prefix):
+                reqs = [i for k in group for i in by_prefix[k]]
+                self._run_group(group, prefixes, req_prefix, reqs, suffixes, distinct, total, count)
+                bar.update(len(reqs))
+
+    def _prefix_groups(
+        self, order: list[int], prefixes: list[Ids], by_prefix: list[list[int]]
+    ) -> list[list[int]]:
+        """Cuts of the length-sorted prefixes: one prefix pass each, under the token budget
+        (padded prefix tokens) and at most 16 x ``max_batch`` requests (memory of the
+        bookkeeping, and enough requests to sort by length)."""
+        cfg = self.config
+        cap_req = max(1, 16 * cfg.max_batch)
+        groups: list[list[int]] = []
+        cur: list[int] = []
+        width = n_req = 0
+        for k in order:
+            w, r = max(width, len(prefixes[k])), n_req + len(by_prefix[k])
+            if cur and ((len(cur) + 1) * w > cfg.token_budget * self._scale or r > cap_req):
+                groups.append(cur)
+                cur, w, r = [], len(prefixes[k]), len(by_prefix[k])
+            cur.append(k)
+            width, n_req = w, r
+        if cur:
+            groups.append(cur)
+        return groups
+
+    def _run_group(
+        self,
+        group: list[int],
+        prefixes: list[Ids],
+        req_prefix: np.ndarray,
+        reqs: list[int],
+        suffixes: list[Ids],
+        distinct: list[tuple[Ids, Ids]],
+        total: np.ndarray,
+        count: np.ndarray,
+    ) -> None:
+        """One prefix pass for ``group``, then its requests' continuation batches (the next
+        one laid out in a thread while the current runs); an OOM in the prefix pass halves the
+        group, one in a batch halves the batch."""
+        sc: Any = self.scorer
+        try:
+            if self.oom_hook is not None:
+                self.oom_hook(len(group))
+            enc = sc.encode_prefixes([prefixes[k] for k in group])
+        except OOM_ERRORS:
+            if len(group) == 1:
+                raise
+            out_of_memory = True
+        else:
+            out_of_memory = False
+        if out_of_memory:  # retried outside the handler (see _run)
+            self._oom()
+            half = len(group) // 2
+            for part in (group[:half], group[half:]):
+                keep = set(part)
+                sub = [i for i in reqs if req_prefix[i] in keep]
+                self._run_group(part, prefixes, req_prefix, sub, suffixes, distinct, total, count)
+            return
+        # forward_calls counts scored batches (as on the padded path); prefix passes count as
+        # encoder_sources, their tokens in padded_tokens
+        self.stats.encoder_sources += len(group)
+        self.stats.padded_tokens += int(enc.mask.numel())
+        local = {k: j for j, k in enumerate(group)}
+        rows = [local[int(req_prefix[i])] for i in reqs]
+        srt = sorted(
+            range(len(reqs)),
+            key=lambda j: (len(suffixes[reqs[j]]) + len(distinct[reqs[j]][1]), j),
+        )
+        batches = self._cont_batches(
+            [reqs[j] for j in srt], [rows[j] for j in srt], suffixes, distinct
+        )
+
+        def prepare(b: tuple[list[int], list[int]]) -> Any:
+            ids, rws = b
+            return sc.prepare_continuation(
+                enc.mask, rws, [suffixes[i] for i in ids], [distinct[i][1] for i in ids]
+            )
+
+        pool = ThreadPoolExecutor(1) if self.config.prefetch and len(batches) > 1 else None
+        try:
+            nxt = pool.submit(prepare, batches[0]) if pool else None
+            for bi, b in enumerate(batches):
+                ready = nxt.result() if nxt is not None else prepare(b)
+                if pool is not None and bi + 1 < len(batches):
+                    nxt = pool.submit(prepare, batches[bi + 1])
+                self._run_cont(enc, b, ready, suffixes, distinct, total, count, prepare)
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+    def _cont_batches(
+        self, reqs: list[int], rows: list[int], suffixes: list[Ids], distinct: list[tuple[Ids, Ids]]
+    ) -> list[tuple[list[int], list[int]]]:
+        """Greedy cut of length-sorted continuations under the token, size and logit budgets."""
+        cfg, vocab = self.config, max(self.scorer.vocab_size, 1)
+        out: list[tuple[list[int], list[int]]] = []
+        cur_i: list[int] = []
+        cur_r: list[int] = []
+        width = tgt = 0
+        for i, r in zip(reqs, rows, strict=True):
+            t = len(distinct[i][1]) + 1
+            w, nt, nb = max(width, len(suffixes[i]) + t), max(tgt, t), len(cur_i) + 1
+            fits = (
+                nb <= max(1, int(cfg.max_batch * self._scale))
+                and nb * w <= cfg.token_budget * self._scale
+                and (cfg.head_chunk > 0 or nb * nt * vocab <= cfg.max_logit_elems * self._scale)
+            )
+            if cur_i and not fits:
+                out.append((cur_i, cur_r))
+                cur_i, cur_r, w, nt = [], [], len(suffixes[i]) + t, t
+            cur_i.append(i)
+            cur_r.append(r)
+            width, tgt = w, nt
+        if cur_i:
+            out.append((cur_i, cur_r))
+        return out
+
+    def _run_cont(
+        self,
+        enc: Any,
+        b: tuple[list[int], list[int]],
+        ready: Any,
+        suffixes: list[Ids],
+        distinct: list[tuple[Ids, Ids]],
+        total: np.ndarray,
+        count: np.ndarray,
+        prepare: Callable[[tuple[list[int], list[int]]], Any],
+    ) -> None:
+        ids, rws = b
+        try:
+            if self.oom_hook is not None:
+                self.oom_hook(len(ids))
+            sc: Any = self.scorer
+            lp, n = sc.run_continuation(enc, ready, self.config.head_chunk)
+        except OOM_ERRORS:
+            if len(ids) == 1:
+                raise
+            out_of_memory = True
+        else:
+            out_of_memory = False
+        if out_of_memory:
+            self._oom()
+            h = len(ids) // 2
+            for part in ((ids[:h], rws[:h]), (ids[h:], rws[h:])):
+                self._run_cont(enc, part, prepare(part), suffixes, distinct, total, count, prepare)
+            return
+        idx = np.asarray(ids)
+        total[idx] = lp.double().cpu().numpy()
+        count[idx] = n.double().cpu().numpy()
+        self.stats.forward_calls += 1
+        tl = [len(distinct[i][1]) for i in ids]
+        self.stats.target_tokens += int(sum(tl))
+        self.stats.padded_tokens += int(ready.ids.numel())
+
+    def _oom(self) -> None:
+        self.stats.oom_retries += 1
+        self._scale = max(self._scale / 2, 1e-3)
+        if self.scorer.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     # ---- internals ------------------------------------------------------------------------
     def _inference(self) -> contextlib.AbstractContextManager[Any]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import string
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -20,6 +21,28 @@ from ctxsim.models.generator.protocol import (
     _target_logprobs,
     check_direction,
 )
+
+
+class PrefixCache(NamedTuple):
+    """Prefixes run once: their keys/values, the hidden state of each one's last position (it
+    predicts a continuation's first token) and their left-padding mask."""
+
+    cache: Any
+    last: torch.Tensor
+    mask: torch.Tensor
+
+
+class Continuation(NamedTuple):
+    """One batch of continuations laid out on the host: rows of the prefix encoding, the
+    rest-of-prompt + target ids, their positions, the attention mask over prefix and rest, and
+    the target labels and mask (``prepare_continuation``)."""
+
+    row: torch.Tensor
+    ids: torch.Tensor
+    pos: torch.Tensor
+    attn: torch.Tensor
+    labels: torch.Tensor
+    tmask: torch.Tensor
 
 
 class CausalPrefixScorer(GenerativeScorer):
@@ -66,6 +89,9 @@ class CausalPrefixScorer(GenerativeScorer):
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
         self.pad = int(pad)
         self._lit_cache: dict[str, Ids] = {}
+        #: tokens the decoder stack has run (padding and prompts included): the engine's measure
+        #: of work per scored token
+        self.tokens_run = 0
         self.to(device)
         self.train(False)  # scoring mode until a training loop says otherwise
 
@@ -178,8 +204,15 @@ class CausalPrefixScorer(GenerativeScorer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Prefixes once (left-padded, cache kept); then each request's rest of the prompt and
         its target on its prefix's cache, only the target tokens scored."""
+        enc = self.encode_prefixes(prefixes)
+        return self.continue_logprobs(enc, index, suffixes, targets)
+
+    def encode_prefixes(self, prefixes: Sequence[Ids]) -> PrefixCache:
+        """One left-padded pass over the prefixes, keeping their keys/values: what any number
+        of continuation batches (``continue_logprobs``) then run on."""
         p_ids, p_mask = _pad(prefixes, self.pad, left=True)
         p_pos = (p_mask.cumsum(1) - 1).clamp(min=0)
+        self.tokens_run += p_ids.numel()
         first = self.model.base_model(
             input_ids=p_ids.to(self.device),
             attention_mask=p_mask.to(self.device),
@@ -187,29 +220,71 @@ class CausalPrefixScorer(GenerativeScorer):
             use_cache=True,
             return_dict=True,
         )
-        row = torch.as_tensor(index, device=self.device)
-        cache = first.past_key_values
-        cache.reorder_cache(row)  # one cache row per request (rows of a prefix repeated)
+        return PrefixCache(first.past_key_values, first.last_hidden_state[:, -1:], p_mask)
+
+    def prepare_continuation(
+        self,
+        enc_mask: torch.Tensor,
+        index: Sequence[int],
+        suffixes: Sequence[Ids],
+        targets: Sequence[Ids],
+    ) -> Continuation:
+        """The host-side half of ``continue_logprobs`` (numpy layout, no model): what the
+        engine builds in a thread while the previous batch runs. ``enc_mask`` is the prefix
+        encoding's mask (``PrefixCache.mask``)."""
+        row = torch.as_tensor(list(index), dtype=torch.long)
         rest = [tuple(s) + tuple(t) for s, t in zip(suffixes, targets, strict=True)]
         r_ids, r_mask = _pad(rest, self.pad, left=False)
-        r_pos = p_mask.sum(1)[row.cpu()].unsqueeze(1) + torch.arange(r_ids.shape[1])
+        r_pos = enc_mask.sum(1)[row].unsqueeze(1) + torch.arange(r_ids.shape[1])
+        attn = torch.cat([enc_mask[row], r_mask], 1)
+        # column c of the hidden states predicts the token at column c of the second segment
+        # (column 0 from the prefix's last position); a target starts after its suffix
+        starts = [len(suf) for suf in suffixes]
+        labels, tmask = _place(targets, starts, r_ids.shape[1] + 1, self.pad)
+        parts = (row, r_ids, r_pos, attn, labels, tmask)
+        if self.device.type == "cuda":  # pinned: the copies to the GPU overlap the compute
+            parts = tuple(t.pin_memory() for t in parts)
+        return Continuation(*parts)
+
+    def run_continuation(
+        self, enc: PrefixCache, batch: Continuation, head_chunk: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sum, count) of target log-probs of a prepared batch on its prefixes' keys/values.
+        ``enc`` is left as it was (its cache is gathered into a copy), so one encoding serves
+        many batches; ``head_chunk`` > 0 runs the vocabulary head that many tokens at a time."""
+        dev = self.device
+        row = batch.row.to(dev, non_blocking=True)
+        cache = copy.copy(enc.cache)  # the copy's layers take new, gathered tensors
+        cache.layers = [copy.copy(layer) for layer in enc.cache.layers]
+        cache.reorder_cache(row)  # one cache row per request (rows of a prefix repeated)
+        self.tokens_run += batch.ids.numel()
         second = self.model.base_model(
-            input_ids=r_ids.to(self.device),
-            attention_mask=torch.cat([p_mask[row.cpu()], r_mask], 1).to(self.device),
-            position_ids=r_pos.to(self.device),
+            input_ids=batch.ids.to(dev, non_blocking=True),
+            attention_mask=batch.attn.to(dev, non_blocking=True),
+            position_ids=batch.pos.to(dev, non_blocking=True),
             past_key_values=cache,
             use_cache=True,
             return_dict=True,
         )
-        # column c of `hidden` predicts the token at column c of the second segment (column 0
-        # from the prefix's last position); a target starts after its suffix
-        hidden = torch.cat(
-            [first.last_hidden_state[:, -1:].index_select(0, row), second.last_hidden_state], 1
-        )
-        labels, tmask = _place(targets, [len(suf) for suf in suffixes], hidden.shape[1], self.pad)
+        hidden = torch.cat([enc.last.index_select(0, row), second.last_hidden_state], 1)
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         head = self.model.get_output_embeddings()
-        return _target_logprobs(hidden, head, labels.to(self.device), tmask.to(self.device), cap)
+        labels = batch.labels.to(dev, non_blocking=True)
+        tmask = batch.tmask.to(dev, non_blocking=True)
+        return _target_logprobs(hidden, head, labels, tmask, cap, head_chunk)
+
+    def continue_logprobs(
+        self,
+        enc: PrefixCache,
+        index: Sequence[int],
+        suffixes: Sequence[Ids],
+        targets: Sequence[Ids],
+        head_chunk: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sum, count) of target log-probs for requests ``index`` (rows of ``enc``), each
+        running its rest of the prompt and its target on its prefix's cache."""
+        batch = self.prepare_continuation(enc.mask, index, suffixes, targets)
+        return self.run_continuation(enc, batch, head_chunk)
 
     def _joint_hidden(
         self, sources: Sequence[Ids], targets: Sequence[Ids]
@@ -218,6 +293,7 @@ class CausalPrefixScorer(GenerativeScorer):
         ``max target + 1`` columns, target labels, target mask), column j predicting j + 1."""
         seqs = [tuple(s) + tuple(t) for s, t in zip(sources, targets, strict=True)]
         ids, mask = _pad(seqs, self.pad, left=True)  # targets end every row at the same column
+        self.tokens_run += ids.numel()
         pos = (mask.cumsum(1) - 1).clamp(min=0)
         keep = max(len(t) for t in targets) + 1
         out = self.model.base_model(

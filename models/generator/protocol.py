@@ -199,14 +199,24 @@ def _target_logprobs(
     labels: torch.Tensor,
     tmask: torch.Tensor,
     softcap: float | None,
+    chunk: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum, count) of target-token log-probs per row, running the vocabulary head only on the
-    real target positions (no logits for padding or prompt tokens)."""
+    real target positions (no logits for padding or prompt tokens). ``chunk`` > 0 runs the head
+    and its log-sum-exp that many tokens at a time: the logits of a whole batch (tokens x
+    vocabulary, 200 MB for 1,000 tokens of a 49k vocabulary) leave the CPU's caches, and the
+    log-sum-exp's passes over them cost a sixth of a SmolLM2 batch (profiled)."""
     sel = tmask.bool()
-    logits = head(hidden[sel]).float()
-    if softcap:
-        logits = torch.tanh(logits / softcap) * softcap
-    lp = logits.gather(-1, labels[sel].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    h, lab = hidden[sel], labels[sel]
+    step = chunk if chunk > 0 else max(len(h), 1)
+    parts = []
+    for lo in range(0, len(h), step):
+        logits = head(h[lo : lo + step]).float()
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        got = logits.gather(-1, lab[lo : lo + step].unsqueeze(-1)).squeeze(-1)
+        parts.append(got - torch.logsumexp(logits, -1))
+    lp = torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
     tok = torch.zeros(tmask.shape, dtype=lp.dtype, device=lp.device)
     tok = tok.masked_scatter(sel, lp)
     return tok.sum(1), tmask.sum(1).to(lp.dtype)
