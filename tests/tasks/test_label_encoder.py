@@ -138,3 +138,44 @@ def test_pairs_bad_input_is_one_line(spine, tmp_path):
         _run(PairsStage(), PairsParams(pairs_per_query=0.001, idf_sample=100), store, up)
     with pytest.raises(InputError, match="needs the select stage"):
         _run(PairsStage(), PairsParams(pairs_per_query=1, idf_sample=100), store, up)
+
+
+def test_given_pairs_get_an_origin_report_with_the_scorers_cosine(spine, route, tmp_path):
+    """Origin on STS-style given pairs through the encoder route: Spearman per set, and the
+    scorer's own cosine beside it."""
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    store, _, embed, _ = route
+    texts = spine["shard"].read_table(["text"]).column("text").to_pylist()[:40]
+    queries = pa.table(
+        {
+            "query_id": np.arange(40),
+            "text": texts,
+            "sent_id": pa.nulls(40, pa.int64()),
+            "origin": ["STSb.dev"] * 40,
+            "shard": np.zeros(40, np.int32),
+        }
+    )
+    given = pa.table(
+        {
+            "pair_id": np.arange(20),
+            "s1_query_id": np.arange(0, 40, 2),
+            "s2_query_id": np.arange(1, 40, 2),
+            "dataset": ["STSb"] * 20,
+            "subset": ["dev"] * 20,
+            "gold": np.linspace(0, 5, 20),
+        }
+    )
+    fp = uuid.uuid4().hex[:16]
+    store.write_shard("queries", fp, 0, queries, {}, 0.0)
+    pq.write_table(given, store.open_partial("queries", fp) / "files" / "given_pairs.parquet")
+    q = store.publish("queries", fp, 1, {"stats": {"n_shards": 1}})
+    pairs = _run(PairsStage(), PairsParams(), store, {"queries": q, "shard": spine["shard"]})
+    up = {"queries": q, "pairs": pairs, "embed": embed}
+    art = _run(LabelStage(), LabelParams(contextual="encoder"), store, up)
+    assert set(art.read_table().column("split").to_pylist()) == {"eval"}
+    assert art.stats["n_pairs.STSb.dev"] == 20
+    assert "spearman_all.STSb.dev.scorer_cosine" in art.stats
