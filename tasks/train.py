@@ -6,7 +6,7 @@ the two sentence vectors; the objective is the L2 distance to the generated labe
 Sec. 4.1 "Implementation Details"; AdamW with weight decay 0 is Adam). Optionally the CLRCMD
 contrastive loss over RCMD similarities (Lee et al. 2022, Sec. 3.3) instead, or the rank-aware
 ``CoSENTLoss`` / ``AnglELoss``. ``objective`` swaps the labels for a peer on the same sentences,
-steps, batch size and seed (models/objectives.py): TF-IDF cosine labels, unsupervised SimCSE,
+steps, batch size and seed (models/objectives/): TF-IDF cosine labels, unsupervised SimCSE,
 TSDAE, each sentence's real right context as its positive (``context``: reads `queries` and
 `shard`), a larger encoder's cosine (``teacher``), or no training at all; ``train_cpu_seconds``
 in the metrics is what each cost.
@@ -27,29 +27,27 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
 from ctxsim.models.objectives import (
+    OBJECTIVES,
     LossName,
-    Objective,
-    build_loss,
-    dropout_config,
+    ObjectiveContext,
+    TrainingPairs,
+    get_objective,
     has_dropout,
-    right_contexts,
-    sample_with_context,
     steps_for,
-    teacher_cosine,
-    tfidf_cosine,
-    training_columns,
 )
-from ctxsim.models.origin import rescale_labels
 from ctxsim.models.registry import check_model_name
+from ctxsim.models.sentence_encoder import build_model
 from ctxsim.store.checked import seal, sidecar, verified
 from ctxsim.store.stage import Stage, StageContext, StageParams
+
+__all__ = ["TINY", "TrainParams", "TrainStage", "build_model", "build_tiny_backbone"]
 
 TINY = "tiny-random"
 
@@ -68,9 +66,11 @@ class TrainParams(StageParams):
     """The `train` config section."""
 
     backbone: str = TINY  # registry name (minilm, gemma-270m, ...), a local path, or tiny-random
-    # ctxsim = Eq. 4 labels; tfidf / simcse / tsdae / context / teacher / none = the peers on
-    # the same sentences (issues 18, 30; models/objectives.py)
-    objective: Objective = "ctxsim"
+    objective: str = Field(
+        "ctxsim",
+        description=f"what the encoder learns from: one of {', '.join(OBJECTIVES)} "
+        "(models/objectives/: ctxsim = Eq. 4 labels, the others its peers on the same sentences)",
+    )
     teacher: str = "mpnet"  # objective teacher: the encoder whose cosine labels the pairs
     context_width: int = Field(1, ge=1, le=8)  # objective context: sentences after the centre
     # objective context: also this many corpus sentences (seeded sample) with their contexts;
@@ -100,7 +100,7 @@ class TrainParams(StageParams):
     max_dev_pairs: int | None = None
     freeze_embeddings: bool = False
     # every dropout probability of the backbone (None keeps its own): SimCSE's noise, and
-    # Gemma-3 ships with dropout 0 (models.objectives.dropout_config)
+    # Gemma-3 ships with dropout 0 (models.sentence_encoder.dropout_config)
     dropout: float | None = Field(None, ge=0.0, lt=1.0)
     bf16: bool = True  # used on CUDA only
     # CLRCMD (loss = clrcmd)
@@ -114,6 +114,16 @@ class TrainParams(StageParams):
     tiny_layers: int = 2
     tiny_heads: int = 2
 
+    #: keys added after the stage's version 2, with the default that reproduces version 2's
+    #: output: left out of the dump (and so the fingerprint) at that default
+    added_defaults: ClassVar[dict[str, Any]] = {
+        "objective": "ctxsim",
+        "dropout": None,
+        "teacher": "mpnet",
+        "context_width": 1,
+        "context_corpus_sentences": 0,
+    }
+
     @field_validator("backbone")
     @classmethod
     def _known_backbone(cls, value: str) -> str:
@@ -124,24 +134,11 @@ class TrainParams(StageParams):
     def _known_teacher(cls, value: str) -> str:
         return check_model_name(value)
 
-    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
-        """Keys added after version 2 enter the dump, and so the fingerprint, only when set away
-        from their default: existing configs keep their train artefacts."""
-        out = super().model_dump(**kwargs)
-        for key, default in _ADDED_KEYS.items():
-            if key in out and out[key] == default:
-                del out[key]
-        return out
-
-
-#: keys added after the stage's version 2, with the default that reproduces version 2's output
-_ADDED_KEYS: dict[str, Any] = {
-    "objective": "ctxsim",
-    "dropout": None,
-    "teacher": "mpnet",
-    "context_width": 1,
-    "context_corpus_sentences": 0,
-}
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, value: str) -> str:
+        get_objective(value)  # registered (models/objectives/), else a ValueError naming them
+        return value
 
 
 def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:
@@ -189,43 +186,6 @@ def resolve_backbone(name: str) -> str:
     from ctxsim.models.registry import resolve_model
 
     return str(resolve_model(name))
-
-
-def build_model(backbone_path: str, max_seq_length: int, device: str, dropout: float | None = None):
-    """SentenceTransformer = Transformer(backbone) + mean Pooling (Sec. 3.4); ST dirs load as is.
-    ``dropout`` overrides every dropout probability of the backbone's config (None keeps them)."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers import models as st_models
-
-    st_dir = (Path(backbone_path) / "modules.json").exists()
-    config_kwargs = None
-    if dropout is not None:
-        from transformers import AutoConfig
-
-        cfg_dir = _transformer_dir(Path(backbone_path)) if st_dir else backbone_path
-        config_kwargs = dropout_config(AutoConfig.from_pretrained(cfg_dir).to_dict(), dropout)
-    if st_dir:
-        model = SentenceTransformer(backbone_path, device=device, config_kwargs=config_kwargs)
-        model.max_seq_length = max_seq_length
-        return model
-    tr = st_models.Transformer(
-        backbone_path, max_seq_length=max_seq_length, config_kwargs=config_kwargs
-    )
-    tok = tr.tokenizer
-    if tok.pad_token is None:  # decoder-only backbones (Gemma, SmolLM) ship without one
-        tok.pad_token = tok.eos_token or tok.unk_token
-    # renamed in sentence-transformers 5.x; the old name still works but warns
-    dim = getattr(tr, "get_embedding_dimension", None) or tr.get_word_embedding_dimension
-    pool = st_models.Pooling(dim(), pooling_mode="mean")
-    return SentenceTransformer(modules=[tr, pool], device=device)
-
-
-def _transformer_dir(st_dir: Path) -> str:
-    """The folder of a sentence-transformers directory's Transformer module (its config.json)."""
-    for module in json.loads((st_dir / "modules.json").read_text()):
-        if module.get("type", "").endswith("Transformer"):
-            return str(st_dir / module.get("path", ""))
-    return str(st_dir)
 
 
 def _history_rows(log_history: list[dict[str, Any]], metric: str | None) -> pa.Table:
@@ -297,185 +257,60 @@ class TrainStage(Stage):
     version = "2"  # 2: max_dev_pairs samples the dev set (was its first rows)
     Params = TrainParams
     inputs = ("label",)
-    #: objective context finds each sentence in the corpus: its query's sent_id, then the shard
-    optional_inputs = ("queries", "shard")
+    #: what some objectives read besides the labels (``context``: the queries, then the shard)
+    optional_inputs = tuple(dict.fromkeys(i for o in OBJECTIVES.values() for i in o.inputs))
     run_fields = ("seed", "device")
     cost_basis = "fit"
     model_artefact = True
 
     def optional_inputs_for(self, params: TrainParams) -> tuple[str, ...]:
-        """Only ``context`` reads the corpus; the other objectives keep their fingerprints."""
-        return self.optional_inputs if params.objective == "context" else ()
+        """Only the inputs the objective reads: the others keep their fingerprints."""
+        return get_objective(params.objective).inputs
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         import torch
-        from datasets import Dataset, DatasetDict
-        from sentence_transformers import (
-            SentenceTransformerTrainer,
-            SentenceTransformerTrainingArguments,
-        )
-        from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
+        from sentence_transformers import SentenceTransformerTrainer
 
         p: TrainParams = ctx.params
         log = ctx.logger
         t0 = time.perf_counter()
+        objective = get_objective(p.objective)
         label_art = ctx.input("label")
-        table = label_art.read_table()
-        for col in ("s1", "s2", p.label_column, "split"):
-            if col not in table.column_names:
-                raise ValueError(f"label artefact {label_art.path} has no column {col!r}")
-        split = np.asarray(table.column("split").to_pylist(), dtype=object)
-        s1 = table.column("s1").to_pylist()
-        s2 = table.column("s2").to_pylist()
-        lab = np.asarray(table.column(p.label_column).to_pylist(), dtype=np.float64)
-        ok = np.isin(split, p.train_splits) & np.isfinite(lab)
-        ok &= np.array(
-            [a is not None and b is not None for a, b in zip(s1, s2, strict=True)], dtype=bool
+        cols = _label_columns(label_art.read_table(), p, str(label_art.path))
+        pairs = training_pairs(cols, p, str(label_art.path))
+        oc = ObjectiveContext(
+            p, ctx.device, ctx.run.seed, log, lambda st, c: ctx.input(st).read_table(c)
         )
-        idx = np.flatnonzero(ok)
-        if p.max_train_pairs is not None:
-            idx = idx[: p.max_train_pairs]
-        if len(idx) == 0:
-            raise ValueError(
-                f"no labelled pairs with split in {p.train_splits} in {label_art.path}"
-            )
-        t1, t2 = [s1[i] for i in idx], [s2[i] for i in idx]
-        cpu0 = time.process_time()
-        contexts = None
-        if p.objective == "tfidf":
-            raw = tfidf_cosine(t1, t2)
-        elif p.objective == "teacher":
-            teacher = build_model(resolve_backbone(p.teacher), p.max_seq_length, ctx.device)
-            raw = teacher_cosine(t1, t2, teacher)
-            del teacher
-        else:
-            raw = lab[idx]
-        if p.objective == "context":
-            c1, c2, sampled = self._right_contexts(ctx, table, idx, p)
-            # a sampled corpus sentence joins as a pair with itself (context_pairs keeps it once)
-            t1, t2 = t1 + sampled, t2 + sampled
-            contexts = c1, c2
-        targets = rescale_labels(raw, p.label_scale)
-        label_cpu = time.process_time() - cpu0 if p.objective in ("tfidf", "teacher") else 0.0
-        if p.objective == "joint":  # ctxsim's pairs and SimCSE's positives, one training
-            train_ds = DatasetDict(
-                {
-                    "ctxsim": Dataset.from_dict(training_columns("ctxsim", t1, t2, targets)),
-                    "simcse": Dataset.from_dict(training_columns("simcse", t1, t2, targets)),
-                }
-            )
-        else:
-            columns = (
-                {}
-                if p.objective == "none"
-                else training_columns(p.objective, t1, t2, targets, contexts)
-            )
-            train_ds = Dataset.from_dict(columns)
-            if p.objective == "context":
-                if len(train_ds) == 0:
-                    raise ValueError(
-                        f"objective context: none of the {len(idx)} pairs' sentences in "
-                        f"{label_art.path} has a right context in the corpus (sentences from "
-                        "an STS file, or each the last of its section)"
-                    )
-                log.info(
-                    "train: %d sentences with their right context (of %d pairs)",
-                    len(train_ds),
-                    len(idx),
-                )
+        examples = objective.examples(pairs, oc)
         max_steps = p.max_steps
-        if p.objective in ("simcse", "tsdae", "joint", "context") and max_steps <= 0:
-            max_steps = steps_for(len(idx), p.batch_size, p.epochs)  # the pair objectives' steps
+        if objective.pair_budget and max_steps <= 0:
+            max_steps = steps_for(len(pairs), p.batch_size, p.epochs)  # the pair objectives' steps
 
-        dev = self._dev_set(ctx, p, s1, s2, split, lab)
-        device = ctx.device
-        seed = ctx.run.seed
-        torch.manual_seed(seed)
-        if p.backbone == TINY:
-            texts = t1 + t2  # the same vocabulary and weights for every objective
-            if dev is not None:
-                texts += dev[0] + dev[1]
-            backbone_path = str(build_tiny_backbone(texts, ctx.files_dir / "backbone", p, seed))
-        else:
-            backbone_path = resolve_backbone(p.backbone)
-        model = build_model(backbone_path, p.max_seq_length, device, p.dropout)
+        dev = self._dev_set(ctx, p, cols)
+        torch.manual_seed(ctx.run.seed)
+        backbone_path = self._backbone(ctx, p, examples.texts, dev)
+        model = build_model(backbone_path, p.max_seq_length, ctx.device, p.dropout)
         # the card's Hub widget examples cost a pass over the data and print their own bar
         model.model_card_data.generate_widget_examples = False
         if p.freeze_embeddings:
-            emb = model[0].auto_model.get_input_embeddings()
-            emb.weight.requires_grad_(False)
-
-        clrcmd = {
-            "temperature": p.clrcmd_temperature,
-            "positive_threshold": p.clrcmd_positive_threshold,
-            "sparse": p.clrcmd_sparse,
-            "chunk_size": p.clrcmd_chunk_size,
-        }
-        if p.objective == "joint":
-            loss = {
-                "ctxsim": build_loss("ctxsim", p.loss, model, clrcmd),
-                "simcse": build_loss("simcse", p.loss, model, clrcmd),
-            }
-        elif p.objective == "none":
-            loss = None
-        else:
-            loss = build_loss(p.objective, p.loss, model, clrcmd, backbone_path)
-        if p.objective in ("simcse", "joint") and not has_dropout(model):
+            model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
+        loss = objective.loss(model, oc, backbone_path) if objective.trains else None
+        if objective.needs_dropout and not has_dropout(model):
             log.warning(
                 "train: %s has no dropout: SimCSE's positives are identical (set train.dropout)",
                 p.backbone,
             )
 
-        evaluator, metric = None, None
-        if dev is not None:
-            evaluator = EmbeddingSimilarityEvaluator(
-                dev[0],
-                dev[1],
-                dev[2],
-                batch_size=max(p.batch_size, 32),
-                name="dev",
-                similarity_fn_names=["cosine"],
-                write_csv=False,
-            )
-            metric = "eval_dev_spearman_cosine"
+        evaluator, metric = _evaluator(dev, p)
         ckpt_dir = ctx.cache_dir / "checkpoints"
-        use_bf16 = bool(p.bf16 and device.startswith("cuda") and torch.cuda.is_bf16_supported())
-        args = SentenceTransformerTrainingArguments(
-            output_dir=str(ckpt_dir),
-            num_train_epochs=p.epochs,
-            max_steps=max_steps if max_steps > 0 else -1,
-            per_device_train_batch_size=p.batch_size,
-            per_device_eval_batch_size=max(p.batch_size, 32),
-            learning_rate=p.lr,
-            adam_beta1=p.adam_beta1,
-            adam_beta2=p.adam_beta2,
-            weight_decay=p.weight_decay,
-            warmup_steps=p.warmup_ratio,  # a float in [0, 1) is a ratio (transformers >= 5)
-            lr_scheduler_type=p.lr_scheduler,
-            optim="adamw_torch",
-            bf16=use_bf16,
-            eval_strategy="steps" if evaluator is not None else "no",
-            eval_steps=p.eval_steps,
-            save_strategy="steps",
-            save_steps=p.eval_steps,
-            save_total_limit=p.save_total_limit,
-            load_best_model_at_end=evaluator is not None,
-            metric_for_best_model=metric,
-            greater_is_better=True,
-            logging_steps=p.logging_steps,
-            seed=seed,
-            data_seed=seed,
-            report_to=[],
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-            use_cpu=not device.startswith("cuda"),
-        )
+        use_bf16 = _use_bf16(p, ctx.device)
+        args = _training_args(p, ckpt_dir, max_steps, ctx, use_bf16, metric)
         trainer = None
-        if p.objective != "none":
+        if objective.trains:
             trainer = SentenceTransformerTrainer(
                 model=model,
                 args=args,
-                train_dataset=train_ds,
+                train_dataset=examples.data,
                 loss=loss,
                 evaluator=evaluator,
                 callbacks=[_seal_checkpoints(), *_callbacks()],
@@ -497,52 +332,8 @@ class TrainStage(Stage):
         model.save(str(out_dir))
         # the model is saved: checkpoints only served a resume, and weigh GBs per backbone
         shutil.rmtree(ckpt_dir, ignore_errors=True)
-        best = trainer.state.best_metric if trainer is not None else None
-        if trainer is None and before:
-            best = before["dev_spearman_cosine"]
-        info = {
-            "backbone": p.backbone,
-            "backbone_path": "files/backbone" if p.backbone == TINY else backbone_path,
-            "loss": "none" if p.objective == "none" else p.loss,
-            "objective": p.objective,
-            "label_scale": p.label_scale,
-            "label_run": label_art.fingerprint,
-            "label_column": p.label_column,
-            "n_train_pairs": int(len(idx)),
-            "n_train_examples": (
-                sum(len(d) for d in train_ds.values())
-                if isinstance(train_ds, DatasetDict)
-                else len(train_ds)
-            ),
-            "n_dev_pairs": int(len(dev[2])) if dev is not None else 0,
-            "dev_set": dev[3] if dev is not None else None,
-            "steps": int(trainer.state.global_step) if trainer is not None else 0,
-            "best_dev_spearman": float(best) * 100 if best is not None else None,
-            "final_dev_spearman": float(final["dev_spearman_cosine"]) * 100 if final else None,
-            "backbone_dev_spearman": (
-                float(before["dev_spearman_cosine"]) * 100 if before else None
-            ),
-            "resumed": bool(resume),
-            "bf16": use_bf16,
-            "device": device,
-            "seconds": round(time.perf_counter() - t0, 2),
-            "label_cpu_seconds": round(label_cpu, 3),
-            "train_cpu_seconds": round(train_cpu, 3),
-        }
-        before_dev, best_dev = info["backbone_dev_spearman"], info["best_dev_spearman"]
-        info["beats_backbone"] = (
-            None
-            if before_dev is None or best_dev is None or p.objective == "none"
-            else bool(best_dev > before_dev)
-        )
-        if info["beats_backbone"] is False:
-            ctx.logger.warning(
-                "train: the surrogate's best %s Spearman %.2f is below its untrained backbone's "
-                "%.2f: the labels (or the learning rate) hurt this backbone",
-                info["dev_set"],
-                best_dev,
-                before_dev,
-            )
+        run = _RunOutcome(trainer, before, final, resume, use_bf16, train_cpu, time.perf_counter())
+        info = _metrics(p, ctx, label_art.fingerprint, pairs, examples, dev, backbone_path, run, t0)
         (out_dir / "README.md").write_text(_model_card(info))
         (ctx.files_dir / "metrics.json").write_text(json.dumps(info, indent=2))
         history = _history_rows(trainer.state.log_history if trainer else [], metric)
@@ -550,43 +341,17 @@ class TrainStage(Stage):
         return history, stats
 
     @staticmethod
-    def _right_contexts(
-        ctx: StageContext, table: pa.Table, idx: np.ndarray, p: TrainParams
-    ) -> tuple[list[str | None], list[str | None], list[str]]:
-        """Each pair's two sentences' right contexts (label ``s1_id``/``s2_id`` are query ids; a
-        query's ``sent_id`` places it in the shard; None: not a corpus sentence), then those of
-        ``context_corpus_sentences`` sampled corpus sentences appended to both lists, whose texts
-        come third."""
-        for col in ("s1_id", "s2_id"):
-            if col not in table.column_names:
-                raise ValueError(
-                    f"objective context: label artefact {ctx.input('label').path} has no "
-                    f"column {col!r}"
-                )
-        q = ctx.input("queries").read_table(["query_id", "sent_id"])
-        qid, sid = q.column("query_id").to_pylist(), q.column("sent_id").to_pylist()
-        sent_of = dict(zip(qid, sid, strict=True))
-        sh = ctx.input("shard").read_table(["sent_id", "section_id", "text"])
-        sent_ids = sh.column("sent_id").to_numpy()
-        sections = sh.column("section_id").to_numpy()
-        texts = sh.column("text").to_pylist()
-        sampled = sample_with_context(sent_ids, sections, p.context_corpus_sentences, ctx.run.seed)
-        extra_ctx = right_contexts(sent_ids, sections, texts, list(sampled), p.context_width)
-        row_of = {s: i for i, s in enumerate(sent_ids.tolist())}
-        extra_text = [texts[row_of[s]] for s in sampled.tolist()]
-        out = []
-        for col in ("s1_id", "s2_id"):
-            qids = table.column(col).to_pylist()
-            wanted = [sent_of.get(qids[i]) for i in idx]
-            out.append(
-                right_contexts(sent_ids, sections, texts, wanted, p.context_width) + extra_ctx
-            )
-        return out[0], out[1], extra_text
+    def _backbone(ctx: StageContext, p: TrainParams, texts: list[str], dev: _DevSet | None) -> str:
+        """The backbone's directory: a tiny one learnt from the training (and dev) sentences, the
+        same vocabulary and weights for every objective, or the registry's."""
+        if p.backbone != TINY:
+            return resolve_backbone(p.backbone)
+        if dev is not None:
+            texts = texts + dev[0] + dev[1]
+        return str(build_tiny_backbone(texts, ctx.files_dir / "backbone", p, ctx.run.seed))
 
     @staticmethod
-    def _dev_set(
-        ctx: StageContext, p: TrainParams, s1: list, s2: list, split: np.ndarray, lab: np.ndarray
-    ) -> tuple[list[str], list[str], list[float], str] | None:
+    def _dev_set(ctx: StageContext, p: TrainParams, cols: _LabelColumns) -> _DevSet | None:
         """STSb dev from ``sts_dir`` when present, else the label artefact's dev split."""
         if p.sts_dir:
             from ctxsim.readers.sts import discover, sample_pairs
@@ -600,18 +365,203 @@ class TrainStage(Stage):
                 ctx.logger.warning("train: %s not found under %s", p.dev_set, root)
             else:
                 ctx.logger.warning("train: sts_dir %s does not exist", root)
-        dev_idx = np.flatnonzero((split == "dev") & np.isfinite(lab))
+        dev_idx = np.flatnonzero((cols.split == "dev") & np.isfinite(cols.labels))
         if p.max_dev_pairs is not None:
             dev_idx = dev_idx[: p.max_dev_pairs]
         if len(dev_idx) < 3:
             ctx.logger.warning("train: no dev set; training without model selection")
             return None
         return (
-            [s1[i] for i in dev_idx],
-            [s2[i] for i in dev_idx],
-            lab[dev_idx].tolist(),
+            [cols.s1[i] for i in dev_idx],
+            [cols.s2[i] for i in dev_idx],
+            cols.labels[dev_idx].tolist(),
             "label.dev",
         )
+
+
+#: (first sentences, second sentences, gold, name) of the dev set that selects the checkpoint
+_DevSet = tuple[list[str], list[str], list[float], str]
+
+
+class _LabelColumns(NamedTuple):
+    """The label artefact's columns the stage reads (``labels``: ``train.label_column``)."""
+
+    table: pa.Table
+    s1: list[str | None]
+    s2: list[str | None]
+    labels: np.ndarray
+    split: np.ndarray
+
+
+def _label_columns(table: pa.Table, p: TrainParams, source: str) -> _LabelColumns:
+    for col in ("s1", "s2", p.label_column, "split"):
+        if col not in table.column_names:
+            raise ValueError(f"label artefact {source} has no column {col!r}")
+    return _LabelColumns(
+        table,
+        table.column("s1").to_pylist(),
+        table.column("s2").to_pylist(),
+        np.asarray(table.column(p.label_column).to_pylist(), dtype=np.float64),
+        np.asarray(table.column("split").to_pylist(), dtype=object),
+    )
+
+
+def training_pairs(cols: _LabelColumns, p: TrainParams, source: str) -> TrainingPairs:
+    """The pairs every objective starts from: split in ``train_splits``, a finite label, both
+    sentences; the first ``max_train_pairs`` of them."""
+    ok = np.isin(cols.split, p.train_splits) & np.isfinite(cols.labels)
+    ok &= np.array(
+        [a is not None and b is not None for a, b in zip(cols.s1, cols.s2, strict=True)],
+        dtype=bool,
+    )
+    idx = np.flatnonzero(ok)
+    if p.max_train_pairs is not None:
+        idx = idx[: p.max_train_pairs]
+    if len(idx) == 0:
+        raise ValueError(f"no labelled pairs with split in {p.train_splits} in {source}")
+    s1 = [cols.s1[i] for i in idx]
+    s2 = [cols.s2[i] for i in idx]
+    return TrainingPairs(s1, s2, cols.labels[idx], idx, cols.table, source)  # type: ignore[arg-type]
+
+
+def _use_bf16(p: TrainParams, device: str) -> bool:
+    import torch
+
+    return bool(p.bf16 and device.startswith("cuda") and torch.cuda.is_bf16_supported())
+
+
+def _evaluator(dev: _DevSet | None, p: TrainParams) -> tuple[Any, str | None]:
+    """Spearman of the cosines on the dev set (None without one) and its metric's name."""
+    if dev is None:
+        return None, None
+    from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
+
+    evaluator = EmbeddingSimilarityEvaluator(
+        dev[0],
+        dev[1],
+        dev[2],
+        batch_size=max(p.batch_size, 32),
+        name="dev",
+        similarity_fn_names=["cosine"],
+        write_csv=False,
+    )
+    return evaluator, "eval_dev_spearman_cosine"
+
+
+def _training_args(
+    p: TrainParams,
+    ckpt_dir: Path,
+    max_steps: int,
+    ctx: StageContext,
+    use_bf16: bool,
+    metric: str | None,
+) -> Any:
+    """The trainer's arguments: the optimizer of Sec. 4.1, checkpoints every ``eval_steps`` (the
+    best dev Spearman kept when there is a dev set), the run's seed and device."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    device, seed = ctx.device, ctx.run.seed
+    return SentenceTransformerTrainingArguments(
+        output_dir=str(ckpt_dir),
+        num_train_epochs=p.epochs,
+        max_steps=max_steps if max_steps > 0 else -1,
+        per_device_train_batch_size=p.batch_size,
+        per_device_eval_batch_size=max(p.batch_size, 32),
+        learning_rate=p.lr,
+        adam_beta1=p.adam_beta1,
+        adam_beta2=p.adam_beta2,
+        weight_decay=p.weight_decay,
+        warmup_steps=p.warmup_ratio,  # a float in [0, 1) is a ratio (transformers >= 5)
+        lr_scheduler_type=p.lr_scheduler,
+        optim="adamw_torch",
+        bf16=use_bf16,
+        eval_strategy="steps" if metric is not None else "no",
+        eval_steps=p.eval_steps,
+        save_strategy="steps",
+        save_steps=p.eval_steps,
+        save_total_limit=p.save_total_limit,
+        load_best_model_at_end=metric is not None,
+        metric_for_best_model=metric,
+        greater_is_better=True,
+        logging_steps=p.logging_steps,
+        seed=seed,
+        data_seed=seed,
+        report_to=[],
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        use_cpu=not device.startswith("cuda"),
+    )
+
+
+class _RunOutcome(NamedTuple):
+    """What training left: the trainer (None: no training), the dev scores before and after,
+    whether it resumed, bf16, its CPU-seconds and when it ended."""
+
+    trainer: Any
+    before: dict[str, Any]
+    final: dict[str, Any]
+    resumed: bool
+    bf16: bool
+    train_cpu: float
+    ended: float
+
+
+def _metrics(
+    p: TrainParams,
+    ctx: StageContext,
+    label_run: str,
+    pairs: TrainingPairs,
+    examples: Any,
+    dev: _DevSet | None,
+    backbone_path: str,
+    run: _RunOutcome,
+    t0: float,
+) -> dict[str, Any]:
+    """``files/metrics.json`` (and the stage's stats): what was trained on what, how it scored
+    on dev before and after, and what it cost."""
+    trainer, before, final = run.trainer, run.before, run.final
+    best = trainer.state.best_metric if trainer is not None else None
+    if trainer is None and before:
+        best = before["dev_spearman_cosine"]
+    trains = get_objective(p.objective).trains
+    info = {
+        "backbone": p.backbone,
+        "backbone_path": "files/backbone" if p.backbone == TINY else backbone_path,
+        "loss": p.loss if trains else "none",
+        "objective": p.objective,
+        "label_scale": p.label_scale,
+        "label_run": label_run,
+        "label_column": p.label_column,
+        "n_train_pairs": len(pairs),
+        "n_train_examples": len(examples),
+        "n_dev_pairs": int(len(dev[2])) if dev is not None else 0,
+        "dev_set": dev[3] if dev is not None else None,
+        "steps": int(trainer.state.global_step) if trainer is not None else 0,
+        "best_dev_spearman": float(best) * 100 if best is not None else None,
+        "final_dev_spearman": float(final["dev_spearman_cosine"]) * 100 if final else None,
+        "backbone_dev_spearman": float(before["dev_spearman_cosine"]) * 100 if before else None,
+        "resumed": bool(run.resumed),
+        "bf16": run.bf16,
+        "device": ctx.device,
+        "seconds": round(run.ended - t0, 2),
+        "label_cpu_seconds": round(examples.label_cpu_seconds, 3),
+        "train_cpu_seconds": round(run.train_cpu, 3),
+    }
+    before_dev, best_dev = info["backbone_dev_spearman"], info["best_dev_spearman"]
+    info["beats_backbone"] = (
+        None
+        if before_dev is None or best_dev is None or not trains
+        else bool(best_dev > before_dev)
+    )
+    if info["beats_backbone"] is False:
+        ctx.logger.warning(
+            "train: the surrogate's best %s Spearman %.2f is below its untrained backbone's "
+            "%.2f: the labels (or the learning rate) hurt this backbone",
+            info["dev_set"],
+            best_dev,
+            before_dev,
+        )
+    return info
 
 
 def complete_checkpoints(ckpt_dir: Path, log: Any) -> list[Path]:

@@ -1,0 +1,79 @@
+"""A sentence-transformers encoder: how the surrogate, its teacher and every evaluated model are
+built from a backbone, and one batched forward pass through it.
+
+Kept out of the stages because `train`, `evaluate`, the train objectives (a teacher's labels) and
+the benches all build and run encoders the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def dropout_config(config: dict[str, Any], p: float) -> dict[str, float]:
+    """Config overrides that set every dropout probability of a transformers config to ``p``
+    (``hidden_dropout_prob``, ``attention_probs_dropout_prob``, ``attention_dropout``, ...):
+    SimCSE needs a noisy forward pass, and Gemma-3 ships with its only dropout at 0. Keys left
+    unset (``classifier_dropout: None``) stay unset."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"train.dropout must be in [0, 1), got {p}")
+    return {
+        k: float(p)
+        for k, v in config.items()
+        if ("dropout" in k or k.endswith("pdrop"))
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+    }
+
+
+def transformer_dir(st_dir: Path) -> str:
+    """The folder of a sentence-transformers directory's Transformer module (its config.json)."""
+    for module in json.loads((st_dir / "modules.json").read_text()):
+        if module.get("type", "").endswith("Transformer"):
+            return str(st_dir / module.get("path", ""))
+    return str(st_dir)
+
+
+def build_model(backbone_path: str, max_seq_length: int, device: str, dropout: float | None = None):
+    """SentenceTransformer = Transformer(backbone) + mean Pooling (Sun et al. 2022, Sec. 3.4); a
+    sentence-transformers directory loads as it is. ``dropout`` overrides every dropout
+    probability of the backbone's config (None keeps them)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers import models as st_models
+
+    st_dir = (Path(backbone_path) / "modules.json").exists()
+    config_kwargs = None
+    if dropout is not None:
+        from transformers import AutoConfig
+
+        cfg_dir = transformer_dir(Path(backbone_path)) if st_dir else backbone_path
+        config_kwargs = dropout_config(AutoConfig.from_pretrained(cfg_dir).to_dict(), dropout)
+    if st_dir:
+        model = SentenceTransformer(backbone_path, device=device, config_kwargs=config_kwargs)
+        model.max_seq_length = max_seq_length
+        return model
+    tr = st_models.Transformer(
+        backbone_path, max_seq_length=max_seq_length, config_kwargs=config_kwargs
+    )
+    tok = tr.tokenizer
+    if tok.pad_token is None:  # decoder-only backbones (Gemma, SmolLM) ship without one
+        tok.pad_token = tok.eos_token or tok.unk_token
+    # renamed in sentence-transformers 5.x; the old name still works but warns
+    dim = getattr(tr, "get_embedding_dimension", None) or tr.get_word_embedding_dimension
+    pool = st_models.Pooling(dim(), pooling_mode="mean")
+    return SentenceTransformer(modules=[tr, pool], device=device)
+
+
+def forward(model: Any, texts: list[str]) -> dict[str, Any]:
+    """One inference pass over ``texts`` (bf16 autocast on CUDA where supported): the model's
+    output features (``sentence_embedding``, ``token_embeddings``, ``attention_mask``)."""
+    import torch
+
+    feats = model.preprocess(texts)
+    dev = model.device
+    feats = {k: (v.to(dev) if hasattr(v, "to") else v) for k, v in feats.items()}
+    use_bf16 = dev.type == "cuda" and torch.cuda.is_bf16_supported()
+    with torch.inference_mode(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_bf16):
+        return model(feats)
