@@ -15,33 +15,42 @@ absent (c< of a continuation, c> of a preceding sentence) is 0.0 and never compu
 disc term (the discriminator reads both sides).
 Generative terms already scored on the artefact root are read from ``ROOT/_cache/scores``
 (store/score_cache.py) instead of recomputed.
+
+The terms come from scorers (``scores/scorers/``: a class each, with its name, the inputs it needs
+and its per-window values): ``discriminator`` gives the disc term, ``generator`` the generative
+ones; this module builds the windows and combines the terms into S.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
-from typing import Annotated, Any, Literal, NamedTuple
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 from pydantic import Field
 
 from ctxsim.models.generator import DIRECTIONS
-from ctxsim.models.quantize import quantize_int8
-from ctxsim.models.score_engine import (
-    EngineConfig,
-    Lambdas,
-    ScoringEngine,
-    combine_eq3,
-    log_sigmoid,
-)
-from ctxsim.scores.loading import load_scorer
+from ctxsim.models.score_engine import Lambdas, combine_eq3
+from ctxsim.scores.scorers import INT8_FLOAT_LAYERS, Windows, get_scorer
+from ctxsim.scores.scorers.generator import _generate_rows
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
-from ctxsim.store.score_cache import ScoreCache, window_keys
-from ctxsim.store.stage import StageContext, StageParams
+from ctxsim.store.artefacts import Artefact, ArtefactStore
+from ctxsim.store.stage import RunParams, StageContext, StageParams
 from ctxsim.store.tables import rows_of
+
+__all__ = [
+    "INT8_FLOAT_LAYERS",
+    "SCORE_SCHEMA",
+    "ScoreParams",
+    "_generate_rows",
+    "query_texts",
+    "score_rows",
+    "score_with_artefacts",
+]
 
 SCORE_SCHEMA = pa.schema(
     [
@@ -59,10 +68,6 @@ SCORE_SCHEMA = pa.schema(
         ("null_right", pa.float32()),
     ]
 )
-
-
-#: layers score.int8_on_cpu keeps in float32 (bench/results/int8_smollm2_layers.md)
-INT8_FLOAT_LAYERS = ("down_proj",)
 
 
 class ScoreParams(StageParams):
@@ -119,27 +124,20 @@ def query_texts(queries: pa.Table, qid: np.ndarray) -> np.ndarray:
     return q_text[_lookup(qt.column("query_id").to_numpy(), qid, "query")]
 
 
-class _Windows(NamedTuple):
-    """Texts of the scored rows: query sentences, and each context's side sentences (by row of
-    the sorted contexts, ``crow``) with the sentence-text table they index."""
-
-    sents: np.ndarray
-    left_ids: list[list[int]]
-    right_ids: list[list[int]]
-    crow: np.ndarray
-    s_keys: np.ndarray
-    s_text: np.ndarray
-
-
 def score_rows(
-    ctx: StageContext, p: ScoreParams, qid: np.ndarray, cid: np.ndarray, sents: np.ndarray
+    ctx: StageContext,
+    p: ScoreParams,
+    qid: np.ndarray,
+    cid: np.ndarray,
+    sents: np.ndarray,
+    disc: str = "discriminator",
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Eq. 3 terms and S for (query, context) rows whose query texts are ``sents``: the score
     stage's computation, also used by `select` to order candidates by S (``order_by: score``).
-    Needs the inputs `contexts`, `shard` and `generator` (and `screen` / `discriminator` for the
-    disc term)."""
+    Needs the inputs `contexts`, `shard` and `generator`, and those of the scorer ``disc`` that
+    gives the disc term (scores/scorers/; the `discriminator` one reads `screen` /
+    `discriminator`)."""
     t0 = time.perf_counter()
-    n = len(qid)
     u_ctx = np.unique(cid)
     co = contexts_with_generated(ctx).select(["context_id", "left_sent_ids", "right_sent_ids"])
     co = co.filter(pc.is_in(co.column("context_id"), pa.array(u_ctx))).sort_by("context_id")
@@ -161,235 +159,79 @@ def score_rows(
 
     crow = np.searchsorted(c_keys, cid)
     lefts, rights = side(left_ids)[crow], side(right_ids)[crow]
+    windows = Windows(qid, cid, sents, lefts, rights, left_ids, right_ids, crow, s_keys, s_text)
 
-    directions = p.directions()
-    scorer, meta = load_scorer(ctx.input("generator").files_dir, ctx.device)
-    int8 = p.int8_on_cpu and scorer.device.type == "cpu"
-    if int8:
-        scorer = quantize_int8(scorer, skip=INT8_FLOAT_LAYERS)
-    engine = ScoringEngine(
-        scorer,
-        EngineConfig(
-            token_budget=p.token_budget,
-            max_batch=p.max_batch,
-            max_logit_elems=p.max_logit_elems,
-            bf16_on_cuda=p.bf16_on_cuda,
-            bf16_on_cpu=p.bf16_on_cpu and not int8,
-            progress=not ctx.run.no_progress,
-        ),
+    gen = get_scorer("generator", "gen").score(ctx, p, windows)
+    dterm = get_scorer(disc, "disc").score(ctx, p, windows)
+    return _score_table(p, windows, gen.columns | dterm.columns), _stats(
+        windows, u_ctx, t0, gen.stats, dterm.columns["disc_source"]
     )
-    cache = _score_cache(ctx, p, meta, scorer.device.type) if p.cache else None
-    t1 = time.perf_counter()
-    gen, cache_hits = _generate(engine, cache, lefts, sents, rights, directions)
-    nulls: dict[str, np.ndarray] = {}
-    for d in (d for d in directions if d in p.pmi):
-        nulls[d], hits = _null_terms(engine, cache, lefts, sents, rights, d)
-        gen[d] = (gen[d] - nulls[d]).astype(np.float32)
-        cache_hits += hits
-    for d in DIRECTIONS:
-        gen.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # skipped: lambda is 0
-        nulls.setdefault(d, np.full(n, np.nan, dtype=np.float32))  # not taken as PMI
-    gen_seconds = time.perf_counter() - t1
 
-    windows = _Windows(sents, left_ids, right_ids, crow, s_keys, s_text)
-    disc, source = _disc(ctx, p, qid, cid, windows)
+
+def score_with_artefacts(
+    store: ArtefactStore,
+    run: RunParams,
+    p: ScoreParams,
+    upstream: dict[str, Artefact],
+    qid: np.ndarray,
+    cid: np.ndarray,
+    sents: np.ndarray,
+    disc: str = "discriminator",
+) -> tuple[pa.Table, dict[str, Any]]:
+    """``score_rows`` outside a stage (``ctxsim explain``, for sentences a run never labelled):
+    the stage context it needs, on ``store`` with these ``upstream`` artefacts, in a scratch
+    folder removed afterwards; generative terms scored before on the root come from its cache."""
+    with tempfile.TemporaryDirectory(prefix="ctxsim-score-") as work:
+        ctx = StageContext(
+            stage="score",
+            params=p,
+            run=run,
+            fingerprint="outside-a-stage",
+            upstream=upstream,
+            store=store,
+            workdir=Path(work),
+        )
+        return score_rows(ctx, p, qid, cid, sents, disc)
+
+
+def _score_table(p: ScoreParams, w: Windows, terms: dict[str, np.ndarray]) -> pa.Table:
+    """The scorers' columns and S = their Eq. 3 combination, in ``SCORE_SCHEMA``'s order."""
     lam = Lambdas(p.lambda_disc, p.lambda_fwd, p.lambda_left, p.lambda_right)
-    S = combine_eq3(disc, gen["fwd"], gen["left"], gen["right"], lam)
-    table = pa.table(
+    disc = terms["disc_logprob"]
+    S = combine_eq3(disc, terms["gen_fwd"], terms["gen_left"], terms["gen_right"], lam)
+    return pa.table(
         {
-            "query_id": qid,
-            "context_id": cid,
+            "query_id": w.qid,
+            "context_id": w.cid,
             "disc_logprob": disc,
-            "gen_fwd": gen["fwd"],
-            "gen_left": gen["left"],
-            "gen_right": gen["right"],
+            "gen_fwd": terms["gen_fwd"],
+            "gen_left": terms["gen_left"],
+            "gen_right": terms["gen_right"],
             "S": S,
-            "disc_source": source,
-            **{f"null_{d}": nulls[d] for d in DIRECTIONS},
+            "disc_source": terms["disc_source"],
+            **{f"null_{d}": terms[f"null_{d}"] for d in DIRECTIONS},
         },
         schema=SCORE_SCHEMA,
     )
-    est = engine.stats
-    stats = {
-        "pairs": n,
-        "queries": len(np.unique(qid)),
+
+
+def _stats(
+    w: Windows, u_ctx: np.ndarray, t0: float, gen: dict[str, Any], source: np.ndarray
+) -> dict[str, Any]:
+    return {
+        "pairs": len(w),
+        "queries": len(np.unique(w.qid)),
         "contexts": len(u_ctx),
-        "gen_seconds": round(gen_seconds, 3),
+        "gen_seconds": gen["gen_seconds"],
         "seconds": round(time.perf_counter() - t0, 3),
-        "forward_calls": est.forward_calls,
-        "encoder_sources": est.encoder_sources,
-        "target_tokens": est.target_tokens,
-        "padded_tokens": est.padded_tokens,
-        "oom_retries": est.oom_retries,
+        "forward_calls": gen["forward_calls"],
+        "encoder_sources": gen["encoder_sources"],
+        "target_tokens": gen["target_tokens"],
+        "padded_tokens": gen["padded_tokens"],
+        "oom_retries": gen["oom_retries"],
         "disc_from_screen": int(np.sum(source == "screen")),
         "disc_from_model": int(np.sum(source == "model")),
         "disc_missing": int(np.sum(source == "missing")),
-        "cache_hits": cache_hits,  # generative terms read from the score cache, not computed
-        "backend": meta["backend"],
+        "cache_hits": gen["cache_hits"],  # generative terms read from the score cache
+        "backend": gen["backend"],
     }
-    return table, stats
-
-
-def _score_cache(
-    ctx: StageContext, p: ScoreParams, meta: dict[str, Any], device: str
-) -> ScoreCache:
-    """The cache of this scorer and numeric mode: keyed by what decides the scores
-    (tasks/generator.py scorer_identity); generator artefacts published before the identity was
-    recorded keep their fingerprint, and with it their cache."""
-    bf16 = (device == "cuda" and p.bf16_on_cuda) or (device == "cpu" and p.bf16_on_cpu)
-    scorer_id = meta.get("scorer_id") or ctx.input("generator").fingerprint
-    int8 = device == "cpu" and p.int8_on_cpu
-    mode = "int8-channel-fp32head-fp32down" if int8 else ("bf16" if bf16 else "fp32")
-    return ScoreCache(ctx.store.root, f"{scorer_id}-{mode}")
-
-
-def _generate(
-    engine: ScoringEngine,
-    cache: ScoreCache | None,
-    lefts: np.ndarray,
-    sents: np.ndarray,
-    rights: np.ndarray,
-    directions: list[str],
-) -> tuple[dict[str, np.ndarray], int]:
-    """The generative terms of the rows whose target is not empty (0.0 for the others: a
-    one-sided generated slot has no c< or no c>); see ``_generate_rows``."""
-    out = {d: np.zeros(len(sents), np.float32) for d in directions}
-    groups: dict[bytes, list[str]] = {}  # rows -> directions whose targets are those rows
-    for d in directions:
-        target = {"left": lefts, "right": rights}.get(d, sents)
-        groups.setdefault(np.flatnonzero(target != "").tobytes(), []).append(d)
-    hits = 0
-    for rows_b, dirs in groups.items():
-        rows = np.frombuffer(rows_b, dtype=np.intp)
-        if not len(rows):
-            continue
-        got, h = _generate_rows(engine, cache, lefts[rows], sents[rows], rights[rows], dirs)
-        for d in dirs:
-            out[d][rows] = got[d]
-        hits += h
-    return out, hits
-
-
-def _generate_rows(
-    engine: ScoringEngine,
-    cache: ScoreCache | None,
-    lefts: np.ndarray,
-    sents: np.ndarray,
-    rights: np.ndarray,
-    directions: list[str],
-) -> tuple[dict[str, np.ndarray], int]:
-    """The generative terms, each window and direction computed once per artefact root: read
-    from the score cache (store/score_cache.py) where an earlier run scored it, the rest through
-    the engine (and added to the cache). Returns the terms and the number of cache hits."""
-    if cache is None:
-        return engine.score(lefts.tolist(), sents.tolist(), rights.tolist(), directions), 0
-    keys = window_keys(lefts.tolist(), sents.tolist(), rights.tolist())
-    out: dict[str, np.ndarray] = {}
-    missing: dict[bytes, list[str]] = {}  # rows to compute -> the directions that miss them
-    hits = 0
-    for d in directions:
-        found, out[d] = cache.get(d, keys)
-        hits += int(found.sum())
-        missing.setdefault(np.flatnonzero(~found).tobytes(), []).append(d)
-    for rows, dirs in missing.items():
-        todo = np.frombuffer(rows, dtype=np.intp)
-        if not len(todo):
-            continue
-        # one engine call for the directions that miss the same rows (the usual case: all or
-        # none), so texts are tokenized and sorted once
-        got = engine.score(lefts[todo].tolist(), sents[todo].tolist(), rights[todo].tolist(), dirs)
-        for d in dirs:
-            out[d][todo] = got[d]
-            cache.put(d, [keys[i] for i in todo], got[d])
-    return out, hits
-
-
-def _null_terms(
-    engine: ScoringEngine,
-    cache: ScoreCache | None,
-    lefts: np.ndarray,
-    sents: np.ndarray,
-    rights: np.ndarray,
-    direction: str,
-) -> tuple[np.ndarray, int]:
-    """The ``pmi`` baseline of one term per row: the same target with the other side left out
-    (an empty text), computed once per distinct null window. Returns values and cache hits."""
-    empty = np.full(len(sents), "", dtype=object)
-    if direction == "fwd":
-        nl, ns, nr = empty, sents, empty
-    else:
-        nl, ns, nr = lefts, empty, rights
-    # distinct null windows by their texts (_generate hashes only those for the cache)
-    _, first, inverse = np.unique(
-        nl + "\x1f" + ns + "\x1f" + nr, return_index=True, return_inverse=True
-    )
-    got, hits = _generate(engine, cache, nl[first], ns[first], nr[first], [direction])
-    return got[direction][inverse].astype(np.float32), hits
-
-
-def _disc(
-    ctx: StageContext,
-    p: ScoreParams,
-    qid: np.ndarray,
-    cid: np.ndarray,
-    w: _Windows,
-) -> tuple[np.ndarray, np.ndarray]:
-    """log sigmoid(disc logit) per pair, and where it came from."""
-    n = len(qid)
-    disc = np.zeros(n, np.float32)
-    source = np.full(n, "missing", dtype=object)
-    if p.lambda_disc == 0.0:
-        source[:] = "off"
-        return disc, source
-    if "screen" in ctx.upstream:
-        sc = ctx.input("screen").read_table(["query_id", "context_id", "disc_logit"])
-        key = sc.column("query_id").to_numpy() * (1 << 32) + sc.column("context_id").to_numpy()
-        order = np.argsort(key, kind="stable")
-        key, logit = key[order], sc.column("disc_logit").to_numpy()[order]
-        want = qid * (1 << 32) + cid
-        pos = np.minimum(np.searchsorted(key, want), max(len(key) - 1, 0))
-        hit = (key[pos] == want) if len(key) else np.zeros(n, bool)
-        disc[hit] = log_sigmoid(logit[pos[hit]])
-        source[hit] = "screen"
-    todo = np.flatnonzero(source == "missing")
-    both_sides = [bool(w.left_ids[w.crow[r]]) and bool(w.right_ids[w.crow[r]]) for r in todo]
-    todo = todo[np.asarray(both_sides, bool)] if len(todo) else todo
-    if len(todo) and "discriminator" in ctx.upstream:
-        logits = _disc_model(ctx, p, todo, w)
-        disc[todo] = log_sigmoid(logits)
-        source[todo] = "model"
-    return disc, source
-
-
-def _disc_model(
-    ctx: StageContext,
-    p: ScoreParams,
-    todo: np.ndarray,
-    w: _Windows,
-) -> np.ndarray:
-    """Eq. (1) logits with the discriminator model, encoding sides as the screen does
-    (each sentence cut to ``max_tokens``, a side's sentences concatenated)."""
-    from ctxsim.models.discriminator import encode_texts, pad_batch
-    from ctxsim.scores.loading import load_discriminator
-
-    model, encode, meta = load_discriminator(ctx.input("discriminator").files_dir, "cpu")
-    max_tokens = int(meta["max_tokens"])
-    cache: dict[str, np.ndarray] = {}
-
-    def enc(text: str) -> np.ndarray:
-        if text not in cache:  # never empty, exactly as the screen encodes
-            cache[text] = encode_texts(encode, [text], max_tokens)[0]
-        return cache[text]
-
-    def side(ids: list[int]) -> np.ndarray:
-        return np.concatenate([enc(w.s_text[np.searchsorted(w.s_keys, i)]) for i in ids])
-
-    out = np.empty(len(todo), np.float32)
-    with torch.no_grad():
-        for lo in range(0, len(todo), p.disc_batch):
-            rows = todo[lo : lo + p.disc_batch]
-            lb = pad_batch([side(w.left_ids[w.crow[r]]) for r in rows])
-            cb = pad_batch([enc(w.sents[r]) for r in rows])
-            rb = pad_batch([side(w.right_ids[w.crow[r]]) for r in rows])
-            out[lo : lo + len(rows)] = model(lb, cb, rb).float().numpy()
-    return out
