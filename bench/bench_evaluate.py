@@ -70,14 +70,15 @@ def _sentences(n: int) -> tuple[list[str], str]:
 
 
 def bench_encode(model, n: int, repeat: int) -> list[dict]:
-    from ctxsim.tasks.evaluate.encoders import _forward, encode_sentences
+    from ctxsim.models.sentence_encoder import forward
+    from ctxsim.tasks.evaluate.encoders import encode_sentences
 
     texts, src = _sentences(n)
     bs = 64
 
     def naive():
         for i in range(0, len(texts), bs):
-            _forward(model, texts[i : i + bs])
+            forward(model, texts[i : i + bs])
 
     cands = {
         "ours (token-length buckets)": lambda: encode_sentences(model, texts, bs),
@@ -103,8 +104,9 @@ def bench_encode(model, n: int, repeat: int) -> list[dict]:
 
 
 def bench_rcmd_vs_cosine(model, n_pairs: int, lengths: list[int], repeat: int) -> list[dict]:
+    from ctxsim.models.sentence_encoder import forward
     from ctxsim.models.similarity import cosine_paired, mean_pool, rcmd_paired
-    from ctxsim.tasks.evaluate.encoders import _forward, score_pairs
+    from ctxsim.tasks.evaluate.encoders import score_pairs
 
     rows = []
     rng = random.Random(0)
@@ -115,7 +117,7 @@ def bench_rcmd_vs_cosine(model, n_pairs: int, lengths: list[int], repeat: int) -
         t_cos = median(timeit(lambda: score_pairs(model, s1, s2, 64, ("cosine",)), repeat, 1))
         t_rcmd = median(timeit(lambda: score_pairs(model, s1, s2, 64, ("rcmd",)), repeat, 1))
         k = min(64, n_pairs)  # the similarity op alone on k pairs of precomputed token vectors
-        out = _forward(model, s1[:k] + s2[:k])
+        out = forward(model, s1[:k] + s2[:k])
         t, m = out["token_embeddings"].float(), out["attention_mask"].bool()
         op_cos = median(
             timeit(

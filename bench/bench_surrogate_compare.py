@@ -1,4 +1,4 @@
-"""Do ctxsim's labels teach? The surrogate trained on them against the cheap peers (issue 18).
+"""Do ctxsim's labels teach? The surrogate trained on them against the cheap peers.
 
 Every arm is the `train` stage of one run (``ctxsim run --until train``), so the pipeline's own
 code trains it and the artefact store reuses what is done: the same label artefact (same pairs and
@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from bench.harness import RESULTS_DIR, write_results
+from ctxsim.models.objectives import get_objective
+from ctxsim.store.artefacts import total_cpu_seconds
 
 #: arm name -> train overrides. ctxsim-L2 is the paper's literal target (L2 on the raw labels).
 ARMS: dict[str, dict[str, str]] = {
@@ -58,12 +60,14 @@ def label_and_pair_stages() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return labelling, tuple(n for n in to_label if n not in labelling)
 
 
-def _cpu_s(stage_path: str) -> float | None:
-    m = Path(stage_path) / "_MANIFEST.json"
-    if not m.exists():
-        return None
-    stats = json.loads(m.read_text()).get("stats", {})
-    return float(stats["cpu_seconds"]) if "cpu_seconds" in stats else None
+def arm_label_cpu(objective: str, eq4_cpu: float, metrics: dict[str, Any]) -> float:
+    """What an arm's labels cost: the labelling stages' CPU for an objective that trains on Eq. 4
+    labels, the train stage's own labelling CPU for one that labels the pairs itself (TF-IDF,
+    a teacher), nothing for one without labels (models/objectives/)."""
+    obj = get_objective(objective)
+    if obj.eq4_labels:
+        return float(eq4_cpu)
+    return float(metrics.get("label_cpu_seconds") or 0.0) if obj.computes_labels else 0.0
 
 
 def train_arm(
@@ -284,14 +288,14 @@ def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, di
     first = next(iter(trained.values()))
     rec = first["record"]["stages"]
     label_stages, pair_stages = label_and_pair_stages()
-    pair_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in pair_stages if s in rec)
-    eq4_cpu = sum(_cpu_s(rec[s]["path"]) or 0.0 for s in label_stages if s in rec)
+    pair_cpu = total_cpu_seconds(rec[s]["path"] for s in pair_stages if s in rec)
+    eq4_cpu = total_cpu_seconds(rec[s]["path"] for s in label_stages if s in rec)
     rows, ci_rows = [], []
     for arm, t in trained.items():
         m = t["metrics"]
         sp = {k: M.spearman(*preds[arm][k]) for k in keys}  # x100 already
         objective = ARMS[arm.split("+", 1)[-1]]["objective"]
-        label_cpu = {"ctxsim": eq4_cpu, "tfidf": m.get("label_cpu_seconds", 0.0)}.get(objective, 0)
+        label_cpu = arm_label_cpu(objective, eq4_cpu, m)
         row: dict[str, Any] = {"backbone": args.backbone, "arm": arm}
         row.update({k: round(v, 2) for k, v in sp.items()})
         row["avg"] = round(float(np.mean([sp[k] for k in avg_keys])), 2) if avg_keys else None
@@ -300,7 +304,8 @@ def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, di
             round(m["best_dev_spearman"], 2) if m.get("best_dev_spearman") is not None else None
         )
         row["label_cpu_s"] = round(float(label_cpu), 1)
-        row["pair_mining_cpu_s"] = round(pair_cpu, 1) if objective in ("ctxsim", "tfidf") else 0.0
+        labelled = get_objective(objective).labelled  # trains on the mined pairs' labels
+        row["pair_mining_cpu_s"] = round(pair_cpu, 1) if labelled else 0.0
         row["train_cpu_s"] = round(float(m["train_cpu_seconds"]), 1)
         rows.append(row)
         for ref in REFERENCES:

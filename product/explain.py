@@ -213,8 +213,8 @@ def _scores(
     cids: np.ndarray,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """S(text, c) for each c of ``cids`` with the run's score settings (cache first)."""
-    from ctxsim.scores import ScoreParams, score_rows
-    from ctxsim.store.stage import RunParams, StageContext
+    from ctxsim.scores import ScoreParams, score_with_artefacts
+    from ctxsim.store.stage import RunParams
 
     p = ScoreParams(**record["config"].get("score", {}))
     upstream = {k: arts[k] for k in ("contexts", "shard", "generator") if k in arts}
@@ -223,23 +223,15 @@ def _scores(
     missing = {"contexts", "shard", "generator"} - set(upstream)
     if missing:
         raise ValueError(f"run {record['run_id']} lacks {sorted(missing)}: cannot compute S")
-    with tempfile.TemporaryDirectory(prefix="ctxsim-explain-") as work:
-        ctx = StageContext(
-            stage="score",
-            params=p,
-            run=RunParams(**{**record["config"]["run"], "quiet": True}),
-            fingerprint="explain",
-            upstream=upstream,
-            store=store,
-            workdir=Path(work),
-        )
-        table, stats = score_rows(
-            ctx,
-            p,
-            np.full(len(cids), qid, np.int64),
-            np.asarray(cids, np.int64),
-            np.asarray([text] * len(cids), dtype=object),
-        )
+    table, stats = score_with_artefacts(
+        store,
+        RunParams(**{**record["config"]["run"], "quiet": True}),
+        p,
+        upstream,
+        np.full(len(cids), qid, np.int64),
+        np.asarray(cids, np.int64),
+        np.asarray([text] * len(cids), dtype=object),
+    )
     return table.column("S").to_numpy(zero_copy_only=False).astype(np.float64), stats
 
 

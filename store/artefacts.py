@@ -22,6 +22,7 @@ import shutil
 import socket
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,13 @@ class Artefact:
     def stats(self) -> dict[str, Any]:
         return self.manifest.get("stats", {})
 
+    @property
+    def cpu_seconds(self) -> float | None:
+        """The CPU-seconds its computation took (every shard), as its manifest records them;
+        None for an artefact published before they were recorded."""
+        value = self.stats.get("cpu_seconds")
+        return float(value) if value is not None else None
+
     def read_table(self, columns: list[str] | None = None) -> pa.Table:
         parts = self.parts
         if not parts:
@@ -130,6 +138,26 @@ class Artefact:
 
     def read_part(self, shard: int, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(self.path / part_name(shard), columns=columns)
+
+
+def artefact_at(path: str | Path, verify: bool = False) -> Artefact | None:
+    """The published artefact whose folder is ``path`` (``ROOT/<stage>/<fingerprint>``, as a run
+    record names it), read through its store (``verify``: check its parts too); None when none
+    is published there."""
+    path = Path(path).expanduser()
+    return ArtefactStore(path.parent.parent, create=False).get(
+        path.parent.name, path.name, verify=verify
+    )
+
+
+def total_cpu_seconds(paths: Iterable[str | Path]) -> float:
+    """The CPU-seconds of the artefacts at ``paths`` together (what a run's stages cost, from
+    their manifests); one not published there, or not recording them, counts 0."""
+    total = 0.0
+    for path in paths:
+        art = artefact_at(path)
+        total += (art.cpu_seconds if art is not None else None) or 0.0
+    return total
 
 
 class ArtefactStore:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ctxsim.models.dynamax import dynamax_pairs
+from ctxsim.models.sentence_encoder import build_model, forward
 from ctxsim.models.similarity import (
     cosine_paired,
     rcmd_paired,
@@ -18,8 +18,6 @@ from ctxsim.models.similarity import (
 
 def load_st(path: str | Path, device: str = "cpu", max_seq_length: int | None = None):
     """A SentenceTransformer from a saved directory (or a plain transformers dir, mean-pooled)."""
-    from ctxsim.tasks.train import build_model
-
     model = build_model(str(path), max_seq_length or 128, device)
     if max_seq_length:
         model.max_seq_length = max_seq_length
@@ -39,24 +37,13 @@ def _token_lengths(model, texts: Sequence[str]) -> np.ndarray:
     return np.array([len(x) for x in enc["input_ids"]])
 
 
-def _forward(model, texts: list[str]) -> dict[str, Any]:
-    import torch
-
-    feats = model.preprocess(texts)
-    dev = model.device
-    feats = {k: (v.to(dev) if hasattr(v, "to") else v) for k, v in feats.items()}
-    use_bf16 = dev.type == "cuda" and torch.cuda.is_bf16_supported()
-    with torch.inference_mode(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_bf16):
-        return model(feats)
-
-
 def encode_sentences(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
     """Sentence embeddings with length bucketing on true token lengths (Sun et al. Sec. 4.2)."""
     order = np.argsort(-_token_lengths(model, texts), kind="stable")
     out: list[np.ndarray] = []
     for i in range(0, len(order), batch_size):
         batch = [texts[j] for j in order[i : i + batch_size]]
-        out.append(_forward(model, batch)["sentence_embedding"].float().cpu().numpy())
+        out.append(forward(model, batch)["sentence_embedding"].float().cpu().numpy())
     emb = np.concatenate(out) if out else np.zeros((0, 0), np.float32)
     res = np.empty_like(emb)
     res[order] = emb
@@ -79,7 +66,7 @@ def score_pairs(
     half = max(1, batch_size // 2)
     for i in range(0, len(order), half):
         idx = order[i : i + half]
-        out = _forward(model, [s1[j] for j in idx] + [s2[j] for j in idx])
+        out = forward(model, [s1[j] for j in idx] + [s2[j] for j in idx])
         b = len(idx)
         if "cosine" in res:
             e = out["sentence_embedding"].float()
