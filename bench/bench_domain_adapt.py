@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_surrogate_compare import _cpu_s, label_and_pair_stages
+from bench.bench_surrogate_compare import arm_label_cpu, label_and_pair_stages
 from bench.harness import RESULTS_DIR, write_results
 
 #: arm name -> train overrides
@@ -84,18 +85,18 @@ def arm_lr(config: str, base: list[str], arm: str, extra: list[str]) -> float:
     return float(load_config(config, arm_overrides(base, arm, extra)).stages["train"].lr)
 
 
-def reuse_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[str], fp: str):
-    """An arm trained before (train artefact ``fp`` of the same root), taken instead of training
-    again when it is what training now would give: the same train settings, and labels whose
-    pairs, values and splits equal the current label artefact's (a label version bump that left
-    the labels as they were changes every fingerprint, not the data). Else an error saying why."""
+def check_reuse(config: str, base: list[str], arm: str, extra: list[str], fp: str) -> Any:
+    """The train artefact ``fp`` an arm may be taken from, checked before anything is labelled:
+    a safe name, published on the config's root, trained with the arm's train and run settings.
+    Else a one-line SystemExit saying why."""
     from ctxsim.flows.config import load_config
-    from ctxsim.flows.pipeline import run_pipeline
-    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.artefacts import ArtefactStore, StoreError, safe_name
 
-    sets = arm_overrides(base, arm, extra)
-    rec = run_pipeline(config, sets, None, "label", f"{prefix}-{arm}")
-    cfg = load_config(config, sets)
+    try:
+        safe_name(fp, "train fingerprint")
+    except StoreError as e:
+        raise SystemExit(f"--reuse {arm}={fp}: {e}") from None
+    cfg = load_config(config, arm_overrides(base, arm, extra))
     store = ArtefactStore(cfg.run.root, create=False)
     old = store.get("train", fp)
     if old is None:
@@ -111,9 +112,22 @@ def reuse_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[s
     run_then = old.manifest["fingerprint_payload"]["run"]
     if run_then != {k: getattr(cfg.run, k) for k in run_then}:
         raise SystemExit(f"--reuse {arm}={fp}: trained with other run settings: {run_then}")
+    return old
+
+
+def reuse_arm(config: str, base: list[str], arm: str, prefix: str, extra: list[str], fp: str):
+    """An arm trained before (train artefact ``fp`` of the same root), taken instead of training
+    again when it is what training now would give: ``check_reuse``'s settings, and labels whose
+    pairs, values and splits equal the current label artefact's (a label version bump that left
+    the labels as they were changes every fingerprint, not the data). Else an error saying why."""
+    from ctxsim.flows.pipeline import run_pipeline
+    from ctxsim.store.artefacts import artefact_at
+
+    old = check_reuse(config, base, arm, extra, fp)
+    rec = run_pipeline(config, arm_overrides(base, arm, extra), None, "label", f"{prefix}-{arm}")
     metrics = json.loads((old.files_dir / "metrics.json").read_text())
-    then = store.get("label", metrics["label_run"])
-    now = store.get("label", Path(rec["stages"]["label"]["path"]).name)
+    now = artefact_at(rec["stages"]["label"]["path"], verify=True)
+    then = artefact_at(now.path.parent / metrics["label_run"], verify=True) if now else None
     if then is None or not then.read_table(_TRAINING_DATA).equals(now.read_table(_TRAINING_DATA)):
         raise SystemExit(f"--reuse {arm}={fp}: trained on other labels ({metrics['label_run']})")
     return {"record": rec, "model": str(old.files_dir / "model"), "metrics": metrics}
@@ -128,7 +142,7 @@ def label_agreement(label: Any, encoders: list[str]) -> list[dict[str, Any]]:
 
     from ctxsim.models.objectives import teacher_cosine, tfidf_cosine
     from ctxsim.models.registry import resolve_model
-    from ctxsim.tasks.train import build_model
+    from ctxsim.models.sentence_encoder import build_model
 
     t = label.read_table(["s1", "s2", "label", "split", "source"])
     train = np.asarray(t.column("split").to_pylist()) == "train"
@@ -154,25 +168,68 @@ def label_agreement(label: Any, encoders: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def score_arm(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int) -> dict:
-    """Per-pair cosines, per-query retrieval metrics and STS cosines of one model (cached)."""
-    from ctxsim.models import domain_metrics as D
-    from ctxsim.tasks.evaluate import load_st, score_pairs
-    from ctxsim.tasks.evaluate.domain import pair_scores, qa_similarity
+#: bump when what score_arm computes changes (its cache keys change with it)
+SCORES_VERSION = "2"
 
-    key = f"{Path(model_dir).parent.parent.name}-{max_seq}"
-    path = cache / f"{key}.npz"
+
+def _digest(*parts: Any) -> str:
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(json.dumps(part, sort_keys=True, default=str).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def model_digest(model_dir: str) -> str:
+    """A hash of a model directory's files (names and bytes; "tfidf": the no-model reference):
+    a retrained model at the same path is another model."""
+    from ctxsim.store.artefacts import content_digest
+
+    if model_dir == "tfidf":
+        return "tfidf"
+    root = Path(model_dir)
+    files = sorted(f for f in root.rglob("*") if f.is_file() and not f.name.startswith("."))
+    if not files:
+        raise SystemExit(f"{model_dir}: no model files")
+    return _digest({f.relative_to(root).as_posix(): content_digest(f) for f in files})
+
+
+def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
+    """The arm-score cache key: everything the cached scores depend on: the model's content, the
+    content of every evaluation set (pairs and labels, questions, answers and their relevance,
+    STS pairs and gold: so the files and the --sts-sets chosen), the sequence cap and the
+    version of the scoring code."""
+    sets = (
+        [("pairs", p.name, p.s1, p.s2, p.labels) for p in pair_sets]
+        + [("qa", q.name, q.questions, q.answers, q.relevant) for q in qa_sets]
+        + [("sts", s.name, s.s1, s.s2, s.gold) for s in sts]
+    )
+    return _digest(SCORES_VERSION, model_digest(model_dir), _digest(sets), int(max_seq))
+
+
+def score_arm(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int) -> dict:
+    """Per-pair cosines, per-query retrieval metrics (through the evaluate stage's
+    ``evaluate_domain``) and STS cosines of one model ("tfidf": TF-IDF 1-2 grams), cached under
+    ``arm_cache_key``."""
+    from ctxsim.tasks.evaluate import load_st, score_pairs
+    from ctxsim.tasks.evaluate.domain import evaluate_domain
+
+    path = cache / f"{arm_cache_key(model_dir, pair_sets, qa_sets, sts, max_seq)}.npz"
     if path.exists():
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
     model = load_st(model_dir, "cpu", max_seq) if model_dir != "tfidf" else None
+    dom = evaluate_domain(
+        {"arm": model}, pair_sets, qa_sets, batch_size=64, bootstrap_resamples=0, per_item=True
+    )
     out: dict[str, np.ndarray] = {}
-    for ps in pair_sets:
-        out[f"pairs/{ps.name}"] = pair_scores(model, ps, 64)
-    for qa in qa_sets:
-        per = D.retrieval_per_query(qa_similarity(model, qa, 64), qa.relevant)
-        for metric, v in per.items():
-            out[f"qa/{qa.name}/{metric}"] = v
+    for name, by_system in dom["per_item"]["pairs"].items():
+        out[f"pairs/{name}"] = by_system["arm"]
+    for name, by_system in dom["per_item"]["retrieval"].items():
+        for metric, v in by_system["arm"].items():
+            out[f"qa/{name}/{metric}"] = v
     for s in sts:
         if model is None:
             from ctxsim.models.objectives import tfidf_cosine
@@ -181,7 +238,9 @@ def score_arm(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int
         else:
             out[f"sts/{s.name}"] = score_pairs(model, s.s1, s.s2, 64, ("cosine",))["cosine"]
     cache.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **out)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
+    np.savez(tmp, **out)
+    os.replace(tmp, path)  # never a half-written cache file under the key
     return out
 
 
@@ -257,6 +316,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from ctxsim.flows.config import load_config
     from ctxsim.flows.prefect_env import configure_prefect
+    from ctxsim.store.artefacts import total_cpu_seconds
 
     configure_prefect(load_config(args.config, args.sets).run.root)
     from ctxsim.readers.domain import discover_domain
@@ -277,6 +337,8 @@ def main(argv: list[str] | None = None) -> None:
         if not sep or arm not in ARMS:
             ap.error(f"--reuse {spec!r}: use ARM=TRAIN_FINGERPRINT with ARM in {list(ARMS)}")
         reuse[arm] = fp
+    for arm, fp in reuse.items():  # every reused arm checked before anything is labelled
+        check_reuse(args.config, args.sets, arm, arm_sets.get(arm, []), fp)
     pair_sets, qa_sets = discover_domain(args.eval_dir)
     if not pair_sets and not qa_sets:
         ap.error(f"--eval-dir {args.eval_dir}: no *.pairs.tsv or *_qa.jsonl found")
@@ -300,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
 
         row_name = f"{name} as downloaded"
         scores[row_name] = score_arm(
-            str(resolve_model(name)), pair_sets, qa_sets, sts, cache / name, args.max_seq_length
+            str(resolve_model(name)), pair_sets, qa_sets, sts, cache, args.max_seq_length
         )
         rows.append({"arm": row_name, **summarise(scores[row_name], pair_sets, qa_sets, sts)})
     label_cpu = pair_cpu = None
@@ -314,8 +376,8 @@ def main(argv: list[str] | None = None) -> None:
         stages = t["record"]["stages"]
         if label_cpu is None:
             labelling, pairing = label_and_pair_stages()
-            label_cpu = sum(_cpu_s(stages[s]["path"]) or 0.0 for s in labelling if s in stages)
-            pair_cpu = sum(_cpu_s(stages[s]["path"]) or 0.0 for s in pairing if s in stages)
+            label_cpu = total_cpu_seconds(stages[s]["path"] for s in labelling if s in stages)
+            pair_cpu = total_cpu_seconds(stages[s]["path"] for s in pairing if s in stages)
         scores[arm] = score_arm(t["model"], pair_sets, qa_sets, sts, cache, args.max_seq_length)
         m = t["metrics"]
         rows.append(
@@ -324,12 +386,7 @@ def main(argv: list[str] | None = None) -> None:
                 **summarise(scores[arm], pair_sets, qa_sets, sts),
                 "lr": arm_lr(args.config, args.sets, arm, extra),
                 "steps": m.get("steps"),
-                "label CPU-s": round(
-                    label_cpu
-                    if ARMS[arm]["objective"] in ("ctxsim", "joint")
-                    else float(m.get("label_cpu_seconds") or 0.0),
-                    1,
-                ),
+                "label CPU-s": round(arm_label_cpu(ARMS[arm]["objective"], label_cpu, m), 1),
                 "train CPU-s": round(float(m.get("train_cpu_seconds") or 0.0), 1),
                 "model": t["model"],
             }

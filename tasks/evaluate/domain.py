@@ -62,12 +62,17 @@ def evaluate_domain(
     seed: int = 0,
     reference: str = "surrogate",
     log: Any = None,
+    per_item: bool = False,
 ) -> dict[str, Any]:
     """Scores of every system (name -> SentenceTransformer, or None for TF-IDF) on every set,
-    and paired intervals of ``reference`` minus each other system."""
+    and paired intervals of ``reference`` minus each other system. ``per_item`` adds
+    ``out["per_item"]``: each system's cosine per pair and retrieval metrics per question, for
+    intervals against systems scored in another call (the domain-adaptation bench)."""
     out: dict[str, Any] = {"pairs": {}, "retrieval": {}, "bootstrap": {}}
+    items: dict[str, Any] = {"pairs": {}, "retrieval": {}}
     for ps in pair_sets:
         preds = {name: pair_scores(m, ps, batch_size) for name, m in systems.items()}
+        items["pairs"][ps.name] = preds
         out["pairs"][ps.name] = {
             name: D.pair_classification_scores(p, ps.labels) for name, p in preds.items()
         }
@@ -84,6 +89,7 @@ def evaluate_domain(
             name: D.retrieval_per_query(qa_similarity(m, qa, batch_size), qa.relevant)
             for name, m in systems.items()
         }
+        items["retrieval"][qa.name] = per
         out["retrieval"][qa.name] = {name: D.retrieval_scores(v) for name, v in per.items()}
         if reference in per and bootstrap_resamples > 0:
             for name, v in per.items():
@@ -102,6 +108,8 @@ def evaluate_domain(
                 len(qa),
                 len(qa.answers),
             )
+    if per_item:
+        out["per_item"] = items
     return out
 
 
