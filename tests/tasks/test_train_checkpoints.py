@@ -1,4 +1,4 @@
-"""The train stage's checkpoints are checked caches (issue 31 item 2): each one is sealed with a
+"""The train stage's checkpoints are checked caches: each one is sealed with a
 sha256 of its files when the trainer saves it; a resume checks it first, and one whose bytes
 changed is moved aside with a warning, the resume taking an earlier good one, or starting over.
 """
