@@ -113,14 +113,20 @@ def main(argv: list[str] | None = None) -> None:
     from bench.bench_domain_adapt import intervals, score_arm, summarise
     from bench.harness import RESULTS_DIR, write_results
     from ctxsim.flows.config import load_config
-    from ctxsim.flows.pipeline import run_pipeline
-    from ctxsim.flows.prefect_env import configure_prefect
+    from ctxsim.flows.pipeline import execute
     from ctxsim.models.registry import resolve_model
     from ctxsim.readers.domain import discover_domain
     from ctxsim.readers.sts import discover
 
     cfg = load_config(args.config, args.sets)
-    configure_prefect(cfg.run.root)
+
+    def run_until(stage: str, sets: list[str], run_id: str) -> dict[str, Any]:
+        """The config's stages through ``stage``, in this process (no Prefect server: a bench
+        beside a running pipeline on a busy machine need not start one); reuses artefacts."""
+        return execute(
+            load_config(args.config, sets), until=stage, run_id=run_id, use_prefect=False
+        )
+
     pair_sets, qa_sets = discover_domain(args.eval_dir)
     if not pair_sets and not qa_sets:
         ap.error(f"--eval-dir {args.eval_dir}: no *.pairs.tsv or *_qa.jsonl found")
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         overrides = arms[arm]
         metrics: dict[str, Any] = {}
         if adapted is None and arm in ("closed-form", "student-from-adapted"):
-            rec = run_pipeline(args.config, args.sets, None, "embed", f"{args.run_prefix}-embed")
+            rec = run_until("embed", args.sets, f"{args.run_prefix}-embed")
             adapted = adapted_encoder(Path(rec["stages"]["embed"]["path"]), cache / "models")
         if overrides is None:
             model = str(resolve_model(backbone)) if arm == "none" else str(adapted)
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
             if arm == "student-from-adapted":
                 overrides = [f"train.backbone={adapted}"]
             sets = [*args.sets, *overrides]
-            rec = run_pipeline(args.config, sets, None, "train", f"{args.run_prefix}-{arm}")
+            rec = run_until("train", sets, f"{args.run_prefix}-{arm}")
             cpu[arm] = stage_cpu(rec)
             train = Path(rec["stages"]["train"]["path"])
             model = str(train / "files" / "model")
