@@ -97,6 +97,10 @@ def run(
         cfg = load_config(config, overrides, root)
         if run_id is not None:
             safe_name(run_id, "run id")
+        else:  # named here, so that an interrupted or failed run can be named and resumed
+            from ctxsim.flows.pipeline import new_run_id
+
+            run_id = new_run_id()
         if until is not None and until not in cfg.stage_names:
             raise ConfigError(f"--until {until!r} is not a stage of {config}")
         preflight(cfg)
@@ -105,18 +109,25 @@ def run(
 
         os.environ["TQDM_DISABLE"] = "1"
     configure_prefect(cfg.run.root)
-    from ctxsim.flows.cli_errors import hide_input_error_tracebacks
+    from ctxsim.flows.cli_errors import disk_full, hide_input_error_tracebacks, interrupt_exits
     from ctxsim.flows.pipeline import run_pipeline
+    from ctxsim.flows.run_records import mark_ended
 
     hide_input_error_tracebacks()
+    resume = _resume_command(config, set_, root, until, run_id, no_progress or quiet)
     try:
-        record = run_pipeline(str(config), overrides, root, until, run_id)
-    except cli_error_types() as e:
-        _fail(e, 1)
-    except ConnectionError as e:
-        if not cfg.run.runner_address:
-            raise
-        _fail(_runner_connection_hint(e, cfg.run.task_runner, cfg.run.runner_address), 1)
+        with interrupt_exits(cfg.run.root, run_id, resume):
+            record = run_pipeline(str(config), overrides, root, until, run_id)
+    except Exception as e:  # never left "completed" (or "running") for a run that failed
+        mark_ended(cfg.run.root, run_id, "failed", f"{type(e).__name__}: {e}")
+        full = disk_full(e, cfg.run.root)
+        if full:
+            _fail(full, 1)
+        if isinstance(e, cli_error_types()):
+            _fail(e, 1)
+        if isinstance(e, ConnectionError) and cfg.run.runner_address:
+            _fail(_runner_connection_hint(e, cfg.run.task_runner, cfg.run.runner_address), 1)
+        raise
     if json_out:
         typer.echo(json.dumps(record, indent=2, default=str))
     else:
@@ -125,6 +136,26 @@ def run(
         _print_run(record)
         for line in summary_lines(record, config, root):
             typer.echo(line)
+
+
+def _resume_command(
+    config: Path,
+    set_: list[str] | None,
+    root: str | None,
+    until: str | None,
+    run_id: str,
+    no_progress: bool,
+) -> str:
+    """The `ctxsim run` command that resumes this run (same config, overrides and run id)."""
+    import shlex
+
+    args = ["ctxsim", "run", "--config", str(config)]
+    for ov in set_ or []:
+        args += ["--set", ov]
+    args += ["--root", root] if root else []
+    args += ["--until", until] if until else []
+    args += ["--no-progress"] if no_progress else []
+    return shlex.join([*args, "--run-id", run_id])
 
 
 def _runner_connection_hint(exc: BaseException, runner: str, address: str) -> str:

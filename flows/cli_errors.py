@@ -10,6 +10,7 @@ import contextlib
 import logging
 import traceback
 from collections.abc import Iterator
+from pathlib import Path
 
 import typer
 
@@ -46,8 +47,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 def cli_error_types() -> tuple[type[BaseException], ...]:
     """What a CLI command turns into one line: :func:`user_error_types` and any other
-    ValueError (an option or argument check raises a plain one; Prefect's console keeps the
-    traceback of those, which may be a bug inside a stage)."""
+    ValueError (an option or argument check, or a stage's check of its data, raises a plain
+    one). Their tracebacks, Prefect's included, are shown only with --verbose."""
     return (*user_error_types(), ValueError)
 
 
@@ -71,15 +72,27 @@ def user_errors(code: int = 1) -> Iterator[None]:
 
 class _NoInputErrorTraceback(logging.Filter):
     """Console only: Prefect logs a failed flow's traceback (~90 lines) before the CLI's one
-    line; for the user's input errors the traceback stays in Prefect's own log store (its
-    API handler has already formatted the record) and on the console with --verbose."""
+    line; for every error the CLI prints as one line (:func:`cli_error_types`) and for an
+    interrupt the traceback stays in Prefect's own log store (its API handler has already
+    formatted the record) and on the console with --verbose. A full disk is said once, by the
+    CLI: Prefect's lines about it are left out of the console."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if verbose():
+            return True
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and not verbose() and isinstance(exc, user_error_types()):
+        if (exc is not None and disk_full(exc, ".") is not None) or any(
+            s in record.getMessage() for s in _DISK_FULL
+        ):
+            return False
+        if exc is not None and isinstance(exc, (*cli_error_types(), KeyboardInterrupt)):
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+#: how a full disk reads in an error message (the OS's and SQLite's words)
+_DISK_FULL = ("No space left on device", "database or disk is full", "Disk quota exceeded")
 
 
 def hide_input_error_tracebacks() -> None:
@@ -91,3 +104,74 @@ def hide_input_error_tracebacks() -> None:
             isinstance(f, _NoInputErrorTraceback) for f in handler.filters
         ):
             handler.addFilter(_NoInputErrorTraceback())
+
+
+def _mount_point(path: Path) -> Path:
+    """The mount point of the file system holding ``path`` (its nearest existing folder)."""
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    dev = p.stat().st_dev
+    while p != p.parent and p.parent.stat().st_dev == dev:
+        p = p.parent
+    return p
+
+
+def disk_full(exc: BaseException, root: str | Path) -> str | None:
+    """``no space left on <file system> (<path>)`` when ``exc`` (or what caused it) is a full
+    disk: an ENOSPC or EDQUOT OSError, or SQLite's "database or disk is full" (Prefect's
+    database); None for anything else."""
+    import errno
+
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        path = None
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            path = Path(e.filename) if isinstance(e.filename, str) else Path(root)
+        elif "database or disk is full" in str(e):
+            path = Path(root) / "_prefect"
+        if path is not None:
+            try:
+                where = f"the file system at {_mount_point(path)}"
+            except OSError:
+                where = "the device"
+            return f"no space left on {where} ({path}); free space there and rerun to resume"
+        e = e.__cause__ or e.__context__
+    return None
+
+
+@contextlib.contextmanager
+def interrupt_exits(root: str | Path, run_id: str, resume: str) -> Iterator[None]:
+    """Ctrl-C in the block: one line (what is kept, the command to resume), the run recorded
+    "interrupted", exit 130 at once. Finished stages and shards are durable (a resume reuses
+    them, as after SIGKILL), so nothing is waited for: Prefect's crash reports against an API
+    that Ctrl-C has just stopped only printed tracebacks. With --verbose Python's default
+    handling (and its traceback) stays."""
+    import os
+    import signal
+    import sys
+
+    from ctxsim.flows.run_records import mark_ended, stages_in_order
+
+    def on_sigint(signum: int, frame: object) -> None:
+        record = mark_ended(root, run_id, "interrupted", "KeyboardInterrupt: Ctrl-C") or {}
+        done = [n for n, st in stages_in_order(record) if st.get("fingerprint")]
+        kept = f"the published stages {', '.join(done)} and" if done else ""
+        sys.stdout.flush()
+        sys.stderr.write(
+            f"interrupted: run {run_id} stopped; kept under {root}: {kept} every finished "
+            f"shard; resume with: {resume}\n"
+        )
+        sys.stderr.flush()
+        os._exit(130)
+
+    if verbose():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

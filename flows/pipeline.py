@@ -38,13 +38,16 @@ PERMANENT_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError,
 
 def is_transient(exc: BaseException | None) -> bool:
     """Worth a retry: what can pass on a second try (I/O hiccups other than a missing or
-    unreadable file, lost connections, time-outs, CUDA out-of-memory). Everything else (bad
-    input, shape errors, store errors, a corrupt gzip member) fails at once."""
+    unreadable file or a full disk, lost connections, time-outs, CUDA out-of-memory). Everything
+    else (bad input, shape errors, store errors, a corrupt gzip member) fails at once."""
+    import errno
     import gzip
     import zlib
 
     if exc is None:
         return False
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return False  # seconds later the disk is as full: say so once
     if isinstance(exc, ConnectionError | TimeoutError):
         return True
     if _is_cuda_oom(exc):
@@ -147,6 +150,11 @@ def _stats_artifact(name: str, art: Artefact, reused: bool) -> None:
         get_logger().warning("could not publish the %s artifact: %s", name, exc)
 
 
+def new_run_id() -> str:
+    """A fresh run id: ``run-<UTC-ish local time>-<4 hex>``."""
+    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
 _DEFAULT_THREADS: list[int] = []
 
 
@@ -174,9 +182,7 @@ def execute(
     """Run (or reuse) every stage in order; record the run under ROOT/runs/<run-id>.json."""
     log = get_logger()
     store = ArtefactStore(cfg.run.root)
-    run_id = safe_name(
-        run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}", "run id"
-    )
+    run_id = safe_name(run_id or new_run_id(), "run id")
     record: dict[str, Any] = {
         "run_id": run_id,
         "config_source": cfg.source,
@@ -252,7 +258,7 @@ def execute(
             if use_prefect:
                 _stats_artifact(name, art, reused)
     except BaseException as exc:
-        record["status"] = "failed"
+        record["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         record["error"] = f"{type(exc).__name__}: {exc}"
         record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         store.write_run(run_id, record)

@@ -1,9 +1,12 @@
 """Reading run records (ROOT/runs/<run-id>.json) for people: pipeline order, crashed runs.
 
-A record is written "running" when a run starts and "completed"/"failed" when it ends; a run
-killed with SIGKILL never writes the end. The record carries the process (host, pid and the
-pid's start time, so a recycled pid is not mistaken for it), and a "running" record whose
-process no longer exists on this host is shown as "crashed".
+A record is written "running" when a run starts and "completed", "failed" or "interrupted"
+(Ctrl-C) when it ends; a run killed with SIGKILL never writes the end. A run whose command
+fails after its flow wrote "completed" (Prefect's own state could not be saved: a full disk)
+is rewritten "failed" (:func:`mark_ended`): a record never says completed for a failed run.
+The record carries the process (host, pid and the pid's start time, so a recycled pid is not
+mistaken for it), and a "running" record whose process no longer exists on this host is shown
+as "crashed".
 """
 
 from __future__ import annotations
@@ -44,6 +47,30 @@ def process_alive(record: dict[str, Any]) -> bool | None:
         pass  # exists, owned by someone else
     started = record.get("pid_started")
     return started is None or _start_time(pid) in (None, started)
+
+
+def mark_ended(root: str | Path, run_id: str, status: str, error: str) -> dict[str, Any] | None:
+    """Rewrite run ``run_id``'s record as ``status`` ("failed", "interrupted") with ``error``,
+    unless it already says so; the record (None when there is none or it cannot be written:
+    on a full disk the old record stays, and the CLI's message says why)."""
+    import contextlib
+    import json
+    import time
+
+    from ctxsim.store.atomic import write_json_atomic
+
+    path = Path(root).expanduser() / "runs" / f"{run_id}.json"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("status") == status:
+        return record if isinstance(record, dict) else None
+    record.update(status=status, error=error)
+    record.setdefault("finished_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    with contextlib.suppress(OSError):
+        write_json_atomic(path, record)
+    return record
 
 
 def for_display(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

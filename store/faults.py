@@ -3,8 +3,10 @@
 ``CTXSIM_FAULT_FILE=/path/fault.json`` arms it; while that file exists and holds
 ``{"stage": "queries", "shard": 1, "kind": "permanent"}`` (optionally ``"root": "/abs/root"``
 to hit only runs on that artefact root), computing that shard raises
-(``permanent`` -> ValueError, which Prefect does not retry; ``transient`` -> OSError, retried),
-or with ``"kind": "delay", "seconds": 60`` sleeps first (a window to SIGKILL a run mid-stage).
+(``permanent`` -> ValueError, which Prefect does not retry; ``transient`` -> OSError, retried;
+``enospc`` -> the OSError a full disk raises, naming a file in the shard's partial folder), or
+with ``"kind": "delay", "seconds": 60`` sleeps first (a window to SIGKILL or Ctrl-C a run
+mid-stage).
 Delete the file and retry the run: finished shards are reused, the failed one is computed.
 Unset (the default) it costs one ``os.environ`` lookup per shard.
 
@@ -15,6 +17,7 @@ retry gets past; unset: every attempt).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -51,6 +54,9 @@ def maybe_fail(stage: str, shard: int, root: str | Path | None = None) -> None:
 
         time.sleep(float(spec.get("seconds", 60)))
         return
+    if spec.get("kind") == "enospc":
+        where = Path(root or ".") / stage / f"part-{shard:05d}.parquet"
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(where))
     msg = f"injected fault in {stage} shard {shard} (armed by {path})"
     if spec.get("kind", "permanent") == "transient":
         raise InjectedTransientFault(msg)

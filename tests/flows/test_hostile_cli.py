@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -281,3 +283,137 @@ def test_eval_and_corpus_files_with_a_bom_are_read(tmp_path):
     settings = ShardParams(paths=[str(tmp_path / "c.jsonl")], text_field="text")
     (section,) = list(iter_sections(settings, Counter()))
     assert "\ufeff" not in repr(section)
+
+
+# ---- real processes: Ctrl-C and a full disk ----------------------------------------------------
+def _ctxsim_run(root: Path, until: str, run_id: str) -> list[str]:
+    from tests.conftest import SAMPLE
+
+    return [
+        *(str(Path(sys.executable).with_name("ctxsim")), "run", "-c", str(QUICKSTART)),
+        *("--root", str(root), "--until", until, "--run-id", run_id, "--no-progress"),
+        *("--set", f"shard.paths=['{SAMPLE}']", "--set", "shard.n_shards=1"),
+    ]
+
+
+def test_ctrl_c_is_one_line_naming_what_is_kept_and_the_resume_command(tmp_path, prefect_env):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) in the middle of a stage:
+    one line, the record says "interrupted", and the command it prints resumes the run."""
+    import shlex
+    import signal
+    import subprocess
+    import time
+
+    root, fault = tmp_path / "root", tmp_path / "fault.json"
+    fault.write_text('{"stage": "contexts", "shard": 0, "kind": "delay", "seconds": 120}')
+    env = {**prefect_env, "CTXSIM_FAULT_FILE": str(fault)}
+    cmd = _ctxsim_run(root, "contexts", "r1")
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    attempts = Path(f"{fault}.attempts")
+    deadline = time.monotonic() + 240
+    while not attempts.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in out + err and "Crash detected" not in out + err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"interrupted: run r1 stopped; kept under {root}: the published ")
+    assert "stages shard and every finished shard; resume with: ctxsim run " in last
+    assert json.loads((root / "runs" / "r1.json").read_text())["status"] == "interrupted"
+    resume = shlex.split(last.split("resume with: ", 1)[1])  # the same command, run id given
+    given = ["--config" if a == "-c" else a for a in cmd[2:]]
+    assert resume[:2] == ["ctxsim", "run"] and sorted(resume[2:]) == sorted(given), resume
+
+
+def test_a_full_disk_is_one_line_and_the_run_is_not_recorded_completed(tmp_path, prefect_env):
+    """ENOSPC by fault injection (store/faults.py ``kind: enospc``; a real small file system
+    needs mount rights a CI runner may lack): one line naming the file system and the path."""
+    import subprocess
+
+    root, fault = tmp_path / "root", tmp_path / "fault.json"
+    fault.write_text('{"stage": "contexts", "shard": 0, "kind": "enospc"}')
+    env = {**prefect_env, "CTXSIM_FAULT_FILE": str(fault)}
+    res = subprocess.run(
+        _ctxsim_run(root, "contexts", "full"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 1 and "Traceback" not in out, out
+    assert res.stderr.strip().splitlines()[-1].startswith("error: no space left on the file ")
+    assert f"({root}" in res.stderr.strip().splitlines()[-1]
+    assert out.count("No space left") + out.count("no space left") == 1, out
+    record = json.loads((root / "runs" / "full.json").read_text())
+    assert record["status"] == "failed" and "No space left" in record["error"]
+
+
+def test_a_run_whose_prefect_database_fills_the_disk_is_not_left_completed(tmp_path, monkeypatch):
+    """The flow wrote "completed", then Prefect could not save its own state (SQLite: disk
+    full): the record is rewritten "failed" and the CLI says so once."""
+    import sqlite3
+
+    import ctxsim.flows.pipeline
+    from ctxsim.store.artefacts import ArtefactStore
+
+    def completed_then_full(config, overrides, root, until, run_id):
+        ArtefactStore(root).write_run(run_id, {"run_id": run_id, "status": "completed"})
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(ctxsim.flows.pipeline, "run_pipeline", completed_then_full)
+    root = tmp_path / "root"
+    res = CliRunner().invoke(app, ["run", "--root", str(root), "--run-id", "r"])
+    line = _error_line(res)
+    assert line.startswith("error: no space left on the file system at /")
+    assert f"({root / '_prefect'})" in line
+    record = json.loads((root / "runs" / "r.json").read_text())
+    assert record["status"] == "failed" and "database or disk is full" in record["error"]
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("no labelled pairs with split in ['train'] in label/abc"),  # tasks/train.py
+        KeyboardInterrupt(),
+        OSError(28, "No space left on device", "/r/x"),
+    ],
+    ids=["stage-check", "ctrl-c", "disk-full"],
+)
+def test_prefect_prints_no_traceback_before_the_clis_line_unless_verbose(exc):
+    """A stage's own clean message (train: no `train` split, objective `context` without
+    context sentences) came after Prefect's ~90-line traceback."""
+    import logging
+
+    from ctxsim.flows.cli_errors import _NoInputErrorTraceback, set_verbose
+
+    def record() -> logging.LogRecord:
+        return logging.LogRecord(
+            "prefect.flow_runs",
+            logging.ERROR,
+            __file__,
+            1,
+            "Encountered exception",
+            None,
+            (type(exc), exc, None),
+        )
+
+    set_verbose(False, reset=True)
+    quiet = record()
+    kept = _NoInputErrorTraceback().filter(quiet)
+    assert quiet.exc_info is None or not kept  # a full disk: the CLI's line says it, once
+    assert kept == (not isinstance(exc, OSError))
+    set_verbose(True, reset=True)
+    try:
+        loud = record()
+        assert _NoInputErrorTraceback().filter(loud) and loud.exc_info is not None
+    finally:
+        set_verbose(False, reset=True)
