@@ -1,5 +1,5 @@
-"""Train objectives (models/objectives/): every loss and peer objective moves a tiny model the expected way,
-bad names are config errors naming the key, and one seed gives one set of weights."""
+"""Train objectives (models/objectives/): every loss and peer objective moves a tiny model the
+expected way, bad names are config errors naming the key, and one seed gives one set of weights."""
 
 from __future__ import annotations
 
