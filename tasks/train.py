@@ -34,6 +34,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator
 
 from ctxsim.models.objectives import (
+    MODULES,
     OBJECTIVES,
     LossName,
     ObjectiveContext,
@@ -262,6 +263,8 @@ class TrainStage(Stage):
     run_fields = ("seed", "device")
     cost_basis = "fit"
     model_artefact = True
+    #: every objective module (found, not imported by name: models/objectives/__init__.py)
+    sources = MODULES
 
     def optional_inputs_for(self, params: TrainParams) -> tuple[str, ...]:
         """Only the inputs the objective reads: the others keep their fingerprints."""

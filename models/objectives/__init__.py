@@ -18,9 +18,14 @@ Labelled objectives take one of sentence-transformers' regression/ranking losses
 teaches as much as a band of 1; ``clrcmd`` is the contrastive RCMD loss
 (models/losses/clrcmd_loss.py).
 
-Adding an objective: one module here with a ``TrainObjective`` subclass under ``@register``,
-imported below, and its test.
+Adding an objective: one module here with a ``TrainObjective`` subclass under ``@register``, and
+its test. Every module of this package is imported (``MODULES``), so the new one registers itself;
+the `train` stage lists them as its sources, so an edit to any of them fires the stage-version
+guard (tests/stage_versions.py) like an imported module would.
 """
+
+import importlib
+import pkgutil
 
 from ctxsim.models.objectives.base import (
     OBJECTIVES,
@@ -57,7 +62,20 @@ from ctxsim.models.objectives.tsdae import (
 )
 from ctxsim.models.sentence_encoder import dropout_config
 
+
+def _import_all() -> tuple[str, ...]:
+    """Import every module of this package (the objectives register themselves); their names."""
+    names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__))]
+    for name in names:
+        importlib.import_module(name)
+    return tuple(names)
+
+
+#: the modules of this package, every one imported
+MODULES = _import_all()
+
 __all__ = [
+    "MODULES",
     "OBJECTIVES",
     "SIMCSE_SCALE",
     "TSDAE_DELETE_RATIO",

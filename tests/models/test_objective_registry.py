@@ -84,3 +84,18 @@ def test_the_config_the_stage_and_the_docs_read_the_registry():
     docs = (Path(__file__).parents[2] / "docs" / "evaluation.md").read_text()
     row = next(line for line in docs.splitlines() if line.startswith("| `train.objective`"))
     assert all(f"`{name}`" in row for name in builtin)
+
+
+def test_every_module_of_the_package_is_imported_and_a_source_of_the_train_stage():
+    """A new objective file registers itself (no import line to add) and an edit to it fires
+    the stage-version guard of `train`."""
+    import sys
+
+    from ctxsim.models import objectives
+    from ctxsim.tasks.train import TrainStage
+
+    folder = Path(objectives.__file__).parent
+    files = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    assert [m.rsplit(".", 1)[1] for m in objectives.MODULES] == files
+    assert all(m in sys.modules for m in objectives.MODULES)
+    assert TrainStage.sources == objectives.MODULES
