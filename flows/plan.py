@@ -186,6 +186,27 @@ def plan_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxsim" / "plan"
 
 
+def cache_writable(path: Path) -> bool:
+    """Whether the unit-cost cache can be written (created if missing, a file probed):
+    ``os.access`` says yes to root on a read-only mount, so writing is the test."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError:
+        return False
+    return True
+
+
+def read_only_note(path: Path) -> str:
+    """What a plan says when its cache cannot be written."""
+    return (
+        f"plan: the unit-cost cache {path} is read-only: its measurements are used as they are; "
+        "stages it lacks are piloted in a temporary folder and not kept"
+    )
+
+
 def machine_key() -> str:
     """What a CPU-second depends on besides the stage: CPU model and count, the GPU if any."""
     cpu = ""
@@ -416,6 +437,22 @@ def run_pilot(
     cache_dir = (
         None if cache is False else plan_cache_dir() if cache is True else Path(cache)  # type: ignore[arg-type]
     )
+    copy, read_only = None, None
+    if cache_dir is not None and not cache_writable(cache_dir):
+        # a read-only cache is used as it is: its corpus sample is read in place (the sample's
+        # paths are part of the cached fingerprints), its units and pilot root through a
+        # throw-away copy that the stages it lacks are piloted into; nothing is kept
+        log.warning(read_only_note(cache_dir))
+        copy = tempfile.TemporaryDirectory(prefix="ctxsim-plan-cache-")
+        if cache_dir.is_dir():
+            shutil.copytree(
+                cache_dir,
+                copy.name,
+                dirs_exist_ok=True,
+                symlinks=True,
+                ignore=lambda d, names: ["corpus"] if Path(d) == cache_dir / "pilot" else [],
+            )
+        read_only, cache_dir = cache_dir, Path(copy.name)
     costs = UnitCosts(cache_dir) if cache_dir is not None else None
     keep = root is None and cache_dir is not None
     tmp = tempfile.TemporaryDirectory(prefix="ctxsim-plan-") if root is None and not keep else None
@@ -426,8 +463,8 @@ def run_pilot(
         key = hashlib.sha256(
             json.dumps([shard_paths, sample_fraction, full.run.seed]).encode()
         ).hexdigest()[:16]
-        paths, sample_bytes, full_bytes = sample_corpus(
-            shard_paths, sample_fraction, full.run.seed, base / "corpus" / key, sources
+        paths, sample_bytes, full_bytes = _sample(
+            shard_paths, sample_fraction, full.run.seed, key, base, read_only, sources
         )
         pilot_sets = list(overrides or []) + [
             f"shard.paths={json.dumps(paths)}",
@@ -491,9 +528,31 @@ def run_pilot(
             from_cache=from_cache,
         )
     finally:
-        if tmp is not None:
-            tmp.cleanup()
+        for d in (tmp, copy):
+            if d is not None:
+                d.cleanup()
     return full, pilot
+
+
+def _sample(
+    shard_paths: list[str],
+    fraction: float,
+    seed: int,
+    key: str,
+    base: Path,
+    read_only: Path | None,
+    sources: dict[str, str],
+) -> tuple[list[str], int, int]:
+    """:func:`sample_corpus` under ``base``; with a read-only cache, its own sample where it
+    already holds these bytes (nothing to write), else a new one under ``base``."""
+    if read_only is not None and (read_only / "pilot" / "corpus" / key).is_dir():
+        try:
+            return sample_corpus(
+                shard_paths, fraction, seed, read_only / "pilot" / "corpus" / key, sources
+            )
+        except OSError:  # the corpus changed since: the sample is written anew, elsewhere
+            sources.clear()
+    return sample_corpus(shard_paths, fraction, seed, base / "corpus" / key, sources)
 
 
 def _train_step_sets(full: PipelineConfig, k: int, pilot_steps: int) -> list[str]:
@@ -805,12 +864,4 @@ def own_cost(c0: float, t0: float, predicted_cpu_s: float, cache: Path | None) -
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "share_of_run": round(cpu / max(predicted_cpu_s, 1e-9), 4),
         "cache": str(cache) if cache is not None else None,
-    }
-
-
-def measured_totals(run: dict[str, StageMeasure]) -> dict[str, Any]:
-    """The same shape of figures for a measured run (for comparing a plan with a real run)."""
-    return {
-        "stages": {k: {"cpu_s": m.cpu_s, "rows": m.rows} for k, m in run.items()},
-        "cpu_s": sum(m.cpu_s for m in run.values()),
     }

@@ -417,3 +417,39 @@ def test_prefect_prints_no_traceback_before_the_clis_line_unless_verbose(exc):
         assert _NoInputErrorTraceback().filter(loud) and loud.exc_info is not None
     finally:
         set_verbose(False, reset=True)
+
+
+# ---- plan: a read-only unit-cost cache is used as it is ----------------------------------------
+def test_a_read_only_plan_cache_is_used_as_it_is_and_never_written(tmp_path, monkeypatch):
+    """A read-only $CTXSIM_PLAN_CACHE gave an OSError traceback, even with nothing to pilot.
+    Root writes through any mode bits, so "read-only" is the writability probe's answer here;
+    that nothing is written there is checked on the files themselves."""
+    from ctxsim.flows import plan
+    from tests.conftest import SAMPLE
+
+    cache = tmp_path / "cache"
+    sets = [f"shard.paths=['{SAMPLE}']", "run.torch_threads=1"]
+
+    def pilot(until: str):
+        return plan.run_pilot(
+            QUICKSTART, sets, sample_fraction=0.3, pilot_queries=4, until=until, cache=cache
+        )[1]
+
+    pilot("shard")
+
+    def snapshot() -> dict[str, tuple[int, int]]:
+        return {
+            str(p.relative_to(cache)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(cache.rglob("*"))
+        }
+
+    before = snapshot()
+    monkeypatch.setattr(plan, "cache_writable", lambda path: path != cache)
+    said: list[str] = []
+    monkeypatch.setattr(plan.log, "warning", lambda msg, *a: said.append(msg % a if a else msg))
+    cached = pilot("shard")
+    assert cached.piloted == [] and cached.from_cache == ["1:shard"]
+    assert said == [plan.read_only_note(cache)]
+    more = pilot("contexts")  # not in the cache: piloted in a temporary folder
+    assert more.piloted == ["1:contexts"] and more.from_cache == ["1:shard"]
+    assert snapshot() == before
