@@ -213,3 +213,27 @@ def test_a_failed_continuation_frees_its_memory_before_the_halves_run(causal, mo
     assert eng.stats.oom_retries > 0 and alive_at_retry
     assert not any(alive_at_retry)
     assert np.isfinite(got["right"]).all()
+
+
+def test_gemma3_sliding_window_and_softcap_on_the_grouped_path(tok):
+    """Gemma-3 layers keep a sliding window of keys/values (shorter than the prompts here) and
+    soft-cap the logits: the gathered cache copies must keep both right."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    conf = Gemma3TextConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=6,
+        pad_token_id=tok.pad_token_id,
+        final_logit_softcapping=30.0,
+    )
+    sc = CausalPrefixScorer(Gemma3ForCausalLM(conf), tok)
+    w = k_windows(4, 3, seed=12)
+    new, _ = scores(sc, w, token_budget=48, head_chunk=4)
+    assert max_diff(new, naive_score(sc, *w)) < TOL
