@@ -49,6 +49,7 @@ MODEL_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
     "gencontexts": {"model": ()},
     "pairs": {"encoder": ("tfidf",)},
     "embed": {"model": ()},
+    "score": {"disc_encoder": ()},
 }
 
 

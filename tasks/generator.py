@@ -24,7 +24,7 @@ perplexity per direction.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -61,12 +61,15 @@ from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
 
 TINY = "tiny-random"
+#: fields naming a model, resolved when the config is loaded (flows/config.py: names_model lists
+#: the values that are built-in choices, not models)
+TinyOrModel = Annotated[str, Field(json_schema_extra={"names_model": [TINY]})]
+ModelOrNone = Annotated[str | None, Field(json_schema_extra={"names_model": []})]
 
 
 class GeneratorParams(StageParams):
     backend: Literal["seq2seq", "causal"] = "seq2seq"
-    # tiny-random | minilm | gemma-270m | smollm2-135m | path | hub id (resolved at config load)
-    backbone: str = Field(TINY, json_schema_extra={"names_model": [TINY]})
+    backbone: TinyOrModel = TINY  # tiny-random | minilm | gemma-270m | smollm2-135m | path | hub id
     shared: bool = True  # seq2seq: one model for the three directions (else one per direction)
     templates: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TEMPLATES))  # causal
     max_context_tokens: int = Field(96, ge=1)  # per side; the left side keeps its last tokens
@@ -103,8 +106,7 @@ class GeneratorParams(StageParams):
     bf16_on_cpu: bool = False  # bf16 matmuls on CPU in training and the evaluation's engine
     # distillation (issue 21): a tiny-random causal student trained on the teacher's next-token
     # distributions; it takes the teacher's tokenizer and templates (tiny_* size it)
-    # teacher: registry short name / path / hub id
-    distill_from: str | None = Field(None, json_schema_extra={"names_model": []})
+    distill_from: ModelOrNone = None  # teacher: registry short name / path / hub id
     distill_alpha: float = Field(1.0, ge=0.0, le=1.0)  # KL weight (1 - alpha: plain CE)
     distill_temperature: float = Field(1.0, gt=0.0)
     distill_svd_init: bool = True  # student embedding = teacher's, projected (rank tiny_hidden)
