@@ -26,7 +26,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -87,6 +87,14 @@ class ScoreParams(StageParams):
     # score-cache namespace
     int8_on_cpu: bool = False
     disc_batch: int = Field(256, ge=1)  # windows per discriminator forward (pairs screen lacks)
+    # the scorer of the disc term (scores/scorers/): the BiLSTM `discriminator`, or `encoder`:
+    # the cosine of a sentence encoder's embeddings of s and [c<, c>] (disc_encoder names it)
+    disc_scorer: Literal["discriminator", "encoder"] = "discriminator"
+    disc_encoder: str = Field("minilm", json_schema_extra={"names_model": []})
+    added_defaults: ClassVar[dict[str, Any]] = {
+        "disc_scorer": "discriminator",
+        "disc_encoder": "minilm",
+    }
     # A generative term whose lambda is 0 costs a third of the scoring time; skip it (its column
     # is NaN, so its ablation label is absent) unless the ablation table needs it.
     skip_zero_lambda: bool = True
@@ -130,7 +138,7 @@ def score_rows(
     qid: np.ndarray,
     cid: np.ndarray,
     sents: np.ndarray,
-    disc: str = "discriminator",
+    disc: str | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Eq. 3 terms and S for (query, context) rows whose query texts are ``sents``: the score
     stage's computation, also used by `select` to order candidates by S (``order_by: score``).
@@ -162,7 +170,7 @@ def score_rows(
     windows = Windows(qid, cid, sents, lefts, rights, left_ids, right_ids, crow, s_keys, s_text)
 
     gen = get_scorer("generator", "gen").score(ctx, p, windows)
-    dterm = get_scorer(disc, "disc").score(ctx, p, windows)
+    dterm = get_scorer(disc or p.disc_scorer, "disc").score(ctx, p, windows)
     return _score_table(p, windows, gen.columns | dterm.columns), _stats(
         windows, u_ctx, t0, gen.stats, dterm.columns["disc_source"]
     )
@@ -176,7 +184,7 @@ def score_with_artefacts(
     qid: np.ndarray,
     cid: np.ndarray,
     sents: np.ndarray,
-    disc: str = "discriminator",
+    disc: str | None = None,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """``score_rows`` outside a stage (``ctxsim explain``, for sentences a run never labelled):
     the stage context it needs, on ``store`` with these ``upstream`` artefacts, in a scratch

@@ -1,5 +1,6 @@
 """Scorers of Eq. 3's terms and their registry (``base.py``): ``discriminator`` (the disc term)
-and ``generator`` (the generative terms)."""
+``encoder`` (a sentence encoder's cosine as the disc term) and ``generator`` (the generative
+terms)."""
 
 from ctxsim.scores.scorers.base import (
     SCORERS,
@@ -10,6 +11,7 @@ from ctxsim.scores.scorers.base import (
     register_scorer,
 )
 from ctxsim.scores.scorers.discriminator import DiscriminatorScorer
+from ctxsim.scores.scorers.encoder import EncoderScorer
 from ctxsim.scores.scorers.generator import INT8_FLOAT_LAYERS, GeneratorScorer
 
 __all__ = [
@@ -17,6 +19,7 @@ __all__ = [
     "SCORERS",
     "ContextScorer",
     "DiscriminatorScorer",
+    "EncoderScorer",
     "GeneratorScorer",
     "Scored",
     "Windows",
