@@ -27,28 +27,10 @@ stage sets the parameters (unknown keys are errors); `run` holds what every stag
 Each stage writes `ROOT/<stage>/<fingerprint>/part-*.parquet` (its output table) plus
 `_MANIFEST.json` and, for some, `files/`
 ([Architecture](architecture.md#artefacts-and-fingerprints)); `ctxsim inspect <stage>` shows
-an artefact's schema, statistics and sample rows. Notes in the tables are the comments beside
-each field in the source.
+an artefact's schema, statistics and sample rows. Notes in the tables are each field's
+description in the source (`Field(description=...)`); a *knob* changes only speed or memory and
+is left out of the fingerprint, so changing it recomputes nothing.
 """
-
-_FIELD_LINE = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#:?\s*(.*))?$")
-
-
-def _comments(cls: type) -> dict[str, str]:
-    """Trailing comments of field lines in ``cls`` and its Params bases (source order)."""
-    out: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if klass.__module__.startswith(("pydantic", "builtins")) or klass is object:
-            continue
-        try:
-            lines = inspect.getsource(klass).splitlines()
-        except (OSError, TypeError):
-            continue
-        for line in lines:
-            m = _FIELD_LINE.match(line)
-            if m and m.group(2):
-                out[m.group(1)] = m.group(2).strip()
-    return out
 
 
 def _type(annotation: Any) -> str:
@@ -78,13 +60,36 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _params_table(params_cls: type) -> list[str]:
-    notes = _comments(params_cls)
+def _sections(params_cls: type) -> list[tuple[str, type]]:
+    """Nested config sections with a model of their own (e.g. `label.contamination`); a section
+    typed as another stage's Params (`select.scoring`) is documented under that stage."""
+    from pydantic import BaseModel
+
+    from ctxsim.store.stage import StageParams
+
+    out = []
+    for name, field in params_cls.model_fields.items():
+        default = field.default_factory() if field.default_factory is not None else field.default
+        if isinstance(default, BaseModel) and not isinstance(default, StageParams):
+            out.append((name, type(default)))
+    return out
+
+
+def _params_table(params_cls: type, prefix: str = "") -> list[str]:
+    from ctxsim.store.stage import is_knob
+
     rows = ["| key | type | default | note |", "|---|---|---|---|"]
     for name, field in params_cls.model_fields.items():
-        note = field.description or notes.get(name, "")
-        rows.append(f"| `{name}` | {_type(field.annotation)} | {_default(field)} | {_cell(note)} |")
-    return rows if len(rows) > 2 else ["(no parameters)"]
+        note = ("*knob*: " if is_knob(field) else "") + (field.description or "")
+        rows.append(
+            f"| `{prefix}{name}` | {_type(field.annotation)} | {_default(field)} | {_cell(note)} |"
+        )
+    if len(rows) == 2:
+        return ["(no parameters)"]
+    for name, sub in _sections(params_cls):
+        rows += ["", f"Keys of the `{prefix}{name}` section:", ""]
+        rows += _params_table(sub, f"{prefix}{name}.")
+    return rows
 
 
 def _schemas(module: Any) -> list[tuple[str, Any]]:

@@ -35,13 +35,45 @@ class ContaminationParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
-    # STS folder whose test sets are checked; default: train.sts_dir, else evaluate.sts_dir
-    sts_dir: str | None = None
-    ngram: int = Field(3, ge=1)  # word n-grams for the overlap test
-    threshold: float = Field(0.8, gt=0.0, le=1.0)  # Jaccard of n-gram sets counted as a match
-    error: bool = False  # a non-zero count fails the label stage (so `train`) and `export`
-    max_examples: int = Field(10, ge=0)  # matches listed in the report and the card
+    enabled: bool = Field(
+        True,
+        description=(
+            "Check the mined pairs' sentences against STS test sets (word n-gram overlap) and "
+            "report matches in the label stats and the dataset card."
+        ),
+    )
+    sts_dir: str | None = Field(
+        None,
+        description=(
+            "STS folder whose test sets are checked; default: train.sts_dir, else evaluate.sts_dir."
+        ),
+    )
+    ngram: int = Field(
+        3,
+        ge=1,
+        description="Word n-grams compared (n); smaller n finds looser matches.",
+    )
+    threshold: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "Jaccard similarity of two sentences' n-gram sets counted as a match; lower it to catch"
+            " paraphrased copies."
+        ),
+    )
+    error: bool = Field(
+        False,
+        description=(
+            "A non-zero match count fails the label stage (so train) and export, instead of only "
+            "reporting it."
+        ),
+    )
+    max_examples: int = Field(
+        10,
+        ge=0,
+        description="Matches listed in the report and the dataset card.",
+    )
 
 
 def normalise(text: str) -> str:

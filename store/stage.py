@@ -22,12 +22,49 @@ from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic.fields import FieldInfo
 
 from ctxsim.store.artefacts import Artefact, ArtefactStore, fingerprint
 from ctxsim.store.logs import get_logger
 
 CTXSIM_VERSION = "0.1.0"
+
+
+#: ``json_schema_extra`` marker of a performance knob (see ``knob``)
+KNOB = "performance_knob"
+
+
+def knob(default: Any, *, description: str, **constraints: Any) -> Any:
+    """A field that changes only speed or memory (batch sizes of inference, memory bounds),
+    never the output: it stays out of the fingerprint (``fingerprint_params``), so tuning it for a
+    machine (docs/operations.md) recomputes nothing. Still dumped and passed to shard workers."""
+    return Field(default, description=description, json_schema_extra={KNOB: True}, **constraints)
+
+
+def is_knob(field: FieldInfo) -> bool:
+    """Whether ``field`` was declared with ``knob``."""
+    extra = field.json_schema_extra
+    return isinstance(extra, dict) and extra.get(KNOB) is True
+
+
+def fingerprint_params(params: BaseModel) -> dict[str, Any]:
+    """The params as they enter a fingerprint: the JSON dump without performance knobs, in nested
+    sections too (``select.scoring``). Only knobs are removed from nested dumps, so everything
+    else hashes as it did before knobs were declared."""
+    return _drop_knobs(params, params.model_dump(mode="json"))
+
+
+def _drop_knobs(params: BaseModel, dump: dict[str, Any]) -> dict[str, Any]:
+    for name, info in type(params).model_fields.items():
+        if name not in dump:
+            continue
+        value = getattr(params, name)
+        if is_knob(info):
+            del dump[name]
+        elif isinstance(value, BaseModel) and isinstance(dump[name], dict):
+            dump[name] = _drop_knobs(value, dump[name])
+    return dump
 
 
 class StageParams(BaseModel):
@@ -56,17 +93,76 @@ class RunParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    root: str = "data/artefacts"
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    task_runner: Literal["sequential", "thread", "process", "dask", "ray"] = "sequential"
-    max_workers: int = 2
-    runner_address: str | None = None  # an existing Dask scheduler / Ray cluster
-    gpus_per_task: float = 0.0
-    torch_threads: int = 0  # 0 = leave torch's default
-    no_progress: bool = False  # no progress bars (ctxsim run --no-progress; old name: quiet)
-    # the dataset card's licence (`ctxsim export`; an SPDX id or HF's `other`): not a stage input
-    license: str | None = None
+    root: str = Field(
+        "data/artefacts",
+        description=(
+            "Folder of the artefact store: every stage writes ROOT/<stage>/<fingerprint>/. Point "
+            "runs that should share (and resume) artefacts at the same root; a relative path is "
+            "read from the working directory."
+        ),
+    )
+    seed: int = Field(
+        0,
+        description=(
+            "Seed of every sampled choice (queries, pairs, splits, training). Part of the "
+            "fingerprint of the stages that draw: change it to get an independent replicate."
+        ),
+    )
+    device: str = Field(
+        "auto",
+        description=(
+            "Where torch runs: auto (CUDA when present), cpu, cuda or cuda:N. Part of the "
+            "fingerprint only where it changes the output (train)."
+        ),
+    )
+    task_runner: Literal["sequential", "thread", "process", "dask", "ray"] = Field(
+        "sequential",
+        description=(
+            "How shards run: sequential (one process), thread, process, dask or ray (Prefect task "
+            "runners, flows/runners.py). Changes speed, not the output."
+        ),
+    )
+    max_workers: int = Field(
+        2,
+        description=(
+            "Shards computed at once by the thread and process runners (and a local Dask cluster). "
+            "Raise it on a machine with more cores and memory."
+        ),
+    )
+    runner_address: str | None = Field(
+        None,
+        description=(
+            "An existing Dask scheduler or Ray cluster to send shards to (task_runner dask or ray);"
+            " None starts a local one."
+        ),
+    )
+    gpus_per_task: float = Field(
+        0.0,
+        description=(
+            "GPUs each shard task reserves on a Dask or Ray cluster (fractions share one GPU); 0 "
+            "reserves none."
+        ),
+    )
+    torch_threads: int = Field(
+        0,
+        description=(
+            "torch CPU threads per process; 0 leaves torch's default. Lower it when several shards "
+            "run at once on one machine so that they do not oversubscribe the cores."
+        ),
+    )
+    no_progress: bool = Field(
+        False,
+        description=(
+            "Hide progress bars (ctxsim run --no-progress; the old name quiet still reads)."
+        ),
+    )
+    license: str | None = Field(
+        None,
+        description=(
+            "The dataset card's licence for `ctxsim export` (an SPDX id or Hugging Face's `other`);"
+            " not a stage input, so no stage recomputes when it changes."
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -238,7 +334,7 @@ def resolve_stage(
     payload = {
         "stage": stage.name,
         "version": stage.version,
-        "params": params.model_dump(mode="json"),
+        "params": fingerprint_params(params),
         "run": {k: getattr(run, k) for k in stage.run_fields},
         "upstream": {k: a.fingerprint for k, a in sorted(upstream.items())},
         "extra": stage.fingerprint_extra(params),

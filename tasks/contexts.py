@@ -22,9 +22,29 @@ from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
 class ContextsParams(StageParams):
-    width: int = Field(1, ge=1, le=8)  # w sentences on each side
-    chunk: Literal["paragraph", "window"] = "paragraph"
-    chunk_sentences: int = Field(6, ge=1)  # only for chunk: window
+    width: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description=(
+            "w, the sentences on each side of a context slot (Sec. 3.2: c< and c> are the w "
+            "sentences before and after the centre). Wider contexts carry more of the document but "
+            "fewer slots fit a short section."
+        ),
+    )
+    chunk: Literal["paragraph", "window"] = Field(
+        "paragraph",
+        description=(
+            "The text unit that retrieval indexes and select keeps one context per (Sec. 3.3): a "
+            "paragraph, or a window of chunk_sentences consecutive sentences (for corpora without "
+            "paragraph breaks)."
+        ),
+    )
+    chunk_sentences: int = Field(
+        6,
+        ge=1,
+        description="Sentences per chunk when chunk is window; ignored for paragraph.",
+    )
 
 
 CONTEXT_SCHEMA = pa.schema(

@@ -24,13 +24,58 @@ from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
 class IndexParams(StageParams):
-    ngram_min: int = Field(2, ge=1, le=5)  # the paper: bigrams
-    ngram_max: int = Field(2, ge=1, le=5)
-    lowercase: bool = True
-    sublinear_tf: bool = True
-    min_df: int = Field(1, ge=1)
-    max_features: int | None = Field(None, ge=1)
-    fallback_unigrams: bool = True  # index unigrams too, for queries with no known n-gram
+    ngram_min: int = Field(
+        2,
+        ge=1,
+        le=5,
+        description=(
+            "Smallest n of the TF-IDF n-grams that retrieval matches a sentence to chunks by (the "
+            "paper: bigrams, Sec. 3.3)."
+        ),
+    )
+    ngram_max: int = Field(
+        2,
+        ge=1,
+        le=5,
+        description=(
+            "Largest n of the TF-IDF n-grams (at least ngram_min). Longer n-grams make retrieval "
+            "stricter and the index larger."
+        ),
+    )
+    lowercase: bool = Field(
+        True,
+        description="Lowercase texts before counting n-grams.",
+    )
+    sublinear_tf: bool = Field(
+        True,
+        description=(
+            "Term frequency as 1 + log(tf) instead of tf, so a phrase repeated in a chunk does not "
+            "dominate its TF-IDF vector."
+        ),
+    )
+    min_df: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Drop n-grams found in fewer chunks than this; raise it to shrink the index of a large "
+            "corpus."
+        ),
+    )
+    max_features: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Keep only the this-many most frequent n-grams (None: all); bounds the index's memory "
+            "on a large corpus."
+        ),
+    )
+    fallback_unigrams: bool = Field(
+        True,
+        description=(
+            "Also index unigrams, used for queries that share no n-gram with any chunk, so that "
+            "every query gets candidates."
+        ),
+    )
 
     @model_validator(mode="after")
     def _range(self) -> IndexParams:

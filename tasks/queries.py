@@ -23,18 +23,83 @@ from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
 class QueriesParams(StageParams):
-    source: Literal["corpus", "sts"] = "corpus"
-    n_corpus: int = Field(200, ge=1)  # corpus sentences to sample
-    min_tokens: int = Field(4, ge=1)
-    max_tokens: int = Field(60, ge=1)
-    only_context_centres: bool = True  # sample sentences that have a full context of their own
-    # share of the corpus queries drawn from the first paragraph of a section (with
-    # shard.lead_fields: MedQuAD's questions), the rest from the others; None: uniform over all
-    lead_share: float | None = Field(None, ge=0.0, le=1.0)
-    sts_dir: str | None = None
-    sts_sets: list[str] = Field(default_factory=lambda: ["STSb.dev"])  # fnmatch on dataset.subset
-    max_pairs_per_set: int | None = Field(None, ge=1)  # seeded subsample, for quick probes
-    n_shards: int = Field(2, ge=1, le=4096)
+    source: Literal["corpus", "sts"] = Field(
+        "corpus",
+        description=(
+            "Where the sentences to label come from: corpus (a seeded sample of corpus sentences: "
+            "the dataset ctxsim produces) or sts (the sentences of STS sets under sts_dir, for the "
+            "Origin evaluation of Sec. 4.3)."
+        ),
+    )
+    n_corpus: int = Field(
+        200,
+        ge=1,
+        description=(
+            "Corpus sentences to sample (source corpus): the number of sentences that get context "
+            "sets, and so the main driver of the cost of every stage after retrieve."
+        ),
+    )
+    min_tokens: int = Field(
+        4,
+        ge=1,
+        description=(
+            "Sampled corpus sentences have at least this many word tokens (short ones make poor "
+            "queries)."
+        ),
+    )
+    max_tokens: int = Field(
+        60,
+        ge=1,
+        description="Sampled corpus sentences have at most this many word tokens.",
+    )
+    only_context_centres: bool = Field(
+        True,
+        description=(
+            "Sample only sentences that have a full context of their own (width sentences on each "
+            "side), so that their own window can be excluded from their context sets."
+        ),
+    )
+    lead_share: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Share of the corpus queries drawn from the first paragraph of a section (with "
+            "shard.lead_fields: MedQuAD's questions), the rest from the others; None: uniform over "
+            "all sentences."
+        ),
+    )
+    sts_dir: str | None = Field(
+        None,
+        description=(
+            "Folder of STS sets (source sts): read recursively; the files' sizes and times are part"
+            " of the fingerprint."
+        ),
+    )
+    sts_sets: list[str] = Field(
+        default_factory=lambda: ["STSb.dev"],
+        description=(
+            "STS sets to take sentences from (source sts), fnmatch patterns on dataset.subset (e.g."
+            " STSb.dev, STS1*.*)."
+        ),
+    )
+    max_pairs_per_set: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Seeded subsample of each STS set's pairs (source sts), for quick probes; None: every "
+            "pair."
+        ),
+    )
+    n_shards: int = Field(
+        2,
+        ge=1,
+        le=4096,
+        description=(
+            "Query shards; every query-sharded stage downstream (retrieve, screen, score, ...) fans"
+            " out over the same shards. More shards: more parallel work and finer resumption."
+        ),
+    )
 
     added_defaults: ClassVar[dict[str, Any]] = {"lead_share": None}
 

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from ctxsim.models.retrieval import resolve_backend, retrieve
 from ctxsim.store.index_files import load_index
-from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
 RETRIEVE_SCHEMA = pa.schema(
     [
@@ -32,12 +32,37 @@ RETRIEVE_SCHEMA = pa.schema(
 
 
 class RetrieveParams(StageParams):
-    top_k: int = Field(200, ge=1)  # the paper: 20000
-    memory_mb: float = Field(256.0, gt=0)  # bound on one block's score matrix
-    # scipy: measured 2.4x faster than sparse_dot_topn at K=20000 on the books corpus
-    # (bench/results/retrieve.md); auto = sparse_dot_topn when installed, else scipy.
-    backend: Literal["auto", "scipy", "sparse_dot_topn"] = "scipy"
-    threads: int = Field(1, ge=1)  # sparse_dot_topn threads per shard
+    top_k: int = Field(
+        200,
+        ge=1,
+        description=(
+            "Chunks retrieved per query by TF-IDF cosine (Sec. 3.3; the paper: 20000). The "
+            "candidates the screen ranks: more finds more good contexts and costs screen time "
+            "linearly."
+        ),
+    )
+    memory_mb: float = knob(
+        256.0,
+        gt=0,
+        description=(
+            "Bound, in MiB, on one block's query x chunk score matrix; queries are scored in blocks"
+            " under it. Memory only: each query's top-K does not depend on its block, so it is out "
+            "of the fingerprint."
+        ),
+    )
+    backend: Literal["auto", "scipy", "sparse_dot_topn"] = Field(
+        "scipy",
+        description=(
+            "Sparse top-K implementation: scipy (measured 2.4x faster than sparse_dot_topn at "
+            "K=20000 on the books corpus, bench/results/retrieve.md), sparse_dot_topn, or auto "
+            "(sparse_dot_topn when installed, else scipy)."
+        ),
+    )
+    threads: int = knob(
+        1,
+        ge=1,
+        description="sparse_dot_topn threads per shard. Speed only: out of the fingerprint.",
+    )
 
 
 class RetrieveStage(Stage):

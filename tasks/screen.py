@@ -36,7 +36,7 @@ from ctxsim.scores.loading import Encoder, load_discriminator
 from ctxsim.store.artefacts import fingerprint, sha256_file
 from ctxsim.store.atomic import atomic_path, write_json_atomic
 from ctxsim.store.lease import shard_lease
-from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
 
 SCREEN_SCHEMA = pa.schema(
@@ -52,9 +52,31 @@ SCREEN_SCHEMA = pa.schema(
 
 
 class ScreenParams(StageParams):
-    keep: int = Field(50, ge=1)  # top M contexts per query (the paper's sets use up to 2000)
-    batch_size: int = Field(512, ge=1)  # sequences per BiLSTM batch when caching
-    score_batch: int = Field(65_536, ge=1)  # (query, context) pairs per last-layer call
+    keep: int = Field(
+        50,
+        ge=1,
+        description=(
+            "M, the top contexts per query kept by the discriminator's rank (the paper's context "
+            "sets use up to 2000): the candidates select chooses Cs from. More keeps better "
+            "contexts reachable and costs select and score time."
+        ),
+    )
+    batch_size: int = knob(
+        512,
+        ge=1,
+        description=(
+            "Sequences per BiLSTM batch when the context and query representations are cached. "
+            "Speed and memory only: out of the fingerprint."
+        ),
+    )
+    score_batch: int = knob(
+        65_536,
+        ge=1,
+        description=(
+            "(query, context) pairs per call of the discriminator's last layers. Speed and memory "
+            "only: out of the fingerprint."
+        ),
+    )
 
 
 #: each cache file's sha256, written after the arrays

@@ -29,43 +29,160 @@ SENTS_PER_DOC_BITS = 24
 
 
 class ShardParams(StageParams):
-    paths: list[str] = Field(default_factory=lambda: ["data/sample/*.jsonl"])
-    # auto: by file name; a folder written by Hugging Face `save_to_disk` is read as a dataset
-    format: Literal["auto", "text", "jsonl", "parquet", "hf"] = "auto"
-    # JSON Lines: a record holds either one text or a list of paragraphs (the books corpus).
-    text_field: str = "text"
-    paragraphs_field: str = "paragraphs"
-    doc_field: str | None = "book"  # consecutive records with the same value form one document
-    # string fields put before a record's paragraphs, one paragraph each (MedQuAD: the question
-    # before its answer, so the question has the answer as right context)
-    lead_fields: list[str] = Field(default_factory=list)
-    section_field: str | None = "section"
-    # Plain text: one document per file, or documents separated by blank lines.
-    text_mode: Literal["file", "blank_lines"] = "file"
-    # Parquet and Hugging Face datasets (readers/corpus.py): a text column (paragraphs separated
-    # by blank lines); consecutive rows with the same doc / section id form one document /
-    # section; without a section column every row is a section of its own.
-    parquet_text_column: str = "text"
-    parquet_doc_column: str | None = None
-    parquet_section_column: str | None = None
-    empty_files: Literal["skip", "error"] = "skip"  # skip: counted in the stats as empty_files
-    # a null text cell (Parquet / HF): skip drops its row, counted (null_text_cells) and warned
-    # about; error fails the stage naming the files. A check, not an input of the output: out
-    # of the fingerprint (checked in summarize, where the full settings are)
-    null_cells: Literal["skip", "error"] = Field("skip", exclude=True)
-    encoding_errors: Literal["strict", "replace"] = "strict"
-    splitter: str = "blingfire"
-    min_tokens: int = Field(3, ge=1)
-    max_tokens: int = Field(80, ge=1)
-    # Longer paragraphs (e.g. a plain-text book with single newlines and no blank lines, read as
-    # one block) are split at line ends that close a sentence, then at sentence boundaries; the
-    # longest paragraph of the books corpus has 19,624 characters.
-    max_paragraph_chars: int = Field(50_000, ge=100)
-    # Fail when a corpus file keeps less than this share of its text (non-space characters) after
-    # the length filters: a wrong format or splitter loses most of a file. A check, not an input
-    # of the output: kept out of the fingerprint, so changing it recomputes nothing.
-    min_kept_share: float = Field(0.25, ge=0.0, le=1.0, exclude=True)
-    n_shards: int = Field(2, ge=1, le=4096)
+    paths: list[str] = Field(
+        default_factory=lambda: ["data/sample/*.jsonl"],
+        description=(
+            "Corpus files, folders or glob patterns (relative to the working directory). Every "
+            "match is read; the file contents (sizes and hashes) are part of the fingerprint."
+        ),
+    )
+    format: Literal["auto", "text", "jsonl", "parquet", "hf"] = Field(
+        "auto",
+        description=(
+            "How the files are read: auto picks by file name (a folder written by Hugging Face "
+            "`save_to_disk` is read as a dataset); text, jsonl, parquet or hf force one reader."
+        ),
+    )
+    text_field: str = Field(
+        "text",
+        description="JSON Lines: the field that holds a record's text (records with one text).",
+    )
+    paragraphs_field: str = Field(
+        "paragraphs",
+        description=(
+            "JSON Lines: the field that holds a record's list of paragraphs (the books corpus); a "
+            "record has this or text_field."
+        ),
+    )
+    doc_field: str | None = Field(
+        "book",
+        description=(
+            "JSON Lines: consecutive records with the same value of this field form one document "
+            "(None: each record is a document). Documents decide the shard a sentence lands in and "
+            "its sent_id."
+        ),
+    )
+    lead_fields: list[str] = Field(
+        default_factory=list,
+        description=(
+            "JSON Lines: string fields put before a record's paragraphs, one paragraph each "
+            "(MedQuAD: the question before its answer, so the question has the answer as right "
+            "context)."
+        ),
+    )
+    section_field: str | None = Field(
+        "section",
+        description=(
+            "JSON Lines: the field naming a record's section; contexts never cross a section (None:"
+            " each record is its own section)."
+        ),
+    )
+    text_mode: Literal["file", "blank_lines"] = Field(
+        "file",
+        description=(
+            "Plain text: one document per file (file), or documents separated by blank lines "
+            "(blank_lines)."
+        ),
+    )
+    parquet_text_column: str = Field(
+        "text",
+        description=(
+            "Parquet and Hugging Face datasets (readers/corpus.py): the text column; paragraphs "
+            "inside a cell are separated by blank lines."
+        ),
+    )
+    parquet_doc_column: str | None = Field(
+        None,
+        description=(
+            "Parquet and Hugging Face datasets: consecutive rows with the same value form one "
+            "document (None: every row is one)."
+        ),
+    )
+    parquet_section_column: str | None = Field(
+        None,
+        description=(
+            "Parquet and Hugging Face datasets: consecutive rows with the same value form one "
+            "section (None: every row is a section of its own)."
+        ),
+    )
+    empty_files: Literal["skip", "error"] = Field(
+        "skip",
+        description=(
+            "A corpus file with no text: skip counts it in the stats as empty_files; error fails "
+            "the stage naming it."
+        ),
+    )
+    null_cells: Literal["skip", "error"] = Field(
+        "skip",
+        exclude=True,
+        description=(
+            "A null text cell (Parquet / HF): skip drops its row, counted (null_text_cells) and "
+            "warned about; error fails the stage naming the files. A check, not an input of the "
+            "output: out of the fingerprint (checked in summarize, where the full settings are)."
+        ),
+    )
+    encoding_errors: Literal["strict", "replace"] = Field(
+        "strict",
+        description=(
+            "Bytes that are not UTF-8: strict fails naming the file and offset; replace substitutes"
+            " U+FFFD and goes on."
+        ),
+    )
+    splitter: str = Field(
+        "blingfire",
+        description=(
+            "Sentence splitter (models/sentences.py: blingfire, syntok, pysbd or regex). blingfire "
+            "had the best boundary F1 (0.977) and speed on the books corpus "
+            "(bench/results/shard.md); the others stay selectable to rerun the comparison."
+        ),
+    )
+    min_tokens: int = Field(
+        3,
+        ge=1,
+        description=(
+            "Sentences with fewer word tokens (runs of word characters and single punctuation "
+            "marks) are dropped: fragments make poor queries and contexts."
+        ),
+    )
+    max_tokens: int = Field(
+        80,
+        ge=1,
+        description=(
+            "Sentences with more word tokens are dropped (usually a splitter failure, a table or a "
+            "list run together)."
+        ),
+    )
+    max_paragraph_chars: int = Field(
+        50_000,
+        ge=100,
+        description=(
+            "Longer paragraphs (e.g. a plain-text book with single newlines and no blank lines, "
+            "read as one block) are split at line ends that close a sentence, then at sentence "
+            "boundaries, so that a slow splitter stays linear; the longest paragraph of the books "
+            "corpus has 19,624 characters."
+        ),
+    )
+    min_kept_share: float = Field(
+        0.25,
+        ge=0.0,
+        le=1.0,
+        exclude=True,
+        description=(
+            "Fail when a corpus file keeps less than this share of its text (non-space characters) "
+            "after the length filters: a wrong format or splitter loses most of a file (0 turns the"
+            " check off). A check, not an input of the output: kept out of the fingerprint, so "
+            "changing it recomputes nothing."
+        ),
+    )
+    n_shards: int = Field(
+        2,
+        ge=1,
+        le=4096,
+        description=(
+            "Output shards (documents spread by doc_id % n_shards); sentence ids do not depend on "
+            "it. More shards: more parallel work and finer resumption after a crash."
+        ),
+    )
 
     added_defaults: ClassVar[dict[str, Any]] = {"lead_fields": []}
 
