@@ -1,4 +1,4 @@
-"""Benchmark for the `label` step (Eq. 4), issue 7: labelled pairs per CPU-second.
+"""Benchmark for the `label` step (Eq. 4): labelled pairs per CPU-second.
 
 Compares, on synthetic context sets and scores (the label step reads scores; it never runs a
 model), the vectorised block labelling of ``models.origin.origin_labels`` (all five score views

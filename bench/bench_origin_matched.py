@@ -1,4 +1,4 @@
-"""Origin of context sources at matched CPU-seconds (issue 17): retrieved, generated and both,
+"""Origin of context sources at matched CPU-seconds: retrieved, generated and both,
 each at several |Cs|, on the same pairs, with paired BCa 95% CIs against a reference row.
 
 Every row is a finished `ctxsim origin` run on one root and a |Cs| = k (the first k of its

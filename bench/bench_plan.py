@@ -11,7 +11,7 @@ that day's load and thread count: say so when reading the ratio). Usage::
         --set queries.n_corpus=60 --sample-fraction 0.3 --pilot-queries 6 --name plan_quickstart
 
 ``--own-cost`` measures instead what `ctxsim plan` itself costs against the run it predicts
-(issue 31 item 10: at most 5%): the command run as a child process, twice on a fresh unit-cost
+(the aim: at most 5%): the command run as a child process, twice on a fresh unit-cost
 cache (cold: it calibrates; then cached), its CPU seconds (user + system of the child, startup
 included), wall seconds and peak RSS, beside the predicted run's CPU seconds and peak RSS::
 
@@ -139,8 +139,8 @@ def main(argv: list[str] | None = None) -> None:
             rows,
             meta={
                 "command": "python -m bench.bench_plan " + " ".join(argv or sys.argv[1:]),
-                "goal": "a plan costs at most 5% of the CPU of the run it predicts (issue 31 "
-                "item 10); the cold plan calibrates this machine once, later plans reuse it",
+                "goal": "a plan costs at most 5% of the CPU of the run it predicts; the "
+                "cold plan calibrates this machine once, later plans reuse it",
                 "measured": "`ctxsim plan --json --no-progress` as a child process, twice on "
                 "one fresh unit-cost cache; plan_cpu_s is the child's user + system CPU "
                 "(interpreter start and imports included), in_process_cpu_s the plan's own "

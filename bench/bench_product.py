@@ -1,4 +1,4 @@
-"""Benchmark for the dataset-as-product commands (issue 20): export and explain cost on a run,
+"""Benchmark for the dataset-as-product commands: export and explain cost on a run,
 and the STS test-set contamination of corpus sentences.
 
 * export: seconds per format (hf / parquet / jsonl) for the run's labelled pairs, with bytes;

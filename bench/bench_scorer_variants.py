@@ -1,4 +1,4 @@
-"""Scorer variants side by side (issue 21's table), the teacher as the reference row.
+"""Scorer variants side by side in one table, the teacher as the reference row.
 
 For each variant (a finished `ctxsim origin` run on one root; all score the same generated
 samples with a different scorer): Origin on the run's pairs at |Cs| = K (cosine, view S) and its

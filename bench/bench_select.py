@@ -1,4 +1,4 @@
-"""Benchmark for the `select` stage: diverse context selection (Sec. 3.3), issue 7.
+"""Benchmark for the `select` stage: diverse context selection (Sec. 3.3).
 
 One run compares, on the (i-1)-th sentences of real book paragraphs as candidates (rank order =
 a seeded shuffle; chunk = paragraph):

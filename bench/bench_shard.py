@@ -1,4 +1,4 @@
-"""Benchmark for the ``shard`` stage: which sentence splitter, measured (issue 2).
+"""Benchmark for the ``shard`` stage: which sentence splitter, measured.
 
 One run compares blingfire, syntok, pysbd and the naive regex baseline
 (``(?<=[.!?])\\s+(?=[A-Z"“])`` in a single loop) on

@@ -1,4 +1,4 @@
-"""A small causal scorer distilled from a large one (issue 21, item 1).
+"""A small causal scorer distilled from a large one.
 
 The student shares the teacher's tokenizer and prompt templates, so both see the very same
 token ids and the student can match the teacher's next-token distribution at every target

@@ -158,7 +158,7 @@ class GenerativeScorer:
 
     def embed(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Mean-pooled last-layer states of each text (sentence slot limit): the backbone's own
-        sentence embedding, the baseline the Origin similarity has to beat (issue 7)."""
+        sentence embedding, the baseline the Origin similarity has to beat."""
         pre = tuple(self.embed_prefix)
         ids = [pre + self.limits.cut(1, t) for t in self.tokenize(texts)]
         out = []

@@ -1,6 +1,5 @@
 """One base class for the user's errors (`InputError`) and one list of user-error types that the
-CLI's one-line reporting, `ctxsim run`'s except clause and Prefect's console filter share
-(issue 32 §3)."""
+CLI's one-line reporting, `ctxsim run`'s except clause and Prefect's console filter share."""
 
 from __future__ import annotations
 

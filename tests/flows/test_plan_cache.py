@@ -1,4 +1,4 @@
-"""`ctxsim plan` calibrates once per machine (issue 31 item 10): unit costs are cached by stage
+"""`ctxsim plan` calibrates once per machine: unit costs are cached by stage
 fingerprint and checked at read; a second plan pilots nothing; a corrupt cache file is moved
 aside and that stage piloted again; the pilot's warnings name the user's files, not the sample's
 copies; progress is shown unless --no-progress; the plan says what it cost itself."""

@@ -1,4 +1,4 @@
-"""Distilling a small causal scorer from a larger one (issue 21, item 1)."""
+"""Distilling a small causal scorer from a larger one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Domain evaluators (issue 30): pair classification and QA retrieval files are found in a folder,
+"""Domain evaluators: pair classification and QA retrieval files are found in a folder,
 malformed ones are refused naming file and line, the metrics follow MTEB's conventions on cases
 worked by hand, and `evaluate_model` reports them with paired intervals."""
 

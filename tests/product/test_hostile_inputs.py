@@ -1,4 +1,4 @@
-"""The newer commands under hostile input (issue 31): each case gives one clear line."""
+"""The newer commands under hostile input: each case gives one clear line."""
 
 from __future__ import annotations
 

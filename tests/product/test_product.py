@@ -1,4 +1,4 @@
-"""The dataset as a product (issue 20): contamination check, label diagnostics, explain's
+"""The dataset as a product: contamination check, label diagnostics, explain's
 decomposition, and export (round trip, card, refusals) plus explain on a tiny real run."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Caches that outlive an artefact live under ``ArtefactStore.cache_dir``; the sample cache sits
-beside the score cache in store/ (issue 32 §3)."""
+beside the score cache in store/."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Caches checked at read (issue 31 item 2): a checkpoint, a tokenizer folder, explain's input
+"""Caches checked at read: a checkpoint, a tokenizer folder, explain's input
 file carry a sha256 beside them; a mismatch is moved aside with a warning and computed again."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Stage facts live on the Stage classes (store/stage.py); lists of stage names are derived from
-`STAGES`, and prefect.yaml deploys exactly the stages there are (issue 32 §3)."""
+`STAGES`, and prefect.yaml deploys exactly the stages there are."""
 
 from __future__ import annotations
 
