@@ -29,7 +29,7 @@ SUPERSEDED_DIR = RESULTS / "superseded"
 SUPERSEDED = SUPERSEDED_DIR / "SUPERSEDED.json"
 #: where results are cited: the front door, the docs, the configs' comments, the bench README
 CITING = ["README.md", "docs/*.md", "configs/*.yaml", "bench/README.md"]
-_CITED = re.compile(r"(?:\.\.\.)?[\w*.-]*\w\.(?:md|json|png)\b")
+_CITED = re.compile(r"(?:\.\.\.)?[\w*.-]*\w\.(?:md|json|png|log)\b")
 _MD_COMMAND = re.compile(r"\*\*command\*\*: (.+)")
 
 
