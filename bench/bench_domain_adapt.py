@@ -168,7 +168,7 @@ def label_agreement(label: Any, encoders: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-#: bump when what score_arm computes changes (its cache keys change with it)
+#: bump when what arm_similarities computes changes (its cache keys change with it)
 SCORES_VERSION = "2"
 
 
@@ -209,11 +209,11 @@ def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
     return _digest(SCORES_VERSION, model_digest(model_dir), _digest(sets), int(max_seq))
 
 
-def score_arm(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int) -> dict:
+def arm_similarities(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int) -> dict:
     """Per-pair cosines, per-query retrieval metrics (through the evaluate stage's
     ``evaluate_domain``) and STS cosines of one model ("tfidf": TF-IDF 1-2 grams), cached under
     ``arm_cache_key``."""
-    from ctxsim.tasks.evaluate import load_st, score_pairs
+    from ctxsim.tasks.evaluate import load_st, pair_similarities
     from ctxsim.tasks.evaluate.domain import evaluate_domain
 
     path = cache / f"{arm_cache_key(model_dir, pair_sets, qa_sets, sts, max_seq)}.npz"
@@ -236,7 +236,7 @@ def score_arm(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int
 
             out[f"sts/{s.name}"] = tfidf_cosine(s.s1, s.s2)
         else:
-            out[f"sts/{s.name}"] = score_pairs(model, s.s1, s.s2, 64, ("cosine",))["cosine"]
+            out[f"sts/{s.name}"] = pair_similarities(model, s.s1, s.s2, 64, ("cosine",))["cosine"]
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
     np.savez(tmp, **out)
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     scores: dict[str, dict] = {}
     if args.with_tfidf:
-        scores["tfidf 1-2 grams"] = score_arm(
+        scores["tfidf 1-2 grams"] = arm_similarities(
             "tfidf", pair_sets, qa_sets, sts, cache, args.max_seq_length
         )
         rows.append(
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
         from ctxsim.models.registry import resolve_model
 
         row_name = f"{name} as downloaded"
-        scores[row_name] = score_arm(
+        scores[row_name] = arm_similarities(
             str(resolve_model(name)), pair_sets, qa_sets, sts, cache, args.max_seq_length
         )
         rows.append({"arm": row_name, **summarise(scores[row_name], pair_sets, qa_sets, sts)})
@@ -378,7 +378,9 @@ def main(argv: list[str] | None = None) -> None:
             labelling, pairing = label_and_pair_stages()
             label_cpu = total_cpu_seconds(stages[s]["path"] for s in labelling if s in stages)
             pair_cpu = total_cpu_seconds(stages[s]["path"] for s in pairing if s in stages)
-        scores[arm] = score_arm(t["model"], pair_sets, qa_sets, sts, cache, args.max_seq_length)
+        scores[arm] = arm_similarities(
+            t["model"], pair_sets, qa_sets, sts, cache, args.max_seq_length
+        )
         m = t["metrics"]
         rows.append(
             {

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         if arm not in arms:
             ap.error(f"unknown arm {arm!r}: use {list(arms)} or --arm NAME:KEY=VALUE")
 
-    from bench.bench_domain_adapt import intervals, score_arm, summarise
+    from bench.bench_domain_adapt import arm_similarities, intervals, summarise
     from bench.harness import RESULTS_DIR, write_results
     from ctxsim.flows.config import load_config
     from ctxsim.flows.pipeline import execute
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
             train = Path(rec["stages"]["train"]["path"])
             model = str(train / "files" / "model")
             metrics = json.loads((train / "files" / "metrics.json").read_text())
-        scores[arm] = score_arm(
+        scores[arm] = arm_similarities(
             model, pair_sets, qa_sets, sts, cache / "scores", args.max_seq_length
         )
         rows.append(

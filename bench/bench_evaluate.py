@@ -106,7 +106,7 @@ def bench_encode(model, n: int, repeat: int) -> list[dict]:
 def bench_rcmd_vs_cosine(model, n_pairs: int, lengths: list[int], repeat: int) -> list[dict]:
     from ctxsim.models.sentence_encoder import forward
     from ctxsim.models.similarity import cosine_paired, mean_pool, rcmd_paired
-    from ctxsim.tasks.evaluate.encoders import score_pairs
+    from ctxsim.tasks.evaluate.encoders import pair_similarities
 
     rows = []
     rng = random.Random(0)
@@ -114,8 +114,8 @@ def bench_rcmd_vs_cosine(model, n_pairs: int, lengths: list[int], repeat: int) -
         # about L tokens per sentence (incl. [CLS]/[SEP])
         s1 = [" ".join(rng.choices(WORDS, k=max(1, L - 2))) for _ in range(n_pairs)]
         s2 = [" ".join(rng.choices(WORDS, k=max(1, L - 2))) for _ in range(n_pairs)]
-        t_cos = median(timeit(lambda: score_pairs(model, s1, s2, 64, ("cosine",)), repeat, 1))
-        t_rcmd = median(timeit(lambda: score_pairs(model, s1, s2, 64, ("rcmd",)), repeat, 1))
+        t_cos = median(timeit(lambda: pair_similarities(model, s1, s2, 64, ("cosine",)), repeat, 1))
+        t_rcmd = median(timeit(lambda: pair_similarities(model, s1, s2, 64, ("rcmd",)), repeat, 1))
         k = min(64, n_pairs)  # the similarity op alone on k pairs of precomputed token vectors
         out = forward(model, s1[:k] + s2[:k])
         t, m = out["token_embeddings"].float(), out["attention_mask"].bool()

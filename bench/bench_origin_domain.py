@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     from ctxsim.models.registry import resolve_model
     from ctxsim.readers.domain import PairSet
     from ctxsim.tasks.evaluate import load_st
-    from ctxsim.tasks.evaluate.domain import pair_scores
+    from ctxsim.tasks.evaluate.domain import pair_set_similarities
 
     def labelled(arts: dict) -> dict[tuple[str, str], tuple[float, int]]:
         t = arts["label"].read_table(["s1", "s2", "label", "gold"]).to_pylist()
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     systems = {
         args.label: lab,
         **{n: np.asarray([o[k][0] for k in keys], dtype=float) for n, o in others.items()},
-        "tfidf 1-2 grams": pair_scores(None, ps, 64),
-        args.encoder: pair_scores(
+        "tfidf 1-2 grams": pair_set_similarities(None, ps, 64),
+        args.encoder: pair_set_similarities(
             load_st(str(resolve_model(args.encoder)), "cpu", args.max_seq_length), ps, 64
         ),
     }

@@ -107,11 +107,11 @@ def train_arm(
     }
 
 
-def score_model(
+def model_similarities(
     model_dir: str, sets: list, cache: Path, max_seq_length: int, tag: str = ""
 ) -> dict[str, np.ndarray]:
     """Cosine of every pair of every set (cached per model directory and set sizes)."""
-    from ctxsim.tasks.evaluate import load_st, score_pairs
+    from ctxsim.tasks.evaluate import load_st, pair_similarities
 
     key = f"{Path(model_dir).parent.parent.name}-{sum(len(s) for s in sets)}"
     if tag:  # a subset of the sets (--only): name it so it cannot pass for another subset
@@ -121,7 +121,7 @@ def score_model(
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
     model = load_st(model_dir, "cpu", max_seq_length)
-    out = {s.name: score_pairs(model, s.s1, s.s2, 64, ("cosine",))["cosine"] for s in sets}
+    out = {s.name: pair_similarities(model, s.s1, s.s2, 64, ("cosine",))["cosine"] for s in sets}
     cache.mkdir(parents=True, exist_ok=True)
     np.savez(path, **out)
     return out
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
             args.config, args.sets, args.backbone, arm, args.run_prefix, arm_sets
         )
         tag = " ".join(sorted(args.only)) if args.only else ""
-        scores = score_model(trained[arm]["model"], sets, cache, args.max_seq_length, tag)
+        scores = model_similarities(trained[arm]["model"], sets, cache, args.max_seq_length, tag)
         preds[arm] = grouped(sets, scores)
         if not label_stats:
             label_stats = label_plot(trained[arm]["label_path"], plot)

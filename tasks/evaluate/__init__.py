@@ -19,7 +19,7 @@ intervals, hard splits), ``encoders.py`` (sentence/token vectors, DynaMax), ``is
 models/metrics.py, the similarities in models/similarity.py.
 """
 
-from ctxsim.tasks.evaluate.encoders import encode_sentences, load_st, score_pairs
+from ctxsim.tasks.evaluate.encoders import encode_sentences, load_st, pair_similarities
 from ctxsim.tasks.evaluate.evaluate_model import DATA_HINT, evaluate_model
 from ctxsim.tasks.evaluate.report import SEVEN
 from ctxsim.tasks.evaluate.stage import ROW_SCHEMA, EvaluateParams, EvaluateStage
@@ -33,5 +33,5 @@ __all__ = [
     "encode_sentences",
     "evaluate_model",
     "load_st",
-    "score_pairs",
+    "pair_similarities",
 ]

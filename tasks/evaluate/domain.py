@@ -29,7 +29,7 @@ def tfidf_vectors(texts: Sequence[str]):
     return TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit_transform(list(texts))
 
 
-def pair_scores(model: Any, ps: PairSet, batch_size: int) -> np.ndarray:
+def pair_set_similarities(model: Any, ps: PairSet, batch_size: int) -> np.ndarray:
     """Cosine of each pair (``model`` None: TF-IDF)."""
     if model is None:
         x = tfidf_vectors(ps.s1 + ps.s2)
@@ -71,7 +71,7 @@ def evaluate_domain(
     out: dict[str, Any] = {"pairs": {}, "retrieval": {}, "bootstrap": {}}
     items: dict[str, Any] = {"pairs": {}, "retrieval": {}}
     for ps in pair_sets:
-        preds = {name: pair_scores(m, ps, batch_size) for name, m in systems.items()}
+        preds = {name: pair_set_similarities(m, ps, batch_size) for name, m in systems.items()}
         items["pairs"][ps.name] = preds
         out["pairs"][ps.name] = {
             name: D.pair_classification_scores(p, ps.labels) for name, p in preds.items()

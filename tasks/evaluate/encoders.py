@@ -50,7 +50,7 @@ def encode_sentences(model, texts: Sequence[str], batch_size: int = 64) -> np.nd
     return res
 
 
-def score_pairs(
+def pair_similarities(
     model,
     s1: Sequence[str],
     s2: Sequence[str],

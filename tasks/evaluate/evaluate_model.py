@@ -24,7 +24,7 @@ from ctxsim.tasks.evaluate.encoders import (
     backbone_vectors,
     dynamax_scores,
     load_st,
-    score_pairs,
+    pair_similarities,
     wordllama_vectors,
 )
 from ctxsim.tasks.evaluate.ists import ists_system
@@ -158,7 +158,7 @@ def _score_models(
         if keep_encoders:
             encoders[system] = model
         for s in sets:
-            sc = score_pairs(model, s.s1, s.s2, batch_size, similarities)
+            sc = pair_similarities(model, s.s1, s.s2, batch_size, similarities)
             for sim, v in sc.items():
                 preds.setdefault((system, sim), {})[s.name] = v
         log.info("evaluate: scored %d sets with %s", len(sets), system)

@@ -86,10 +86,10 @@ def test_the_cache_key_follows_the_model_the_sets_and_the_sequence_cap(tmp_path)
 def test_scores_come_from_evaluate_domain_and_are_cached(tmp_path, monkeypatch):
     from bench import bench_domain_adapt as B
     from ctxsim.models import domain_metrics as D
-    from ctxsim.tasks.evaluate.domain import pair_scores, qa_similarity
+    from ctxsim.tasks.evaluate.domain import pair_set_similarities, qa_similarity
 
-    got = B.score_arm("tfidf", [PAIRS], [QA], [STS], tmp_path, 64)
-    assert np.array_equal(got["pairs/med.pairs"], pair_scores(None, PAIRS, 64))
+    got = B.arm_similarities("tfidf", [PAIRS], [QA], [STS], tmp_path, 64)
+    assert np.array_equal(got["pairs/med.pairs"], pair_set_similarities(None, PAIRS, 64))
     per = D.retrieval_per_query(qa_similarity(None, QA, 64), QA.relevant)
     for metric, v in per.items():
         assert np.array_equal(got[f"qa/med_qa/{metric}"], v)
@@ -100,6 +100,6 @@ def test_scores_come_from_evaluate_domain_and_are_cached(tmp_path, monkeypatch):
         raise AssertionError("recomputed a cached arm")
 
     monkeypatch.setattr("ctxsim.tasks.evaluate.domain.evaluate_domain", boom)
-    again = B.score_arm("tfidf", [PAIRS], [QA], [STS], tmp_path, 64)
+    again = B.arm_similarities("tfidf", [PAIRS], [QA], [STS], tmp_path, 64)
     assert again.keys() == got.keys()
     assert all(np.array_equal(again[k], got[k]) for k in got)
