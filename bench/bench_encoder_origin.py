@@ -117,14 +117,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--root", required=True)
     ap.add_argument("--domain-dir", default="../shared/data/domain")
     ap.add_argument("--model", default="minilm")
-    ap.add_argument("--units", nargs="+", default=["chunk", "window"])
+    ap.add_argument(
+        "--units",
+        nargs="*",
+        default=None,
+        help="encoded here (default chunk window; none with --embed-root)",
+    )
     ap.add_argument("--max-seq", type=int, default=64)
     ap.add_argument("--eval-max-seq", type=int, default=256)
     ap.add_argument("--min-words", type=int, default=8)
     ap.add_argument("--max-contexts", type=int, default=0, help="seeded sample; 0 = all")
     ap.add_argument("--taus", nargs="+", type=float, default=[0.02, 0.05, 0.1])
-    ap.add_argument("--ks", nargs="+", type=int, default=[8, 32, 500])
+    ap.add_argument("--qa-taus", nargs="*", type=float, default=None, help="default: the first tau")
+    ap.add_argument("--ks", nargs="*", type=int, default=[8, 32, 500])
     ap.add_argument("--cache", default=None)
+    ap.add_argument(
+        "--embed-root",
+        default=None,
+        help="take the context embeddings of the latest `embed` artefact under this root "
+        "(the stage's unit and length) instead of encoding --units here",
+    )
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--name", default="encoder_origin_medquad")
     args = ap.parse_args(argv)
@@ -158,13 +170,13 @@ def main(argv: list[str] | None = None) -> None:
         ap_ = D.pair_classification_scores(pairs, rqe.labels)["ap"]
         ci = D.ap_diff_ci(y, pairs, cos_pairs, args.resamples, 0.95, 0)
         r[f"{rqe.name} AP"] = round(ap_, 2)
-        r["AP vs cosine"] = f"{ci['delta']:+.2f} [{ci['low']:+.2f}, {ci['high']:+.2f}]"
+        r["AP vs cosine"] = f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
         if qa_sim is not None:
             per = D.retrieval_per_query(qa_sim, qa.relevant)
             nd = float(np.mean(per["ndcg_at_10"]))
             ci = D.mean_diff_ci(per["ndcg_at_10"], per_cos["ndcg_at_10"], args.resamples, 0.95, 0)
             r[f"{qa.name} nDCG@10"] = round(nd, 2)
-            r["nDCG vs cosine"] = f"{ci['delta']:+.2f} [{ci['low']:+.2f}, {ci['high']:+.2f}]"
+            r["nDCG vs cosine"] = f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
         else:
             r[f"{qa.name} nDCG@10"] = "-"
             r["nDCG vs cosine"] = "-"
@@ -172,11 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         print(r, flush=True)
 
     row("-", 0, f"{args.model} cosine", cos_pairs, cos_qa)
-    for unit in args.units:
-        texts = context_units(args.root, unit, args.min_words, args.max_contexts, 0)
-        t0 = cpu_s()
-        ctx = encode(model, texts, args.max_seq, cache, f"{args.model}-{unit}")
-        enc_cpu = cpu_s() - t0
+    for unit, ctx, enc_cpu in context_sets(args, model, cache):
         n = len(ctx)
         t0 = cpu_s()
         stats = ScatterStats.of(ctx)
@@ -214,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
                     for i in range(0, len(e1), 256)
                 ]
             )
-            qa_sim = prob_profile_matrix(eq, ed, ctx, tau) if tau == args.taus[0] else None
+            qa_taus = args.taus[:1] if args.qa_taus is None else args.qa_taus
+            qa_sim = prob_profile_matrix(eq, ed, ctx, tau) if tau in qa_taus else None
             row(unit, n, f"(b) softmax p(c|s), tau {tau}", sim, qa_sim)
         for k in args.ks:
             row(
@@ -238,10 +247,37 @@ def main(argv: list[str] | None = None) -> None:
             "min_words": args.min_words,
             "peak_rss_mb": round(peak),
             "note": "intervals: paired bootstrap (pairs / questions resampled), 95%, vs the "
-            "encoder's own cosine; (b) on QA only at the first tau (cost); (c) on pairs only",
+            "encoder's own cosine; (b) on QA only at --qa-taus (cost); (c) on pairs only",
         },
         tables={"closed form vs profiles written out (exactness, CPU)": cost},
     )
+
+
+def context_sets(args: argparse.Namespace, model: Any, cache: Path | None):
+    """(unit, context embeddings, CPU-s of their encoding) for each unit measured."""
+    if args.embed_root:
+        from ctxsim.store.artefacts import ArtefactStore
+        from ctxsim.tasks.embed import read_embeddings
+
+        art = ArtefactStore(args.embed_root, create=False).latest("embed")
+        if art is None:
+            raise SystemExit(f"{args.embed_root}: no published embed artefact")
+        params = art.manifest.get("params", {})
+        emb = read_embeddings(art)
+        n_all = len(emb)
+        if args.max_contexts and n_all > args.max_contexts:
+            rng = np.random.default_rng(0)
+            emb = emb[np.sort(rng.choice(n_all, args.max_contexts, replace=False))]
+        unit = f"{params.get('unit', '?')} (embed {art.fingerprint})"
+        yield unit, emb, float(art.cpu_seconds or 0.0) * len(emb) / n_all
+    units = (
+        args.units if args.units is not None else ([] if args.embed_root else ["chunk", "window"])
+    )
+    for unit in units:
+        texts = context_units(args.root, unit, args.min_words, args.max_contexts, 0)
+        t0 = cpu_s()
+        ctx = encode(model, texts, args.max_seq, cache, f"{args.model}-{unit}")
+        yield unit, ctx, cpu_s() - t0
 
 
 def _prob_pairs(e1: np.ndarray, e2: np.ndarray, ctx: np.ndarray, tau: float) -> np.ndarray:
