@@ -31,7 +31,6 @@ import hashlib
 import os
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ import pyarrow.compute as pc
 
 from ctxsim.models.origin import SIMILARITIES, similarity_by_group
 from ctxsim.store.artefacts import Artefact, ArtefactStore, sha256_file
+from ctxsim.store.checked import move_aside
 
 
 def new_query_stages() -> list[str]:
@@ -159,8 +159,7 @@ def _new_query_sets(
     tmp = Path(tempfile.mkstemp(dir=sts_dir, suffix=".tmp")[1])
     write_tsv(tmp, [a], [b], [0.0])
     if tsv.exists() and sha256_file(tsv) != sha256_file(tmp):
-        dest = tsv.with_name(f"{tsv.name}.corrupt-{uuid.uuid4().hex[:8]}")
-        os.replace(tsv, dest)
+        dest = move_aside(tsv)
         get_logger("ctxsim.explain").warning(
             "explain input file %s: sha256 mismatch; moved to %s, written again", tsv, dest
         )

@@ -50,6 +50,19 @@ def seal(path: Path) -> None:
     write_text_atomic(sidecar(Path(path)), _digest(Path(path)))
 
 
+def move_aside(path: Path) -> Path | None:
+    """Rename a file or folder that failed a check to ``<name>.corrupt-<id>`` beside it (kept for
+    a look, out of every glob of good files): the one quarantine name of caches and checkpoints
+    (an artefact goes to ``.corrupt-<fingerprint>-...``, store/artefacts.py). None when a
+    concurrent reader moved it first."""
+    dest = path.with_name(f"{path.name}.corrupt-{uuid.uuid4().hex[:8]}")
+    try:
+        os.replace(path, dest)
+    except FileNotFoundError:
+        return None
+    return dest
+
+
 def verified(path: Path, what: str, logger: Any) -> bool:
     """True when ``path`` exists and matches its sidecar. A mismatch, a missing sidecar or an
     unreadable file: moved aside (with its sidecar) to ``<name>.corrupt-<id>``, a warning, False.
@@ -70,10 +83,8 @@ def verified(path: Path, what: str, logger: Any) -> bool:
             problem = f"unreadable ({e.strerror or e})"
     if problem is None:
         return True
-    dest = path.with_name(f"{path.name}.corrupt-{uuid.uuid4().hex[:8]}")
-    try:
-        os.replace(path, dest)
-    except FileNotFoundError:  # moved aside by a concurrent reader
+    dest = move_aside(path)
+    if dest is None:
         return False
     if sidecar(path).exists():
         os.replace(sidecar(path), sidecar(dest))

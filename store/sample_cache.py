@@ -17,7 +17,7 @@ class SampleCache:
     """Sampled texts of one model, keyed by (template, settings, prompt sentence, seed); one
     parquet file per writer, named by its sha256 and checked on every read (as
     store/score_cache.py): a file that fails the check, or predates the checksums, is moved
-    aside to ``<name>.corrupt`` with a warning and its samples are drawn again."""
+    aside to ``<name>.corrupt-<id>`` with a warning and its samples are drawn again."""
 
     SCHEMA = pa.schema([("key", pa.binary(16)), ("text", pa.string())])
 

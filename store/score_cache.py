@@ -21,7 +21,6 @@ scored again. Delete the folder to drop the cache.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ import pyarrow.parquet as pq
 
 from ctxsim.store.artefacts import ArtefactStore, sha256_file
 from ctxsim.store.atomic import write_bytes_atomic
+from ctxsim.store.checked import move_aside
 from ctxsim.store.stage import get_logger
 
 KEY_BYTES = 16
@@ -111,7 +111,7 @@ def write_checksummed(d: Path, table: pa.Table) -> Path:
 
 def read_checksummed(f: Path, schema: pa.Schema, what: str, recomputed: str) -> pa.Table | None:
     """The rows of a file written by :func:`write_checksummed` if its bytes match the sha256 in
-    its name; otherwise move it aside to ``<name>.corrupt`` (out of the ``*.parquet`` glob),
+    its name; otherwise move it aside to ``<name>.corrupt-<id>`` (out of the ``*.parquet`` glob),
     warn (``what`` names the cache, ``recomputed`` what is computed again), and return None."""
     try:
         st = f.stat()
@@ -127,10 +127,8 @@ def read_checksummed(f: Path, schema: pa.Schema, what: str, recomputed: str) -> 
         return None
     except (OSError, pa.ArrowException) as e:
         problem = f"unreadable ({e})"
-    dest = f.with_name(f"{f.name}.corrupt")
-    try:
-        os.replace(f, dest)
-    except FileNotFoundError:
+    dest = move_aside(f)
+    if dest is None:
         return None
     get_logger("ctxsim.score_cache").warning(
         "%s %s: %s; moved to %s, %s will be recomputed", what, f, problem, dest, recomputed

@@ -19,8 +19,6 @@ corrupt cache never reaches a screen artefact.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ from ctxsim.models.retrieval import select_topk
 from ctxsim.scores.loading import Encoder, load_discriminator
 from ctxsim.store.artefacts import fingerprint, sha256_file
 from ctxsim.store.atomic import atomic_path, write_json_atomic
+from ctxsim.store.checked import move_aside
 from ctxsim.store.lease import shard_lease
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
@@ -119,12 +118,8 @@ def cache_problem(cache: Path, paths: list[Path]) -> str | None:
 
 def _move_aside(cache: Path, problem: str, logger: Any) -> None:
     """Rename a failed cache folder out of the way (kept for a look), warn, and recreate it."""
-    dest = cache.with_name(f"{cache.name}.corrupt-{uuid.uuid4().hex[:8]}")
-    try:
-        os.replace(cache, dest)
-    except FileNotFoundError:  # moved aside by a concurrent reader
-        pass
-    else:
+    dest = move_aside(cache)
+    if dest is not None:
         logger.warning(
             "screen context cache %s: %s; moved to %s, it will be computed again",
             cache,

@@ -470,7 +470,8 @@ def test_corrupt_score_cache_file_is_moved_aside_and_recomputed(
     spine, generator_art, tmp_path, caplog
 ):
     """Six flipped bytes inside a cache file's values must not reach a fresh score artefact: the
-    file fails its checksum, is renamed to ``*.corrupt`` with a warning, and is scored again."""
+    file fails its checksum, is moved aside to ``*.corrupt-<id>`` with a warning, and is scored
+    again."""
     import logging
 
     import pyarrow.parquet as pq
@@ -510,7 +511,7 @@ def test_corrupt_score_cache_file_is_moved_aside_and_recomputed(
     assert stats["cache_hits"] == 0  # nothing read from the corrupt files
     for col in ("gen_fwd", "gen_left"):
         assert again[col] == pytest.approx(clean[col], abs=1e-5)
-    assert all(f.with_name(f.name + ".corrupt").exists() for f in files)
+    assert all(list(f.parent.glob(f"{f.name}.corrupt-*")) for f in files)
     assert sum("sha256 mismatch" in r.getMessage() for r in caplog.records) == len(files)
     stats, third = score(2048)  # the recomputed scores went back into the cache, intact
     assert stats["cache_hits"] == 2 * len(clean["gen_fwd"]) and third == again

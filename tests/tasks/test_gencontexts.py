@@ -214,8 +214,9 @@ def test_a_corrupt_sample_cache_file_is_moved_aside_not_trusted(tmp_path, caplog
         f"gencontexts sample cache file {f}: sha256 mismatch; moved to" in r.getMessage()
         for r in caplog.records
     )
-    assert f.with_name(f.name + ".corrupt").is_file() and not f.exists()
+    (aside,) = cache.dir.glob(f"{f.name}.corrupt-*")
+    assert aside.is_file() and not f.exists()
     # a file from before the checksums (any other name) is not trusted either
     legacy = cache.dir / "0123abcd.parquet"
-    os.replace(f.with_name(f.name + ".corrupt"), legacy)
-    assert cache.get(keys) == {} and legacy.with_name(legacy.name + ".corrupt").exists()
+    os.replace(aside, legacy)
+    assert cache.get(keys) == {} and list(cache.dir.glob(f"{legacy.name}.corrupt-*"))
