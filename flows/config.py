@@ -288,14 +288,18 @@ def model_problem(name: str) -> str | None:
 
 
 def _check_models(section: str, params: BaseModel, source: str, overridden: dict[str, str]) -> None:
+    """Every model a section names (a field's string, or each value of a mapping field: name
+    -> model) can be loaded here, or a ConfigError names the key."""
     for key, builtin in model_fields(section, params).items():
         value = getattr(params, key, None)
-        if not isinstance(value, str) or value in builtin:
-            continue
-        problem = model_problem(value)
-        if problem:
-            loc = f"{section}.{key}"
-            raise ConfigError(f"{_origin_of(loc, source, overridden)}: {loc}: {problem}")
+        named = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, name in named:
+            if not isinstance(name, str) or name in builtin:
+                continue
+            problem = model_problem(name)
+            if problem:
+                loc = f"{section}.{key}" + (f".{sub}" if sub is not None else "")
+                raise ConfigError(f"{_origin_of(loc, source, overridden)}: {loc}: {problem}")
 
 
 def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:

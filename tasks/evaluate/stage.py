@@ -59,7 +59,9 @@ class EvaluateParams(StageParams):
     )
     # more encoders in the same report and paired CIs (e.g. a SimCSE model trained on the same
     # sentences with `train.objective: simcse`): name -> sentence-transformers / HF model dir
-    extra_models: dict[str, str] = Field(default_factory=dict)
+    extra_models: dict[str, str] = Field(
+        default_factory=dict, json_schema_extra={"names_model": []}
+    )  # resolved at config load
 
     @field_validator("extra_models")
     @classmethod

@@ -182,6 +182,7 @@ def _not_a_model(tmp_path: Path) -> dict[str, str]:
         ("generator.backbone=FILE", "generator.backbone: FILE is a file"),
         ("pairs.encoder=FILE", "pairs.encoder: FILE is a file"),
         ("gencontexts.model=EMPTY", "gencontexts.model: EMPTY holds no model"),
+        ("evaluate.extra_models={simcse: FILE}", "evaluate.extra_models.simcse: FILE is a file"),
     ],
 )
 def test_a_bad_value_is_refused_at_load_naming_the_key(tmp_path, override, expected):
