@@ -1,6 +1,13 @@
-"""The CLI under hostile input, one parametrised suite: every case ends in one line naming the
-file, line, key or path it is about, no traceback without --verbose, and nothing the store owns
-is lost. Add the next round's cases here."""
+"""The CLI under hostile input, one suite: every case ends in one line naming the file, line,
+key or path it is about, no traceback without --verbose, and nothing the store owns is lost.
+
+Round three's cases, by section: export targets under an artefact root (a forged marker);
+evaluate's outputs checked before the work, figures kept when the report cannot be written; a
+mistyped --root; config values checked at load (non-finite and negative numbers, model fields,
+sections that are not mappings, non-UTF-8 files); evaluation and corpus files (200,000-character
+fields, BOMs, Latin-1); Ctrl-C and a full disk in real processes; Prefect's tracebacks; a
+read-only plan cache. Add the next round's cases to the parametrised tables here.
+"""
 
 from __future__ import annotations
 
