@@ -141,10 +141,16 @@ def _sample_batch(
     pad: int,
 ) -> list[list[int]]:
     device = stop.device
-    n, width = len(ids), max(len(x) for x in ids)
-    inp = torch.full((n, width), pad, dtype=torch.long)
-    attn = torch.zeros((n, width), dtype=torch.long)
-    for r, x in enumerate(ids):  # left padding: every row's last prompt token is at -1
+    n = len(ids)
+    # a sentence's K samples share its prompt: each distinct prompt runs once and its keys and
+    # values are repeated for its rows (the prompt pass is about half the stage's tokens)
+    uniq: dict[tuple[int, ...], int] = {}
+    index = [uniq.setdefault(tuple(x), len(uniq)) for x in ids]
+    prompts = list(uniq)
+    width = max(len(x) for x in prompts)
+    inp = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(prompts), width), dtype=torch.long)
+    for r, x in enumerate(prompts):  # left padding: every row's last prompt token is at -1
         inp[r, width - len(x) :] = torch.tensor(x, dtype=torch.long)
         attn[r, width - len(x) :] = 1
     inp, attn = inp.to(device), attn.to(device)
@@ -156,6 +162,10 @@ def _sample_batch(
         input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1
     )
     past, logits = res.past_key_values, res.logits[:, -1, :]
+    if len(prompts) < n:  # one row per sample from here on
+        row = torch.tensor(index, dtype=torch.long, device=device)
+        past.reorder_cache(row)
+        logits, attn, pos = logits[row], attn[row], pos[row]
     done = torch.zeros(n, dtype=torch.bool, device=device)
     steps: list[torch.Tensor] = []
     for step in range(s.max_new_tokens):
