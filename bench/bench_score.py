@@ -10,6 +10,7 @@ randomly initialised at the sizes named (``--real`` adds the packaged minilm BER
 SmolLM2-135M when installed).
 
     .venv/bin/python -m bench.bench_score [--quick] [--real]
+    .venv/bin/python -m bench.bench_score --lm-route [--queries 40]   # bench/bench_lm_route.py
 """
 
 # ruff: noqa: B023  (closures are timed inside the loop iteration that defines them)
@@ -278,6 +279,13 @@ def quality_meta(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
+    import sys
+
+    if "--lm-route" in sys.argv:  # the LM route's engines on a real run's windows
+        from bench.bench_lm_route import main as lm_route
+
+        lm_route([a for a in sys.argv[1:] if a != "--lm-route"])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--quality", action="store_true", help="true-context-wins with real models")
     ap.add_argument("--models", default="gemma-270m,smollm2-135m,minilm")

@@ -1,0 +1,279 @@
+"""The LM route's score engine, old (padded batches) vs new (grouped prompts), on the windows a
+real run scores: `python -m bench.bench_score --lm-route` (or this module).
+
+For each config (books_generated and the MedQuAD LM config), a fresh run to `label` with fewer
+queries; the score stage's own engine calls are captured (the windows, the scorer as the stage
+loaded it: int8 on CPU as the configs say), then both engines score those same windows in this
+process (interleaved repeats, CPU-seconds, not wall time: the machine is shared). Reported per
+engine: tokens the model ran per target token (prompts and padding included), the old
+``padded_tokens`` measure, target tokens per CPU-second, peak RSS growth, and labelled pairs per
+CPU-hour all-in (every stage to `label` from the run's manifests, with the score stage's engine
+CPU replaced by each engine's); agreement of old and new scores (int8 on every window, float32
+on a sample); a torch.profiler summary of each engine on a slice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from bench.bench_pipeline import stage_rows, stages_to_label
+from bench.harness import peak_rss_mb, reset_peak_rss, write_results
+from ctxsim.models import score_engine as se
+
+
+def capture_run(config: str, root: Path, queries: int, run_id: str) -> dict[str, Any]:
+    """Run `config` to `label` on a fresh root; return the score stage's engine calls."""
+    from ctxsim.flows.pipeline import run_pipeline
+
+    calls: list[dict[str, Any]] = []
+    real = se.ScoringEngine.score
+
+    def spy(self, lefts, sentences, rights, directions=se.DIRECTIONS):  # noqa: ANN001, ANN202
+        t0 = time.process_time()
+        out = real(self, lefts, sentences, rights, directions)
+        calls.append(
+            {
+                "windows": (list(lefts), list(sentences), list(rights)),
+                "directions": tuple(directions),
+                "cpu_s": time.process_time() - t0,
+                "config": self.config,
+                "scorer": self.scorer,
+                "scores": out,
+            }
+        )
+        return out
+
+    if root.exists():
+        shutil.rmtree(root)
+    se.ScoringEngine.score = spy  # type: ignore[method-assign]
+    try:
+        overrides = [
+            f"queries.n_corpus={queries}",
+            "run.no_progress=true",
+            f"run.torch_threads={torch.get_num_threads()}",  # the replays run with as many
+        ]
+        run_pipeline(config, overrides, root=str(root), until="label", run_id=run_id)
+    finally:
+        se.ScoringEngine.score = real  # type: ignore[method-assign]
+    if not calls:
+        raise RuntimeError(f"{config}: the score stage ran no engine call (reused?)")
+    rows, rec = stage_rows(root, run_id)
+    return {"calls": calls, "stages": rows, "record": rec}
+
+
+def save_capture(cap: dict[str, Any], path: Path) -> None:
+    """The captured calls without their scorer (rebuilt by ``load_capture``), so the replays can
+    run again (``--reuse``) without the run."""
+    calls = []
+    for c in cap["calls"]:
+        int8 = any("quantized" in type(m).__module__ for m in c["scorer"].model.modules())
+        calls.append({k: v for k, v in c.items() if k != "scorer"} | {"int8": int8})
+    with open(path, "wb") as f:
+        pickle.dump({**cap, "calls": calls}, f)
+
+
+def load_capture(path: Path) -> dict[str, Any]:
+    from ctxsim.models.quantize import quantize_int8
+    from ctxsim.scores.eq3 import INT8_FLOAT_LAYERS
+    from ctxsim.scores.loading import load_scorer
+
+    with open(path, "rb") as f:
+        cap = pickle.load(f)
+    gen_dir = Path(cap["record"]["stages"]["generator"]["path"]) / "files"
+    scorers: dict[bool, Any] = {}
+    for c in cap["calls"]:
+        if c["int8"] not in scorers:
+            sc, _ = load_scorer(gen_dir, "cpu")
+            scorers[c["int8"]] = quantize_int8(sc, skip=INT8_FLOAT_LAYERS) if c["int8"] else sc
+        c["scorer"] = scorers[c["int8"]]
+    return cap
+
+
+def run_engine(calls: list[dict[str, Any]], group: bool) -> dict[str, Any]:
+    """Every captured call again with a fresh engine of the stage's settings; CPU-s and stats."""
+    out: dict[str, Any] = {"cpu_s": 0.0, "scores": [], "stats": se.EngineStats()}
+    reset_peak_rss()
+    base = peak_rss_mb()
+    for c in calls:
+        cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
+        eng = se.ScoringEngine(c["scorer"], cfg)
+        t0 = time.process_time()
+        got = eng.score(*c["windows"], c["directions"])
+        out["cpu_s"] += time.process_time() - t0
+        out["scores"].append(np.concatenate([got[d] for d in c["directions"]]))
+        for k in ("target_tokens", "padded_tokens", "run_tokens", "forward_calls"):
+            setattr(out["stats"], k, getattr(out["stats"], k) + getattr(eng.stats, k))
+    out["rss_mb"] = peak_rss_mb() - base
+    out["scores"] = np.concatenate(out["scores"])
+    return out
+
+
+def fp32_agreement(calls: list[dict[str, Any]], generator_dir: Path, n: int) -> dict[str, Any]:
+    """Old vs new engine with the float32 scorer on the first ``n`` windows (the exactness
+    check: the int8 scores move with the batch, since activations are quantised per batch)."""
+    from ctxsim.scores.loading import load_scorer
+
+    scorer, _ = load_scorer(generator_dir, "cpu")
+    c = calls[0]
+    w = tuple(x[:n] for x in c["windows"])
+    got = {}
+    for group in (False, True):
+        cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
+        res = se.ScoringEngine(scorer, cfg).score(*w, c["directions"])
+        got[group] = np.concatenate([res[d] for d in c["directions"]])
+    return {
+        "fp32_windows": len(w[0]),
+        "fp32_max_abs_diff": float(np.max(np.abs(got[True] - got[False]))),
+        "fp32_spearman": float(spearmanr(got[True], got[False]).statistic),
+    }
+
+
+def profile(calls: list[dict[str, Any]], group: bool, n: int, top: int = 8) -> list[dict[str, Any]]:
+    """torch.profiler's top operators (self CPU) of one engine on the first ``n`` windows."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprofile
+
+    c = calls[0]
+    w = tuple(x[:n] for x in c["windows"])
+    cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
+    with tprofile(activities=[ProfilerActivity.CPU]) as pr:
+        se.ScoringEngine(c["scorer"], cfg).score(*w, c["directions"])
+    ev = sorted(pr.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in ev) or 1.0
+    return [
+        {
+            "engine": "new" if group else "old",
+            "op": e.key,
+            "self_cpu_share": round(e.self_cpu_time_total / total, 3),
+            "self_cpu_s": round(e.self_cpu_time_total / 1e6, 2),
+            "calls": e.count,
+        }
+        for e in ev[:top]
+    ]
+
+
+def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], list[dict], dict]:
+    name = Path(config).stem
+    root = Path(args.root) / name
+    saved = root.parent / f"{name}-capture.pkl"
+    if args.reuse and saved.exists():
+        cap = load_capture(saved)
+    else:
+        save_capture(capture_run(config, root, args.queries, "bench"), saved)
+        cap = load_capture(saved)  # the replays' scorer is built the same way either way
+    torch.set_num_threads(args.threads)
+    calls = cap["calls"]
+    to_label = set(stages_to_label())
+    stage_cpu = {r["stage"]: r["cpu_s"] or 0.0 for r in cap["stages"] if r["stage"] in to_label}
+    label = next(r for r in cap["stages"] if r["stage"] == "label")
+    pairs = int(label["rows"] or 0)
+    in_stage_engine = sum(c["cpu_s"] for c in calls)
+    # everything but the engine's own work: the other stages and the score stage's overheads
+    # (loading and quantising the scorer, building texts)
+    rest = sum(stage_cpu.values()) - in_stage_engine
+    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    for _ in range(args.repeat):
+        for group in (False, True):
+            runs[group].append(run_engine(calls, group))
+    rows = []
+    for group in (False, True):
+        rs = runs[group]
+        cpu = float(np.median([r["cpu_s"] for r in rs]))
+        st = rs[0]["stats"]
+        rows.append(
+            {
+                "config": name,
+                "engine": "new (grouped prompts)" if group else "old (padded batches)",
+                "windows": sum(len(c["windows"][0]) for c in calls),
+                "engine_cpu_s": round(cpu, 1),
+                "engine_cpu_s_runs": ", ".join(f"{r['cpu_s']:.1f}" for r in rs),
+                "tokens_run_per_target_tok": round(st.run_tokens / max(st.target_tokens, 1), 3),
+                "padded_per_target_tok": round(st.padded_tokens / max(st.target_tokens, 1), 3),
+                "target_tok_per_cpu_s": round(st.target_tokens / max(cpu, 1e-9), 1),
+                "peak_rss_growth_mb": round(max(r["rss_mb"] for r in rs), 1),
+                "labelled_pairs": pairs,
+                "cpu_s_to_label": round(rest + cpu, 1),
+                "pairs_per_cpu_hour_all_in": round(3600 * pairs / max(rest + cpu, 1e-9), 1),
+            }
+        )
+    old, new = runs[False][0]["scores"], runs[True][0]["scores"]
+    agree = {
+        "config": name,
+        "int8_windows": len(new),
+        "int8_max_abs_diff": float(np.max(np.abs(new - old))),
+        "int8_spearman": float(spearmanr(new, old).statistic),
+        # the same engine twice: how far int8 scores move between runs of one batching
+        "int8_old_vs_old_max_abs_diff": float(np.max(np.abs(runs[False][-1]["scores"] - old))),
+    }
+    gen_dir = Path(cap["record"]["stages"]["generator"]["path"]) / "files"
+    agree |= fp32_agreement(calls, gen_dir, args.fp32_windows)
+    prof = profile(calls, False, args.profile_windows) + profile(calls, True, args.profile_windows)
+    stages = [
+        {"config": name, "stage": s, "cpu_s": round(v, 1)} for s, v in sorted(stage_cpu.items())
+    ]
+    stages.append(
+        {"config": name, "stage": "score: engine (in stage)", "cpu_s": round(in_stage_engine, 1)}
+    )
+    print(json.dumps({"rows": rows, "agree": agree}, default=str), flush=True)
+    return rows, [agree], {"profile": prof, "stages": stages}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", default="configs/books_generated.yaml,configs/medquad_lm.yaml")
+    ap.add_argument("--queries", type=int, default=40, help="queries.n_corpus of each run")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved runs of each engine")
+    ap.add_argument("--fp32-windows", type=int, default=240)
+    ap.add_argument("--profile-windows", type=int, default=240)
+    ap.add_argument("--root", default="/tmp/ctxsim-bench-lm-route")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reuse", action="store_true", help="replay a saved capture, no run")
+    ap.add_argument("--name", default="score_lm_route")
+    args = ap.parse_args(argv)
+    from ctxsim.flows.prefect_env import configure_prefect
+
+    configure_prefect(args.root)  # before Prefect is imported: its settings, the server's timeout
+    torch.set_num_threads(args.threads)
+    rows, agree, prof, stages = [], [], [], []
+    for config in args.configs.split(","):
+        if not Path(config).exists():
+            print(f"skip {config}: no such file")
+            continue
+        r, a, t = bench_config(args, config)
+        rows += r
+        agree += a
+        prof += t["profile"]
+        stages += t["stages"]
+        meta = {
+            "command": "python -m bench.bench_score --lm-route " + " ".join(argv or []),
+            "workload": f"each config run to label with queries.n_corpus={args.queries} on a "
+            "fresh root; the score stage's engine calls captured and replayed by both engines",
+            "cpu_s": "time.process_time (CPU-seconds of this process); median of the repeats",
+            "all_in": "CPU-s of every stage to label (manifests) minus the score stage's own "
+            "engine CPU, plus the engine's CPU measured here",
+            "tokens_run": "tokens the decoder stack ran (prompts, prefixes and padding "
+            "included) per target token scored",
+            "padded_per_target_tok": "the old measure: per batch rows x (longest prompt + "
+            "longest target); for the new engine, the tokens run",
+            "torch_threads": args.threads,
+        }
+        write_results(
+            args.name,
+            rows,
+            meta,
+            tables={"agreement": agree, "profile": prof, "stages": stages},
+        )
+
+
+if __name__ == "__main__":
+    main()
