@@ -135,7 +135,8 @@ def test_a_failed_batch_frees_its_memory_before_the_halves_run(scorer, monkeypat
 
     monkeypatch.setattr(scorer, "token_logprobs", token_logprobs)
     lefts, sents, rights = windows(16, seed=7)
-    eng = ScoringEngine(scorer, EngineConfig(token_budget=100_000))
+    # the padded path (token_logprobs); the grouped path: test_score_engine_prefix.py
+    eng = ScoringEngine(scorer, EngineConfig(token_budget=100_000, group_prompts=False))
     got = eng.score(lefts, sents, rights, ("fwd",))
     assert eng.stats.oom_retries > 0 and alive_at_retry
     assert not any(alive_at_retry)
