@@ -31,7 +31,7 @@ from ctxsim.models.registry import REGISTRY, resolve_model
 from ctxsim.store.artefacts import Artefact, content_digest
 from ctxsim.store.atomic import atomic_path
 from ctxsim.store.errors import InputError
-from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
 from ctxsim.tasks.index import chunk_texts
 
@@ -70,12 +70,33 @@ def scorer_problem(name: str) -> str | None:
 
 
 class EmbedParams(StageParams):
-    model: str = "minilm"  # the scorer: a registry name or a model directory
-    unit: Literal["chunk", "window"] = "chunk"  # paragraph chunks | a slot's c< + c>
-    max_seq_length: int = Field(64, ge=8)  # longer units are truncated (counted, logged)
-    min_words: int = Field(8, ge=1)  # shorter units are not contexts
-    batch_size: int = Field(64, ge=1, exclude=True)  # throughput only: not in the fingerprint
-    n_shards: int = Field(4, ge=1, le=4096)  # resumable pieces of the corpus pass
+    model: str = Field(
+        "minilm",
+        description="the scorer whose cosine is the fit score S(c, s): a registry name (minilm, "
+        "mpnet) or a sentence-transformers / transformers model directory (e.g. a trained one)",
+    )
+    unit: Literal["chunk", "window"] = Field(
+        "chunk",
+        description="the context unit: chunk = the paragraph chunks of the contexts stage; "
+        "window = a context slot's two sides, c< + ' ' + c>",
+    )
+    max_seq_length: int = Field(
+        64,
+        ge=8,
+        description="scorer tokens per unit; longer units are truncated (counted in the stats "
+        "and logged): the scatter matrix sees their first tokens only",
+    )
+    min_words: int = Field(
+        8, ge=1, description="units of fewer words (headings, list stubs) are not contexts"
+    )
+    batch_size: int = knob(64, ge=1, description="units per encoder batch (speed and memory only)")
+    n_shards: int = Field(
+        4,
+        ge=1,
+        le=4096,
+        description="pieces of the corpus pass, each recorded when done: a rerun after a crash "
+        "encodes only the missing ones",
+    )
 
     @field_validator("model")
     @classmethod

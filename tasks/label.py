@@ -85,14 +85,25 @@ SPLIT_SUBSETS = {"train", "dev", "test", "trial"}
 
 
 class LabelParams(StageParams):
-    # the contextual model: lm (Eq. 3 scores of the `score` stage over the context sets of
-    # `select`) or encoder (cosine fit scores over every context unit of `embed`)
-    contextual: Literal["lm", "encoder"] = "lm"  # lm: select + score | encoder: embed
-    # encoder only: closed form over all contexts | softmax fit score | top-K unions
-    encoder_form: Literal["closed", "softmax", "topk"] = "closed"  # encoder only
-    tau: float = Field(0.05, gt=0)  # softmax temperature
-    k: int = Field(32, ge=1)  # contexts per sentence of a top-K union
-    centred: bool = True  # profiles compared by Pearson (centred) or cosine
+    contextual: Literal["lm", "encoder"] = Field(
+        "lm",
+        description="the contextual model: lm = Eq. 3 scores (score stage) over the context sets "
+        "of select; encoder = the embed stage's scorer, cosine fit scores over every context unit "
+        "of the corpus",
+    )
+    encoder_form: Literal["closed", "softmax", "topk"] = Field(
+        "closed",
+        description="encoder only: closed = Origin over all contexts through the scatter "
+        "matrix; softmax = the fit score p(c | s) = softmax of cos / tau over all contexts "
+        "(exact, blocked); topk = over the union of the two sentences' k nearest contexts",
+    )
+    tau: float = Field(0.05, gt=0, description="encoder_form softmax: the temperature")
+    k: int = Field(32, ge=1, description="encoder_form topk: contexts per sentence")
+    centred: bool = Field(
+        True,
+        description="encoder only: compare the profiles by Pearson correlation (centred) or by "
+        "cosine (uncentred)",
+    )
     split_ratios: list[float] = Field(default_factory=lambda: [98.0, 1.0, 1.0])  # train/dev/test
     # how v_s1 and v_s2 are compared (models/origin.py SIMILARITIES); the paper's Eq. 4 is cosine
     similarity: Literal["cosine", "pearson", "neg_rmse", "cross_fit"] = "cosine"

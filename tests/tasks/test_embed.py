@@ -99,7 +99,7 @@ def test_fingerprint_names_the_scorer_by_content(spine, encoder, tmp_path):
         return resolve_stage(EmbedStage(), p, RunParams(), store, _up(spine)).fingerprint
 
     before = fp(copy)
-    assert fp(copy, batch_size=7) == before  # throughput only
+    assert fp(copy, batch_size=7) == before  # a knob: speed only
     assert fp(copy, max_seq_length=32) != before
     weights = next(copy.rglob("model.safetensors"))
     data = bytearray(weights.read_bytes())
