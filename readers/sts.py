@@ -89,26 +89,29 @@ def tsv_rows(path: Path, error: type[InputError] = InputError) -> Iterator[tuple
     """(line number, fields) of a TAB-separated file, quoting off (as csv's QUOTE_NONE reads
     it); a UTF-8 byte order mark (what spreadsheet programs write) is read as nothing. Bytes
     that are not UTF-8 or a field over ``MAX_FIELD_CHARS`` raise ``error`` naming file and line
-    (decoded line by line, so the line is the right one)."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise error(
-                    f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x}: {e.reason}); "
-                    "save it as UTF-8"
-                ) from None
-            if lineno == 1:
-                line = line.removeprefix("\ufeff")
-            line = line.rstrip("\n").rstrip("\r")
-            row = line.split("\t") if line else []
-            if any(len(c) > MAX_FIELD_CHARS for c in row):
-                raise error(
-                    f"{path}:{lineno}: a field of {max(map(len, row))} characters (at most "
-                    f"{MAX_FIELD_CHARS}): is a TAB or line end missing?"
-                )
-            yield lineno, row
+    (decoded line by line, so the line is the right one). Lines end at \\n, \\r\\n or \\r, as
+    Python's universal newlines (what csv read) end them."""
+    data = Path(path).read_bytes()
+    lines = re.split(rb"\r\n|\r|\n", data)
+    if lines and not lines[-1]:
+        lines.pop()  # the final line end
+    for lineno, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise error(
+                f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x}: {e.reason}); "
+                "save it as UTF-8"
+            ) from None
+        if lineno == 1:
+            line = line.removeprefix("\ufeff")
+        row = line.split("\t") if line else []
+        if any(len(c) > MAX_FIELD_CHARS for c in row):
+            raise error(
+                f"{path}:{lineno}: a field of {max(map(len, row))} characters (at most "
+                f"{MAX_FIELD_CHARS}): is a TAB or line end missing?"
+            )
+        yield lineno, row
 
 
 def read_tsv(path: str | Path) -> tuple[list[str], list[str], list[float]]:
