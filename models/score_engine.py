@@ -2,9 +2,14 @@
 
 What makes it fast, compared with one pair per forward call (bench/bench_score.py measures it):
 
-* every distinct text is tokenised once; identical (source, target) requests are computed once;
-* requests are sorted by length (seq2seq: by source, so pairs that share a context sit together)
-  and cut into batches by a padded-token budget, so padding stays small;
+* every distinct text is tokenised once per engine; identical (source, target) requests are
+  computed once;
+* causal scorers (``group_prompts``): each distinct prompt, or shared beginning of prompts, runs
+  once for a group of prompts; every target then runs on the group's keys/values in batches
+  sorted by length, the next batch laid out in a thread while the current one runs, the
+  vocabulary head in chunks (docs/scoring.md, bench/bench_lm_route.py);
+* otherwise requests are sorted by length (seq2seq: by source, so pairs that share a context sit
+  together) and cut into batches by a padded-token budget, so padding stays small;
 * seq2seq: one encoder pass per distinct source in a batch, reused by every target that shares
   it (the ``fwd`` source ``(c<, c>)`` is shared by every sentence scored against a context);
 * ``torch.inference_mode``; bf16 autocast on CUDA (log-softmax in float32); torch threads on CPU,
