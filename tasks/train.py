@@ -199,7 +199,7 @@ class TrainParams(StageParams):
     )
     save_total_limit: int = Field(
         2,
-        description="Checkpoints kept on disk during training (the best one is always kept).",
+        description="Checkpoints kept on disk in training (with a dev set the best is kept too).",
     )
     logging_steps: int = Field(
         5,
