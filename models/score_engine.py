@@ -60,7 +60,11 @@ class EngineConfig:
     # of prompts, then their targets in batches sorted by length on the prompts' keys/values, so
     # neither prompts nor padding are recomputed per batch (off: one padded batch per cut of
     # the requests, the prompts of each batch run once in it)
-    group_prompts: bool = True
+    # None (auto): on, except for a dynamically int8-quantised scorer (models/quantize.py),
+    # whose activations take one scale per batch, so its scores depend on the batching
+    # (Spearman 0.97 between the two paths on books_generated, bench/results/score_lm_route.md):
+    # it keeps the padded path and with it the int8 labels and score cache of earlier runs
+    group_prompts: bool | None = None
     head_chunk: int = 128  # target tokens per vocabulary-head call (grouped path; 0: all)
     prefetch: bool = True  # lay out the next batch in a thread while the current one runs
 
@@ -182,8 +186,11 @@ class ScoringEngine:
 
     # ---- grouped prompts (causal scorers) -------------------------------------------------
     def _grouped(self, distinct: list[tuple[Ids, Ids]]) -> bool:
+        on = self.config.group_prompts
+        if on is None:
+            on = not _dynamic_int8(self.scorer)
         return (
-            self.config.group_prompts
+            on
             and hasattr(self.scorer, "encode_prefixes")
             and all(len(s) > 0 and len(t) > 0 for s, t in distinct)
         )
@@ -472,6 +479,12 @@ class ScoringEngine:
         self.stats.padded_tokens += len(batch) * (
             max(len(s) for s in srcs) + max(len(t) for t in tgts)
         )
+
+
+def _dynamic_int8(scorer: GenerativeScorer) -> bool:
+    """Whether the scorer's model holds torch's dynamically quantised (int8) layers."""
+    mods = (m for mod in scorer.modules() for m in mod.modules())
+    return any(type(m).__module__.startswith("torch.ao.nn.quantized.dynamic") for m in mods)
 
 
 def naive_score(

@@ -237,3 +237,23 @@ def test_gemma3_sliding_window_and_softcap_on_the_grouped_path(tok):
     w = k_windows(4, 3, seed=12)
     new, _ = scores(sc, w, token_budget=48, head_chunk=4)
     assert max_diff(new, naive_score(sc, *w)) < TOL
+
+
+def test_int8_scorers_keep_the_padded_path_unless_asked(tok):
+    """Dynamic int8 takes one activation scale per batch, so its scores depend on the batching:
+    by default (group_prompts None) such a scorer keeps the padded path, and its scores, exactly;
+    group_prompts=True still runs it grouped."""
+    from ctxsim.models.quantize import quantize_int8
+
+    sc = quantize_int8(CausalPrefixScorer(tiny_causal(tok, TINY), tok))
+    w = k_windows(4, 4, seed=13, left=False)
+    auto, eng_auto = scores(sc, w, ["right"], token_budget=64)
+    padded, eng_pad = scores(sc, w, ["right"], token_budget=64, group_prompts=False)
+    assert max_diff(auto, padded) == 0.0
+    assert eng_auto.stats.padded_tokens == eng_pad.stats.padded_tokens
+    _, eng_grouped = scores(sc, w, ["right"], token_budget=64, group_prompts=True)
+    assert eng_grouped.stats.padded_tokens == eng_grouped.stats.run_tokens
+    assert eng_grouped.stats.padded_tokens != eng_pad.stats.padded_tokens
+    # a float32 scorer is grouped by default
+    _, eng_fp32 = scores(CausalPrefixScorer(tiny_causal(tok, TINY), tok), w, ["right"])
+    assert eng_fp32.stats.padded_tokens == eng_fp32.stats.run_tokens
