@@ -493,3 +493,25 @@ def test_only_the_context_objective_reads_the_corpus():
     assert "teacher" not in dump and "context_width" not in dump
     assert "context_corpus_sentences" not in dump
     assert TrainParams(context_width=2).model_dump()["context_width"] == 2
+
+
+def test_ctxsim_context_trains_on_the_labels_and_the_right_contexts_together(tmp_path):
+    """One file added the objective: both datasets reach the trainer, the corpus inputs enter
+    only its fingerprint, and the context half still pulls questions towards their answers."""
+    from ctxsim.tasks.train import TrainParams, TrainStage
+
+    assert TrainStage().optional_inputs_for(TrainParams(objective="ctxsim-context")) == (
+        "queries",
+        "shard",
+    )
+    art = _train_context(tmp_path, objective="ctxsim-context", loss="cosent", max_steps=20)
+    info = json.loads((art.files_dir / "metrics.json").read_text())
+    assert info["objective"] == "ctxsim-context"
+    assert info["n_train_examples"] == 4 + 2  # the 4 labelled pairs and the 2 right contexts
+    q = ["what is a cat ?", "what is a dog ?"]
+    own = [CORPUS[1][2], CORPUS[4][2]]
+
+    def margin(path):
+        return float((_cosines(path, q, own) - _cosines(path, q, own[::-1])).mean())
+
+    assert margin(art.files_dir / "model") > margin(art.files_dir / "backbone")
