@@ -255,11 +255,11 @@ def inspect(
         typer.echo("  " + json.dumps(row, default=str, ensure_ascii=False)[:300])
 
 
-from ctxsim.flows.cli_ops import register  # noqa: E402 - ops commands (issue 6)
+from ctxsim.flows.cli_ops import register  # noqa: E402 - ops commands
 
 register(app)
 
-from ctxsim.flows.cli_product import register as register_product  # noqa: E402 - issue 20
+from ctxsim.flows.cli_product import register as register_product  # noqa: E402 - product
 
 register_product(app)
 

@@ -25,7 +25,7 @@ Disk is scaled like the rows; peak memory (RSS sampled during each stage) grows 
 per-shard share of the units (a rough estimate: label it so). GPU seconds for the scoring
 stages come from the scored tokens and a tokens-per-second figure.
 
-Calibrate once, then reuse (issue 31 item 10): the pilot's artefact root, its corpus sample and
+Calibrate once, then reuse: the pilot's artefact root, its corpus sample and
 each piloted stage's measurements are kept in the unit-cost cache (``plan_cache_dir()``:
 ``$CTXSIM_PLAN_CACHE``, else ``~/.cache/ctxsim/plan``). Measurements are keyed by this machine
 (CPU model and count, GPU) and the stage's artefact fingerprint, which already covers its

@@ -39,7 +39,7 @@ from ctxsim.scores.scorers import INT8_FLOAT_LAYERS, Windows, get_scorer
 from ctxsim.scores.scorers.generator import _generate_rows
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
 from ctxsim.store.artefacts import Artefact, ArtefactStore
-from ctxsim.store.stage import RunParams, StageContext, StageParams
+from ctxsim.store.stage import RunParams, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
 
 __all__ = [
@@ -71,50 +71,144 @@ SCORE_SCHEMA = pa.schema(
 
 
 class ScoreParams(StageParams):
-    lambda_disc: float = 1.0  # Eq. (3) weights (the paper does not publish its values)
-    lambda_fwd: float = 1.0
-    lambda_left: float = 1.0
-    lambda_right: float = 1.0
-    token_budget: int = Field(8192, ge=1)  # padded source+target tokens per forward call
-    max_batch: int = Field(256, ge=1)
-    max_logit_elems: int = Field(1 << 27, ge=1)  # batch x target positions x vocab
-    bf16_on_cuda: bool = True
-    bf16_on_cpu: bool = False  # ~2x on CPUs with AVX512-BF16/AMX; ranks unchanged (measured)
-    # causal scorer's linear layers in int8 (torch dynamic quantisation, per channel; the head
-    # and the MLP down projections, where the activation outliers are, stay float32) on CPU:
-    # 2.1x fewer CPU-s per window with SmolLM2, Spearman with float32 0.96 (left) / 0.75 (PMI
-    # left) on 60 windows (bench/results/cheaper_scoring.md); wins over bf16_on_cpu; its own
-    # score-cache namespace
-    int8_on_cpu: bool = False
-    disc_batch: int = Field(256, ge=1)  # windows per discriminator forward (pairs screen lacks)
-    # the scorer of the disc term (scores/scorers/): the BiLSTM `discriminator`, or `encoder`:
-    # the cosine of a sentence encoder's embeddings of s and [c<, c>] (disc_encoder names it)
-    disc_scorer: Literal["discriminator", "encoder"] = "discriminator"
-    disc_encoder: str = Field("minilm", json_schema_extra={"names_model": []})
+    lambda_disc: float = Field(
+        1.0,
+        description=(
+            "Weight of the discriminative term log D(s, c) in Eq. 3 (the paper does not publish its"
+            " values); 0 leaves it out."
+        ),
+    )
+    lambda_fwd: float = Field(
+        1.0,
+        description="Weight of the forward generative term log p(s | c<, c>) in Eq. 3.",
+    )
+    lambda_left: float = Field(
+        1.0,
+        description="Weight of the left generative term log p(c< | s, c>) in Eq. 3.",
+    )
+    lambda_right: float = Field(
+        1.0,
+        description="Weight of the right generative term log p(c> | c<, s) in Eq. 3.",
+    )
+    token_budget: int = knob(
+        8192,
+        ge=1,
+        description=(
+            "Padded source + target tokens per forward call of the scoring engine. Raise it on a "
+            "GPU (docs/operations.md: 65536 to 262144 on 80 GB); speed and memory only, out of the "
+            "fingerprint and the score cache key."
+        ),
+    )
+    max_batch: int = knob(
+        256,
+        ge=1,
+        description=(
+            "Windows per forward call at most. Speed and memory only: out of the fingerprint."
+        ),
+    )
+    max_logit_elems: int = knob(
+        1 << 27,
+        ge=1,
+        description=(
+            "Bound on batch x target positions x vocabulary of the float32 logits of one call "
+            "(memory). Speed and memory only: out of the fingerprint."
+        ),
+    )
+    bf16_on_cuda: bool = Field(
+        True,
+        description=(
+            "Score in bfloat16 autocast on CUDA: 1.42x float32 on an H200 with the same ranks "
+            "(Spearman 0.99994, bench/results/gpu_h200.md); values differ slightly, so it is part "
+            "of the fingerprint."
+        ),
+    )
+    bf16_on_cpu: bool = Field(
+        False,
+        description=(
+            "Score in bfloat16 on CPU: about 2x on CPUs with AVX512-BF16/AMX; ranks unchanged "
+            "(measured), values differ slightly."
+        ),
+    )
+    int8_on_cpu: bool = Field(
+        False,
+        description=(
+            "Causal scorer's linear layers in int8 on CPU (torch dynamic quantisation, per channel;"
+            " the head and the MLP down projections, where the activation outliers are, stay "
+            "float32): 2.1x fewer CPU-s per window with SmolLM2, Spearman with float32 0.96 (left) "
+            "/ 0.75 (PMI left) on 60 windows (bench/results/cheaper_scoring.md); wins over "
+            "bf16_on_cpu; its own score-cache namespace."
+        ),
+    )
+    disc_batch: int = knob(
+        256,
+        ge=1,
+        description=(
+            "Windows per discriminator forward pass (for the pairs the screen did not score). Speed"
+            " and memory only: out of the fingerprint."
+        ),
+    )
+    disc_scorer: Literal["discriminator", "encoder"] = Field(
+        "discriminator",
+        description=(
+            "The scorer of the discriminative term (scores/scorers/): the BiLSTM discriminator, or "
+            "encoder: the cosine of a sentence encoder's embeddings of s and [c<, c>] (disc_encoder"
+            " names it)."
+        ),
+    )
+    disc_encoder: str = Field(
+        "minilm",
+        json_schema_extra={"names_model": []},
+        description="disc_scorer encoder: the sentence encoder, a registry name or path.",
+    )
     added_defaults: ClassVar[dict[str, Any]] = {
         "disc_scorer": "discriminator",
         "disc_encoder": "minilm",
     }
-    # A generative term whose lambda is 0 costs a third of the scoring time; skip it (its column
-    # is NaN, so its ablation label is absent) unless the ablation table needs it.
-    skip_zero_lambda: bool = True
-    # Reuse generative terms scored by earlier runs on this root (ROOT/_cache/scores): growing
-    # |Cs|, adding a term or relabelling other pairs pays only for windows not scored before.
-    cache: bool = True
-    # Generative terms taken as pointwise mutual information between s and c: the term minus the
-    # same target scored with the other side of the pair left out of the window (left/right: the
-    # sentence, giving log p(c<|c>) / log p(c>|c<); fwd: both contexts, giving log p(s)). A
-    # context's own likelihood otherwise dominates v_s and Eq. 4's cosine; one extra pass per
-    # distinct context (or sentence), cached like the rest. Not in the paper (Eq. 3 as printed
-    # is `pmi: []`); measured on STSb dev in configs/books.yaml.
-    pmi: list[Literal["fwd", "left", "right"]] = Field(default_factory=list)
-    # Adaptive |Cs| (models/adaptive_cs.py): score each pair's contexts in rounds of these |Cs|
-    # prefixes (the full Cs is always the last round) and stop a pair once its Eq. 4 label
-    # moved by at most `adaptive_tol` standard deviations (of the first round's labels) between
-    # two rounds; the label stage labels it with the |Cs| it stopped at. Empty: off. On, the
-    # score stage runs as one shard (a pair's two sentences may sit in different query shards).
-    adaptive_rounds: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
-    adaptive_tol: float = Field(0.05, ge=0.0)
+    skip_zero_lambda: bool = Field(
+        True,
+        description=(
+            "Do not score a generative term whose lambda is 0 (a third of the scoring time each); "
+            "its column is NaN, so its ablation label is absent. false: score it anyway for the "
+            "ablation table."
+        ),
+    )
+    cache: bool = Field(
+        True,
+        description=(
+            "Reuse generative terms scored by earlier runs on this root (ROOT/_cache/scores): "
+            "growing |Cs|, adding a term or relabelling other pairs pays only for windows not "
+            "scored before. false rescores everything."
+        ),
+    )
+    pmi: list[Literal["fwd", "left", "right"]] = Field(
+        default_factory=list,
+        description=(
+            "Generative terms taken as pointwise mutual information between s and c: the term minus"
+            " the same target scored with the other side left out (left/right: the sentence, giving"
+            " log p(c<|c>) / log p(c>|c<); fwd: both contexts, giving log p(s)). A context's own "
+            "likelihood otherwise dominates v_s and Eq. 4's cosine; one extra pass per distinct "
+            "context (or sentence), cached. Not in the paper (Eq. 3 as printed is []); measured on "
+            "STSb dev in configs/books.yaml."
+        ),
+    )
+    adaptive_rounds: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=list,
+        description=(
+            "Adaptive |Cs| (models/adaptive_cs.py): score each pair's contexts in rounds of these "
+            "|Cs| prefixes (the full Cs is always the last round) and stop a pair once its Eq. 4 "
+            "label moved by at most adaptive_tol between two rounds; the label stage labels it with"
+            " the |Cs| it stopped at. Empty: off. On, the score stage runs as one shard."
+        ),
+    )
+    adaptive_tol: float = Field(
+        0.05,
+        ge=0.0,
+        description=(
+            "adaptive_rounds: the largest change of a pair's label between two rounds, in standard "
+            "deviations of the first round's labels, that stops it. Smaller is closer to the full "
+            "Cs and costs more."
+        ),
+    )
 
     def directions(self) -> list[str]:
         lam = {"fwd": self.lambda_fwd, "left": self.lambda_left, "right": self.lambda_right}

@@ -30,7 +30,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from ctxsim.store.sample_cache import SampleCache
-from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
 GEN_CONTEXT_BASE = 1 << 50
 GEN_SENT_BASE = 1 << 51
@@ -60,16 +60,77 @@ GEN_SCHEMA = pa.schema(
 
 
 class GenContextsParams(StageParams):
-    model: str = "smollm2-135m"  # registry name (models/registry.py), local path or hub id
-    k_right: int = Field(8, ge=0, lt=MAX_K)  # continuations per sentence
-    k_left: int = Field(0, ge=0, lt=MAX_K)  # preceding sentences per sentence
-    left_template: Literal["left_instruct", "left_dialogue"] = "left_instruct"
-    max_new_tokens: int = Field(32, ge=1)
-    temperature: float = Field(1.0, gt=0.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    top_k: int = Field(100, ge=1)
-    batch_size: int = Field(32, ge=1)
-    cache: bool = True  # reuse samples drawn by earlier runs on this root
+    model: str = Field(
+        "smollm2-135m",
+        description=(
+            "The causal LM that samples contexts: a registry name (models/registry.py), a local "
+            "path or a hub id."
+        ),
+    )
+    k_right: int = Field(
+        8,
+        ge=0,
+        lt=MAX_K,
+        description=(
+            "Sampled continuations (right contexts) per sentence; more give smoother labels at a "
+            "linear sampling cost."
+        ),
+    )
+    k_left: int = Field(
+        0,
+        ge=0,
+        lt=MAX_K,
+        description="Sampled preceding sentences (left contexts) per sentence.",
+    )
+    left_template: Literal["left_instruct", "left_dialogue"] = Field(
+        "left_instruct",
+        description=(
+            "Prompt for a preceding sentence: left_instruct (the left term's own fill-in template "
+            "with c> empty) or left_dialogue (a plain-text framing without instructions, the "
+            "sentence quoted as a reply)."
+        ),
+    )
+    max_new_tokens: int = Field(
+        32,
+        ge=1,
+        description=(
+            "Tokens sampled per context at most; a sample is cut at its first sentence end."
+        ),
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0.0,
+        description="Sampling temperature: lower gives more typical, less diverse contexts.",
+    )
+    top_p: float = Field(
+        0.95,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "Nucleus sampling: the smallest set of tokens with this probability mass is sampled "
+            "from."
+        ),
+    )
+    top_k: int = Field(
+        100,
+        ge=1,
+        description="Sample among the k most likely tokens only.",
+    )
+    batch_size: int = knob(
+        32,
+        ge=1,
+        description=(
+            "Prompts per generation batch. Every sample draws from its own seeded generator, so the"
+            " samples do not depend on it: speed and memory only, out of the fingerprint."
+        ),
+    )
+    cache: bool = Field(
+        True,
+        description=(
+            "Reuse samples drawn by earlier runs on this root (ROOT/_cache/gencontexts): growing K "
+            "or labelling other sentences pays only for new samples."
+        ),
+    )
 
     def link(self, sections: dict[str, StageParams]) -> None:
         """A continuation is scored by the right term only, a preceding sentence by the left

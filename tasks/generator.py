@@ -57,7 +57,7 @@ from ctxsim.models.registry import check_model_name, resolve_model
 from ctxsim.models.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import save_scorer
 from ctxsim.store.checked import seal, verified, write_checked
-from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
 
 TINY = "tiny-random"
@@ -68,51 +68,234 @@ ModelOrNone = Annotated[str | None, Field(json_schema_extra={"names_model": []})
 
 
 class GeneratorParams(StageParams):
-    backend: Literal["seq2seq", "causal"] = "seq2seq"
-    backbone: TinyOrModel = TINY  # tiny-random | minilm | gemma-270m | smollm2-135m | path | hub id
-    shared: bool = True  # seq2seq: one model for the three directions (else one per direction)
-    templates: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_TEMPLATES))  # causal
-    max_context_tokens: int = Field(96, ge=1)  # per side; the left side keeps its last tokens
-    max_sentence_tokens: int = Field(64, ge=1)
-    # tiny-random: sizes of the from-scratch model and its learnt WordPiece vocabulary
-    tiny_hidden: int = Field(64, ge=8)
-    tiny_layers: int = Field(2, ge=1)
-    tiny_heads: int = Field(2, ge=1)
-    tiny_intermediate: int = Field(128, ge=8)
-    tokenizer_vocab: int = Field(4000, ge=100)
-    # data
-    max_train_windows: int = Field(20_000, ge=1)
-    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)  # of documents (of sections if 1 document)
-    max_val_windows: int = Field(300, ge=1)
-    # training (train_steps 0: package the backbone untrained)
-    train_steps: int = Field(300, ge=0)
-    batch_size: int = Field(16, ge=1)
-    grad_accum: int = Field(1, ge=1)
-    lr: float = Field(5e-4, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    warmup_steps: int = Field(30, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    checkpoint_every: int = Field(100, ge=0)
-    max_train_seconds: float = Field(0.0, ge=0)  # wall-clock cap on training (0 = none)
-    copy_pretrained: bool = False  # train_steps 0: copy the backbone's weights into the artefact
-    model_cache_dir: str | None = None  # where registry models are assembled (default ~/.cache)
-    # "does the true context win" evaluation on held-out sentences
-    n_eval: int = Field(200, ge=0)
-    length_tolerance: float = Field(0.2, ge=0)  # random context within +-20% of own length
-    lambda_fwd: float = 1.0
-    lambda_left: float = 1.0
-    lambda_right: float = 1.0
-    token_budget: int = Field(8192, ge=1)  # scoring engine budget for the evaluation
-    bf16_on_cpu: bool = False  # bf16 matmuls on CPU in training and the evaluation's engine
-    # distillation (issue 21): a tiny-random causal student trained on the teacher's next-token
-    # distributions; it takes the teacher's tokenizer and templates (tiny_* size it)
-    distill_from: ModelOrNone = None  # teacher: registry short name / path / hub id
-    distill_alpha: float = Field(1.0, ge=0.0, le=1.0)  # KL weight (1 - alpha: plain CE)
-    distill_temperature: float = Field(1.0, gt=0.0)
-    distill_svd_init: bool = True  # student embedding = teacher's, projected (rank tiny_hidden)
-    # Eq. 3 directions trained on (e.g. [right] when only the right term is scored)
+    backend: Literal["seq2seq", "causal"] = Field(
+        "seq2seq",
+        description=(
+            "The generative scorer's kind: seq2seq (an encoder-decoder fine-tuned to fill the gaps)"
+            " or causal (a decoder-only LM prompted with templates)."
+        ),
+    )
+    backbone: TinyOrModel = Field(
+        TINY,
+        description=(
+            "The model to start from: tiny-random (from scratch, tests and quickstart), minilm, "
+            "gemma-270m, smollm2-135m, a path or a hub id (resolved at config load)."
+        ),
+    )
+    shared: bool = Field(
+        True,
+        description=(
+            "seq2seq: one model for the three directions (else one per direction: three times the "
+            "training)."
+        ),
+    )
+    templates: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_TEMPLATES),
+        description=(
+            "causal: the prompt of each Eq. 3 direction (fwd, left, right), with {left}, {right}, "
+            "{sentence} and {target} slots."
+        ),
+    )
+    max_context_tokens: int = Field(
+        96,
+        ge=1,
+        description=(
+            "Tokens per context side; the left side keeps its last tokens. Longer contexts cost "
+            "more per window."
+        ),
+    )
+    max_sentence_tokens: int = Field(
+        64,
+        ge=1,
+        description="Tokens of the target sentence at most.",
+    )
+    tiny_hidden: int = Field(
+        64,
+        ge=8,
+        description=(
+            "tiny-random: hidden size of the from-scratch model (also the distilled student's)."
+        ),
+    )
+    tiny_layers: int = Field(
+        2,
+        ge=1,
+        description="tiny-random: layers.",
+    )
+    tiny_heads: int = Field(
+        2,
+        ge=1,
+        description="tiny-random: attention heads.",
+    )
+    tiny_intermediate: int = Field(
+        128,
+        ge=8,
+        description="tiny-random: MLP width.",
+    )
+    tokenizer_vocab: int = Field(
+        4000,
+        ge=100,
+        description="tiny-random: size of the WordPiece vocabulary learnt from the corpus.",
+    )
+    max_train_windows: int = Field(
+        20_000,
+        ge=1,
+        description="Training windows sampled from the corpus at most.",
+    )
+    val_fraction: float = Field(
+        0.1,
+        gt=0.0,
+        lt=1.0,
+        description=(
+            "Share of documents (of sections if there is one document) held out for validation and "
+            "the evaluation."
+        ),
+    )
+    max_val_windows: int = Field(
+        300,
+        ge=1,
+        description="Validation windows evaluated at most.",
+    )
+    train_steps: int = Field(
+        300,
+        ge=0,
+        description=(
+            "Optimiser steps; 0 packages the backbone untrained (zero-shot scoring with a "
+            "pretrained LM)."
+        ),
+    )
+    batch_size: int = Field(
+        16,
+        ge=1,
+        description="Windows per training step (times grad_accum).",
+    )
+    grad_accum: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Steps whose gradients are accumulated before an update: a larger effective batch in "
+            "the same memory."
+        ),
+    )
+    lr: float = Field(
+        5e-4,
+        gt=0,
+        description="Peak learning rate (AdamW).",
+    )
+    weight_decay: float = Field(
+        0.01,
+        ge=0,
+        description="AdamW's weight decay.",
+    )
+    warmup_steps: int = Field(
+        30,
+        ge=0,
+        description="Steps of linear learning-rate warm-up.",
+    )
+    max_grad_norm: float = Field(
+        1.0,
+        gt=0,
+        description="Gradient-norm clip.",
+    )
+    checkpoint_every: int = Field(
+        100,
+        ge=0,
+        description=(
+            "Save a resumable checkpoint every this many optimiser steps (0: only at the end); "
+            "training resumes from the last one after a crash."
+        ),
+    )
+    max_train_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="Wall-clock cap on training, in seconds (0: none).",
+    )
+    copy_pretrained: bool = Field(
+        False,
+        description=(
+            "train_steps 0: copy the backbone's weights into the artefact (else it records where "
+            "they are), so the artefact stands alone."
+        ),
+    )
+    model_cache_dir: str | None = Field(
+        None,
+        description="Where registry models are assembled (default ~/.cache).",
+    )
+    n_eval: int = Field(
+        200,
+        ge=0,
+        description='Held-out sentences of the "does the true context win" evaluation (0: none).',
+    )
+    length_tolerance: float = Field(
+        0.2,
+        ge=0,
+        description=(
+            "Evaluation: the random rival context is within this relative length of the true one "
+            "(0.2: +-20%), so length does not give it away."
+        ),
+    )
+    lambda_fwd: float = Field(
+        1.0,
+        description=(
+            "Evaluation: weight of the forward term in the S that must prefer the true context."
+        ),
+    )
+    lambda_left: float = Field(
+        1.0,
+        description="Evaluation: weight of the left term.",
+    )
+    lambda_right: float = Field(
+        1.0,
+        description="Evaluation: weight of the right term.",
+    )
+    token_budget: int = knob(
+        8192,
+        ge=1,
+        description=(
+            "Evaluation: padded tokens per forward call of the scoring engine. Speed and memory "
+            "only: out of the fingerprint."
+        ),
+    )
+    bf16_on_cpu: bool = Field(
+        False,
+        description=(
+            "bf16 matmuls on CPU in training and the evaluation's engine (faster on CPUs with "
+            "AVX512-BF16/AMX; values differ slightly)."
+        ),
+    )
+    distill_from: ModelOrNone = Field(
+        None,
+        description=(
+            "Distillation: train a tiny-random causal student on this teacher's next-token "
+            "distributions (registry short name, path or hub id); it takes the teacher's tokenizer "
+            "and templates, tiny_* size it. None: no distillation."
+        ),
+    )
+    distill_alpha: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Distillation: weight of the KL to the teacher (1 - alpha: plain cross-entropy)."
+        ),
+    )
+    distill_temperature: float = Field(
+        1.0,
+        gt=0.0,
+        description="Distillation: softmax temperature of teacher and student distributions.",
+    )
+    distill_svd_init: bool = Field(
+        True,
+        description=(
+            "Distillation: start the student's embeddings from the teacher's, projected to rank "
+            "tiny_hidden."
+        ),
+    )
     train_directions: list[Literal["fwd", "left", "right"]] = Field(
-        default_factory=lambda: list(DIRECTIONS), min_length=1
+        default_factory=lambda: list(DIRECTIONS),
+        min_length=1,
+        description=(
+            "Eq. 3 directions trained on (e.g. [right] when only the right term is scored)."
+        ),
     )
 
     @field_validator("backbone")

@@ -68,7 +68,7 @@ from ctxsim.product.diagnostics import (
 )
 from ctxsim.scores.views import labels_at, read_cs_sizes, score_views
 from ctxsim.store.errors import InputError
-from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.tasks.embed import (
     SCATTER_FILE,
     EncoderInputError,
@@ -87,41 +87,105 @@ SPLIT_SUBSETS = {"train", "dev", "test", "trial"}
 class LabelParams(StageParams):
     contextual: Literal["lm", "encoder"] = Field(
         "lm",
-        description="the contextual model: lm = Eq. 3 scores (score stage) over the context sets "
-        "of select; encoder = the embed stage's scorer, cosine fit scores over every context unit "
-        "of the corpus",
+        description=(
+            "the contextual model: lm = Eq. 3 scores (score stage) over the context sets of select;"
+            " encoder = the embed stage's scorer, cosine fit scores over every context unit of the "
+            "corpus"
+        ),
     )
     encoder_form: Literal["closed", "softmax", "topk"] = Field(
         "closed",
-        description="encoder only: closed = Origin over all contexts through the scatter "
-        "matrix; softmax = the fit score p(c | s) = softmax of cos / tau over all contexts "
-        "(exact, blocked); topk = over the union of the two sentences' k nearest contexts",
+        description=(
+            "encoder only: closed = Origin over all contexts through the scatter matrix; softmax = "
+            "the fit score p(c | s) = softmax of cos / tau over all contexts (exact, blocked); topk"
+            " = over the union of the two sentences' k nearest contexts"
+        ),
     )
     tau: float = Field(0.05, gt=0, description="encoder_form softmax: the temperature")
     k: int = Field(32, ge=1, description="encoder_form topk: contexts per sentence")
     centred: bool = Field(
         True,
-        description="encoder only: compare the profiles by Pearson correlation (centred) or by "
-        "cosine (uncentred)",
+        description=(
+            "encoder only: compare the profiles by Pearson correlation (centred) or by cosine "
+            "(uncentred)"
+        ),
     )
-    split_ratios: list[float] = Field(default_factory=lambda: [98.0, 1.0, 1.0])  # train/dev/test
-    # how v_s1 and v_s2 are compared (models/origin.py SIMILARITIES); the paper's Eq. 4 is cosine
-    similarity: Literal["cosine", "pearson", "neg_rmse", "cross_fit"] = "cosine"
-    block_pairs: int = Field(20_000, ge=1)  # pairs per vectorised block (memory bound)
-    hist_bins: int = Field(20, ge=2)
-    ablations: bool = True  # per-term and without-term Spearman for given pairs
-    # diagnostics (product/diagnostics.py): labels against a reference encoder (none | tfidf |
-    # a sentence-transformers registry name or path, whose weights must be installed) ...
-    reference_encoder: str = "none"
-    near_one_tol: float = Field(1e-4, gt=0)  # ... the share of labels this close to 1.0 ...
-    # ... and a warning when most labels sit in a band narrower than this
-    warn_band_width: float = Field(0.05, ge=0)
-    # the STS test-set contamination check of mined pairs (product/contamination.py)
-    contamination: ContaminationParams = Field(default_factory=ContaminationParams)
-    # fail the stage when more than this share of the labels is NaN or infinite (a pair whose
-    # context sets share no scored context); all of them always fails. A check, not an input of
-    # the output: kept out of the fingerprint. `ctxsim export` refuses any non-finite label.
-    max_nonfinite_fraction: float = Field(0.01, ge=0.0, le=1.0, exclude=True)
+    split_ratios: list[float] = Field(
+        default_factory=lambda: [98.0, 1.0, 1.0],
+        description=(
+            "Relative sizes of the train, dev and test splits the labelled pairs are assigned to "
+            "(seeded)."
+        ),
+    )
+    similarity: Literal["cosine", "pearson", "neg_rmse", "cross_fit"] = Field(
+        "cosine",
+        description=(
+            "How the context vectors v_s1 and v_s2 are compared (models/origin.py SIMILARITIES); "
+            "the paper's Eq. 4 is cosine."
+        ),
+    )
+    block_pairs: int = knob(
+        20_000,
+        ge=1,
+        description=(
+            "Pairs labelled per vectorised block; bounds memory, each pair's label does not depend "
+            "on it. Out of the fingerprint."
+        ),
+    )
+    hist_bins: int = Field(
+        20,
+        ge=2,
+        description="Bins of the label histogram in the stats and the report.",
+    )
+    ablations: bool = Field(
+        True,
+        description=(
+            "For given pairs, also report each Eq. 3 term's labels alone and without it (Spearman "
+            "against gold)."
+        ),
+    )
+    reference_encoder: str = Field(
+        "none",
+        description=(
+            "Diagnostics (product/diagnostics.py): labels compared against a reference encoder's "
+            "similarity: none, tfidf (word TF-IDF cosine) or a sentence-transformers registry name "
+            "or path (its weights must be installed)."
+        ),
+    )
+    near_one_tol: float = Field(
+        1e-4,
+        gt=0,
+        description=(
+            "Diagnostics: the share of labels within this distance of 1.0 is reported (Eq. 4 "
+            "cosines crowd near 1)."
+        ),
+    )
+    warn_band_width: float = Field(
+        0.05,
+        ge=0,
+        description=(
+            "Diagnostics: warn when most labels sit in a band narrower than this (labels that "
+            "barely vary teach little)."
+        ),
+    )
+    contamination: ContaminationParams = Field(
+        default_factory=ContaminationParams,
+        description=(
+            "The STS test-set contamination check of the mined pairs (product/contamination.py)."
+        ),
+    )
+    max_nonfinite_fraction: float = Field(
+        0.01,
+        ge=0.0,
+        le=1.0,
+        exclude=True,
+        description=(
+            "Fail the stage when more than this share of the labels is NaN or infinite (a pair "
+            "whose context sets share no scored context); all of them always fails. A check, not an"
+            " input of the output: kept out of the fingerprint. `ctxsim export` refuses any "
+            "non-finite label."
+        ),
+    )
 
     #: the encoder route's keys, out of the fingerprint at their defaults: LM-route configs
     #: keep their label artefacts
@@ -590,7 +654,7 @@ class LabelStage(Stage):
         fig.savefig(ctx.files_dir / "label_hist.png", dpi=100)
         plt.close(fig)
 
-    # ---- diagnostics and contamination (issue 20; product/) ---------------------------------
+    # ---- diagnostics and contamination (product/) -------------------------------------------
     def _diagnostics(
         self, ctx: StageContext, p: LabelParams, table: pa.Table, given: bool
     ) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from ctxsim.models.pairs import (
     tfidf_embed,
 )
 from ctxsim.store.errors import InputError
-from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
 PAIRS_SCHEMA = pa.schema(
     [
@@ -48,22 +48,114 @@ GIVEN_FILE = "given_pairs.parquet"
 
 
 class PairsParams(StageParams):
-    mode: Literal["auto", "mine", "given"] = "auto"
-    pairs_per_query: float = Field(5.0, gt=0)  # mined pairs = pairs_per_query x queries
-    max_pairs: int | None = Field(None, ge=1)  # cap on mined pairs
-    ratio_knn: float = Field(0.5, ge=0)
-    ratio_shared: float = Field(0.25, ge=0)
-    ratio_random: float = Field(0.25, ge=0)
-    encoder: str = "tfidf"  # tfidf | sentence-transformers short name / path / hub id
-    embed_dim: int = Field(256, ge=2)  # tfidf LSA dimensions
-    idf_sample: int = Field(50_000, ge=0)  # corpus sentences for the tfidf IDF / SVD fit
-    encode_batch_size: int = Field(128, ge=1)
-    knn_k: int = Field(10, ge=1)
-    flat_max: int = Field(50_000, ge=1)  # exact IndexFlatIP up to here, IVF above
-    ivf_nlist: int | None = Field(None, ge=1)  # default 4 sqrt(n)
-    ivf_nprobe: int = Field(16, ge=1)
-    max_pairs_per_context: int = Field(10, ge=1)
-    skip_same_text: bool = True  # identical texts are trivially similar: no information
+    mode: Literal["auto", "mine", "given"] = Field(
+        "auto",
+        description=(
+            "Which pairs get labels: mine (pairs drawn from the corpus queries: the dataset ctxsim "
+            "builds), given (exactly the STS pairs of the queries artefact, for the Origin "
+            "evaluation), or auto (given when the queries artefact holds given pairs, else mine)."
+        ),
+    )
+    pairs_per_query: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "Mined pairs = pairs_per_query x queries: the size of the dataset, and the label and "
+            "score cost with it."
+        ),
+    )
+    max_pairs: int | None = Field(
+        None,
+        ge=1,
+        description="Cap on the mined pairs (None: no cap).",
+    )
+    ratio_knn: float = Field(
+        0.5,
+        ge=0,
+        description=(
+            "Share of mined pairs that are nearest neighbours in the mining encoder's space "
+            "(similar pairs); normalised with the other two ratios."
+        ),
+    )
+    ratio_shared: float = Field(
+        0.25,
+        ge=0,
+        description=(
+            "Share of mined pairs whose selected context sets share a context (needs select); "
+            "normalised with the other two ratios."
+        ),
+    )
+    ratio_random: float = Field(
+        0.25,
+        ge=0,
+        description=(
+            "Share of mined pairs drawn at random (mostly dissimilar pairs, so labels span the "
+            "range); normalised with the other two ratios."
+        ),
+    )
+    encoder: str = Field(
+        "tfidf",
+        description=(
+            "The mining encoder: tfidf (word uni+bigram TF-IDF reduced by LSA, no weights) or a "
+            "sentence-transformers model by registry short name, path or hub id. Only decides which"
+            " pairs are mined, not their labels."
+        ),
+    )
+    embed_dim: int = Field(
+        256,
+        ge=2,
+        description="encoder tfidf: LSA dimensions of the mining vectors.",
+    )
+    idf_sample: int = Field(
+        50_000,
+        ge=0,
+        description=(
+            "encoder tfidf: corpus sentences sampled for the IDF and SVD fit (0: the queries only)."
+        ),
+    )
+    encode_batch_size: int = knob(
+        128,
+        ge=1,
+        description=(
+            "Sentences per forward pass of a sentence-transformers mining encoder. Speed and memory"
+            " only: out of the fingerprint."
+        ),
+    )
+    knn_k: int = Field(
+        10,
+        ge=1,
+        description="Neighbours searched per query for the nearest-neighbour pairs.",
+    )
+    flat_max: int = Field(
+        50_000,
+        ge=1,
+        description=(
+            "Exact faiss search (IndexFlatIP) up to this many queries, approximate IVF above "
+            "(faster on large query sets)."
+        ),
+    )
+    ivf_nlist: int | None = Field(
+        None,
+        ge=1,
+        description="IVF clusters above flat_max (None: 4 sqrt(n)).",
+    )
+    ivf_nprobe: int = Field(
+        16,
+        ge=1,
+        description="IVF clusters searched per query: more is closer to exact and slower.",
+    )
+    max_pairs_per_context: int = Field(
+        10,
+        ge=1,
+        description=(
+            "At most this many shared-context pairs per shared context, so one common context does "
+            "not supply most of them."
+        ),
+    )
+    skip_same_text: bool = Field(
+        True,
+        description="Skip pairs of identical texts: trivially similar, they carry no information.",
+    )
 
     @model_validator(mode="after")
     def _ratios(self) -> PairsParams:

@@ -1,0 +1,83 @@
+"""Performance knobs (inference batch sizes, memory bounds) change only speed or memory, so they
+stay out of fingerprints: tuning one for a machine (docs/operations.md) recomputes nothing, while
+a real parameter still gives a new fingerprint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.stage import RunParams, fingerprint_params, is_knob, resolve_stage
+from ctxsim.tasks import STAGES, load_stage
+
+#: the knobs the docs promise; a new one is added here and declared with store.stage.knob
+EXPECTED = {
+    "retrieve": {"memory_mb", "threads"},
+    "screen": {"batch_size", "score_batch"},
+    "pairs": {"encode_batch_size"},
+    "embed": {"batch_size"},
+    "generator": {"token_budget"},
+    "score": {"token_budget", "max_batch", "max_logit_elems", "disc_batch"},
+    "evaluate": {"batch_size"},
+    "label": {"block_pairs"},
+    "gencontexts": {"batch_size"},
+}
+
+
+def _knobs(name: str) -> set[str]:
+    return {k for k, f in load_stage(name).Params.model_fields.items() if is_knob(f)}
+
+
+def _fp(name: str, store: ArtefactStore, **params: Any) -> str:
+    stage = load_stage(name)
+    return resolve_stage(stage, stage.Params(**params), RunParams(), store, {}).fingerprint
+
+
+def test_the_declared_knobs_are_the_documented_ones() -> None:
+    found = {name: _knobs(name) for name in STAGES if _knobs(name)}
+    assert found == EXPECTED
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_knob_keeps_the_fingerprint_and_a_real_parameter_does_not(tmp_path, name) -> None:
+    store = ArtefactStore(tmp_path)
+    base = _fp(name, store)
+    fields = load_stage(name).Params.model_fields
+    for key in EXPECTED[name]:
+        assert _fp(name, store, **{key: fields[key].default * 2}) == base, key
+    real = {
+        "retrieve": {"top_k": 7},
+        "screen": {"keep": 7},
+        "pairs": {"knn_k": 7},
+        "embed": {"max_seq_length": 32},
+        "generator": {"train_steps": 7},
+        "score": {"lambda_fwd": 0.5},
+        "evaluate": {"max_seq_length": 32},
+        "label": {"similarity": "pearson"},
+        "gencontexts": {"top_k": 7},
+    }[name]
+    assert _fp(name, store, **real) != base
+
+
+def test_knobs_of_a_nested_section_stay_out_too(tmp_path) -> None:
+    """`select` with `order_by: score` carries a `score` section: its knobs are knobs there too."""
+    from ctxsim.scores.eq3 import ScoreParams
+
+    store = ArtefactStore(tmp_path)
+
+    def fp(**score: Any) -> str:
+        return _fp("select", store, order_by="score", scoring=ScoreParams(**score))
+
+    assert fp(token_budget=1 << 16, disc_batch=4) == fp()
+    assert fp(lambda_left=0.0) != fp()
+
+
+def test_a_knob_still_reaches_the_shard_workers() -> None:
+    """Out of the fingerprint, not out of the dump: shard tasks rebuild their params from it."""
+    stage = load_stage("score")
+    params = stage.Params(token_budget=1 << 16)
+    assert params.model_dump(mode="json")["token_budget"] == 1 << 16
+    assert "token_budget" not in fingerprint_params(params)
+    assert stage.Params(**params.model_dump(mode="json")).token_budget == 1 << 16
