@@ -72,14 +72,28 @@ def test_the_config_the_stage_and_the_docs_read_the_registry():
     from ctxsim.models.objectives import OBJECTIVES
     from ctxsim.tasks.train import TrainParams, TrainStage
 
-    builtin = ["ctxsim", "simcse", "tfidf", "tsdae", "joint", "context", "teacher", "none"]
+    builtin = [
+        "ctxsim",
+        "simcse",
+        "tfidf",
+        "tsdae",
+        "joint",
+        "context",
+        "ctxsim-context",
+        "teacher",
+        "none",
+    ]
     assert set(builtin) <= set(OBJECTIVES)
     note = TrainParams.model_fields["objective"].description
     assert all(name in note for name in builtin)
     assert TrainStage.optional_inputs == ("queries", "shard")
     needs = {n: o.inputs for n, o in OBJECTIVES.items() if o.inputs}
-    assert needs == {"context": ("queries", "shard")}
-    assert {n for n, o in OBJECTIVES.items() if o.eq4_labels} == {"ctxsim", "joint"}
+    assert needs == {"context": ("queries", "shard"), "ctxsim-context": ("queries", "shard")}
+    assert {n for n, o in OBJECTIVES.items() if o.eq4_labels} == {
+        "ctxsim",
+        "joint",
+        "ctxsim-context",
+    }
     assert {n for n, o in OBJECTIVES.items() if o.computes_labels} == {"tfidf", "teacher"}
     docs = (Path(__file__).parents[2] / "docs" / "evaluation.md").read_text()
     row = next(line for line in docs.splitlines() if line.startswith("| `train.objective`"))
