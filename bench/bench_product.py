@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import median, write_results
+from ctxsim.flows.explain import explain_pair
 from ctxsim.product.contamination import (
     ContaminationParams,
     check_contamination,
@@ -31,7 +32,6 @@ from ctxsim.product.contamination import (
     ngrams,
     normalise,
 )
-from ctxsim.product.explain import explain_pair
 from ctxsim.product.export import export_run
 from ctxsim.store.artefacts import ArtefactStore
 

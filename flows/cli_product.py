@@ -123,7 +123,8 @@ def register(app: typer.Typer) -> None:
         and those where the two disagree most, each with its document and section. A sentence
         the run did not label gets its Cs from the run's own retrieve/screen/select."""
         from ctxsim.flows.cli_errors import cli_error_types
-        from ctxsim.product.explain import explain_pair, render_table
+        from ctxsim.flows.explain import explain_pair
+        from ctxsim.product.explain import render_table
 
         for name, text in (("S1 (the first sentence)", s1), ("S2 (the second sentence)", s2)):
             problem = utf8_problem(text, name)

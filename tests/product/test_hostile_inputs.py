@@ -32,7 +32,7 @@ def test_explain_names_the_argument_that_is_not_utf8(tmp_path):
 
 
 def test_explain_refuses_a_top_below_one(tmp_path):
-    from ctxsim.product.explain import explain_pair
+    from ctxsim.flows.explain import explain_pair
     from ctxsim.store.artefacts import ArtefactStore
 
     res = CliRunner().invoke(app, ["explain", "a b c", "d e f", "--top", "-1"])

@@ -276,7 +276,7 @@ def test_export_fails_on_contamination_when_the_config_says_so(tiny_run, tmp_pat
 def test_explain_a_labelled_pair_reads_the_runs_scores(tiny_run):
     """For a pair the run labelled, explain's S are the score artefact's (from the cache, no
     scoring call), its label is the run's, and its shares are the exact decomposition."""
-    from ctxsim.product.explain import explain_pair
+    from ctxsim.flows.explain import explain_pair
 
     store, record, _ = tiny_run
     label = store.require("label", record["stages"]["label"]["fingerprint"]).read_table()
@@ -306,7 +306,7 @@ def test_explain_a_labelled_pair_reads_the_runs_scores(tiny_run):
 
 
 def test_explain_an_unseen_pair_builds_its_context_sets(tiny_run):
-    from ctxsim.product.explain import explain_pair
+    from ctxsim.flows.explain import explain_pair
 
     store, _, _ = tiny_run
     a, b = "The soup needed more salt and pepper.", "We baked bread on a cold Sunday."
@@ -423,7 +423,7 @@ def test_explain_on_a_read_only_root_works_and_writes_nothing_there(tiny_run, mo
     from typer.testing import CliRunner
 
     from ctxsim.flows.cli import app
-    from ctxsim.product import explain as ex
+    from ctxsim.flows import explain as ex
 
     store, _, _ = tiny_run
     root = Path(store.root)
@@ -484,7 +484,7 @@ def test_explain_rewrites_a_corrupt_input_file_instead_of_reading_it(tiny_run, c
     leaves it) is moved aside with a warning and written again, not read as the pair."""
     import hashlib
 
-    from ctxsim.product.explain import explain_pair
+    from ctxsim.flows.explain import explain_pair
     from ctxsim.readers.sts import write_tsv
 
     store, _, _ = tiny_run

@@ -33,7 +33,7 @@ def test_stage_facts_give_the_lists_they_replaced() -> None:
     before the facts moved onto the stages: plan, explain and the benches behave the same."""
     from bench.bench_pipeline import per_query_stages, stages_to_label
     from bench.bench_surrogate_compare import label_and_pair_stages
-    from ctxsim.product.explain import new_query_stages
+    from ctxsim.flows.explain import new_query_stages
 
     assert _with("cost_basis", "corpus") == ["shard", "contexts", "index", "embed"]
     assert _with("cost_basis", "constant") == ["evaluate"]
