@@ -379,7 +379,6 @@ def evaluate(
     sts_dir: Annotated[
         Path | None,
         typer.Option(
-            "--eval-dir",
             "--sts-dir",
             help="folder whose evaluation files are all found and scored: STS sets, pair "
             "classification (*.pairs.tsv) and question-answer retrieval (*_qa.jsonl)",
@@ -410,7 +409,7 @@ def evaluate(
 
     set_verbose(verbose)
     if sts_dir is None and ists_dir is None:
-        _fail("give --eval-dir and/or --ists-dir (ctxsim data download sts DIR fetches STS sets)")
+        _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches STS sets)")
     baselines: dict[str, str | None] = {}
     given: dict[str, tuple[str, str]] = {}
     for spec in baseline or []:

@@ -145,7 +145,7 @@ def check_eval_dirs(sts_dir: str | Path | None, ists_dir: str | Path | None) -> 
 
     for flag, where, find, what in (
         (
-            "--eval-dir",
+            "--sts-dir",
             sts_dir,
             any_eval_set,
             "evaluation sets (STS <DATASET>.<subset>.tsv or originals, *.pairs.tsv, *_qa.jsonl)",

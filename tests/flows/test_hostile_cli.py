@@ -110,11 +110,11 @@ def test_evaluate_checks_its_out_dir_before_loading_anything(tiny_model, tmp_pat
 
     real = em.load_st
     monkeypatch.setattr(em, "load_st", lambda *a, **k: loaded.append(a) or real(*a, **k))
-    args = ["evaluate", str(model), "--eval-dir", str(sts), "--out-dir", str(blocker / "sub")]
+    args = ["evaluate", str(model), "--sts-dir", str(sts), "--out-dir", str(blocker / "sub")]
     line = _error_line(CliRunner().invoke(app, args))
     assert f"--out-dir {blocker / 'sub'}: cannot write there" in line and not loaded
     res = CliRunner().invoke(
-        app, ["evaluate", str(model), "--eval-dir", str(sts), "--json-out", str(tmp_path)]
+        app, ["evaluate", str(model), "--sts-dir", str(sts), "--json-out", str(tmp_path)]
     )
     assert f"--json-out {tmp_path}: is a directory" in _error_line(res) and not loaded
 
@@ -131,7 +131,7 @@ def test_evaluate_prints_the_figures_when_the_report_cannot_be_written(
     model, sts = tiny_model
     out = tmp_path / "report"
     res = CliRunner().invoke(
-        app, ["evaluate", str(model), "--eval-dir", str(sts), "--out-dir", str(out)]
+        app, ["evaluate", str(model), "--sts-dir", str(sts), "--out-dir", str(out)]
     )
     assert res.exit_code == 1 and "Traceback" not in res.output + res.stderr
     figures = json.loads(res.stdout)
@@ -267,9 +267,7 @@ def test_a_malformed_eval_file_names_file_and_line(tmp_path, name, content, expe
     data = content.encode("latin-1") if "\xe9" in content else content.encode()
     (tmp_path / name).write_bytes(data)
     (tmp_path / "model").mkdir()
-    res = CliRunner().invoke(
-        app, ["evaluate", str(tmp_path / "model"), "--eval-dir", str(tmp_path)]
-    )
+    res = CliRunner().invoke(app, ["evaluate", str(tmp_path / "model"), "--sts-dir", str(tmp_path)])
     line = _error_line(res)
     assert str(tmp_path) in line and expected in line, line
 

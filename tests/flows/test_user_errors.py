@@ -140,12 +140,12 @@ def test_evaluate_on_a_folder_without_sts_sets_is_an_error_naming_it(tmp_path: P
     model = tmp_path / "model"
     model.mkdir()
     res = CliRunner().invoke(app, ["evaluate", str(model), "--sts-dir", str(tmp_path)])
-    _one_line_error(res, f"--eval-dir {tmp_path}", "no evaluation sets")
+    _one_line_error(res, f"--sts-dir {tmp_path}", "no evaluation sets")
     res = CliRunner().invoke(app, ["evaluate", "no-such-model", "--sts-dir", str(tmp_path)])
     assert res.exit_code != 0
     # a malformed domain file is named with its line, before any model is loaded
     (tmp_path / "rqe.pairs.tsv").write_text("sentence1\tsentence2\tlabel\na\tb\t1\nc\td\t2\n")
-    res = CliRunner().invoke(app, ["evaluate", str(model), "--eval-dir", str(tmp_path)])
+    res = CliRunner().invoke(app, ["evaluate", str(model), "--sts-dir", str(tmp_path)])
     _one_line_error(res, f"{tmp_path / 'rqe.pairs.tsv'}:3", "label '2' is not 0 or 1")
 
 
