@@ -422,8 +422,8 @@ def test_explain_on_a_read_only_root_works_and_writes_nothing_there(tiny_run, mo
     stages and new scores go to a temporary folder, and the result says so in one line."""
     from typer.testing import CliRunner
 
-    from ctxsim.flows.cli import app
     from ctxsim.flows import explain as ex
+    from ctxsim.flows.cli import app
 
     store, _, _ = tiny_run
     root = Path(store.root)
