@@ -429,7 +429,8 @@ class TrainStage(Stage):
     inputs = ("label",)
     #: what some objectives read besides the labels (``context``: the queries, then the shard)
     optional_inputs = tuple(dict.fromkeys(i for o in OBJECTIVES.values() for i in o.inputs))
-    run_fields = ("seed", "device")
+    #: training is not bitwise the same across thread counts: the count is in the fingerprint
+    run_fields = ("seed", "device", "torch_threads")
     cost_basis = "fit"
     model_artefact = True
     #: every objective module (found, not imported by name: models/objectives/__init__.py)
