@@ -351,12 +351,20 @@ def origin(
         cfg = load_config(config, overrides, root)
         preflight(cfg)
     configure_prefect(cfg.run.root)
-    from ctxsim.flows.cli_errors import hide_input_error_tracebacks
-    from ctxsim.flows.pipeline import run_pipeline
+    import shlex
+    import sys
+
+    from ctxsim.flows.cli_errors import hide_input_error_tracebacks, interrupt_exits
+    from ctxsim.flows.pipeline import new_run_id, run_pipeline
     from ctxsim.store.artefacts import ArtefactStore
 
     hide_input_error_tracebacks()
-    with user_errors(1):
+    if run_id is None:  # named here, so that an interrupted run can be resumed by name
+        run_id = new_run_id()
+    resume = shlex.join(["ctxsim", *sys.argv[1:]])
+    if "--run-id" not in sys.argv:
+        resume += f" --run-id {shlex.quote(run_id)}"
+    with user_errors(1), interrupt_exits(cfg.run.root, run_id, resume):
         record = run_pipeline(str(config), overrides, root, "label", run_id)
     label = record["stages"]["label"]
     art = ArtefactStore(cfg.run.root).require("label", label["fingerprint"])

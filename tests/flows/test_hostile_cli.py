@@ -302,7 +302,25 @@ def _ctxsim_run(root: Path, until: str, run_id: str) -> list[str]:
     ]
 
 
-def test_ctrl_c_is_one_line_naming_what_is_kept_and_the_resume_command(tmp_path, prefect_env):
+def _ctxsim_origin(root: Path, run_id: str, sts_dir: Path) -> list[str]:
+    from tests.conftest import SAMPLE
+
+    sts_dir.joinpath("STSb").mkdir(parents=True)
+    sts_dir.joinpath("STSb", "STSb.dev.tsv").write_text(
+        "sentence1\tsentence2\tscore\na cat sat .\ta cat sits .\t4.0\n"
+        "a dog ran .\tthe sea is cold .\t0.5\n"
+    )
+    return [
+        *(str(Path(sys.executable).with_name("ctxsim")), "origin", "-c", str(QUICKSTART)),
+        *("--root", str(root), "--sts-dir", str(sts_dir), "--run-id", run_id),
+        *("--set", f"shard.paths=['{SAMPLE}']", "--set", "shard.n_shards=1"),
+    ]
+
+
+@pytest.mark.parametrize("command", ["run", "origin"])
+def test_ctrl_c_is_one_line_naming_what_is_kept_and_the_resume_command(
+    tmp_path, prefect_env, command
+):
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) in the middle of a stage:
     one line, the record says "interrupted", and the command it prints resumes the run."""
     import shlex
@@ -313,7 +331,10 @@ def test_ctrl_c_is_one_line_naming_what_is_kept_and_the_resume_command(tmp_path,
     root, fault = tmp_path / "root", tmp_path / "fault.json"
     fault.write_text('{"stage": "contexts", "shard": 0, "kind": "delay", "seconds": 120}')
     env = {**prefect_env, "CTXSIM_FAULT_FILE": str(fault)}
-    cmd = _ctxsim_run(root, "contexts", "r1")
+    if command == "run":
+        cmd = _ctxsim_run(root, "contexts", "r1")
+    else:
+        cmd = _ctxsim_origin(root, "r1", tmp_path / "sts")
     proc = subprocess.Popen(
         cmd,
         env=env,
@@ -332,11 +353,11 @@ def test_ctrl_c_is_one_line_naming_what_is_kept_and_the_resume_command(tmp_path,
     assert "Traceback" not in out + err and "Crash detected" not in out + err
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"interrupted: run r1 stopped; kept under {root}: the published ")
-    assert "stages shard and every finished shard; resume with: ctxsim run " in last
+    assert f"stages shard and every finished shard; resume with: ctxsim {command} " in last
     assert json.loads((root / "runs" / "r1.json").read_text())["status"] == "interrupted"
     resume = shlex.split(last.split("resume with: ", 1)[1])  # the same command, run id given
-    given = ["--config" if a == "-c" else a for a in cmd[2:]]
-    assert resume[:2] == ["ctxsim", "run"] and sorted(resume[2:]) == sorted(given), resume
+    given = ["--config" if a == "-c" and command == "run" else a for a in cmd[2:]]
+    assert resume[:2] == ["ctxsim", command] and sorted(resume[2:]) == sorted(given), resume
 
 
 def test_a_full_disk_is_one_line_and_the_run_is_not_recorded_completed(tmp_path, prefect_env):
