@@ -473,6 +473,7 @@ def test_corrupt_score_cache_file_is_moved_aside_and_recomputed(
     file fails its checksum, is moved aside to ``*.corrupt-<id>`` with a warning, and is scored
     again."""
     import logging
+    import shutil
 
     import pyarrow.parquet as pq
 
@@ -487,7 +488,9 @@ def test_corrupt_score_cache_file_is_moved_aside_and_recomputed(
     root = tmp_path / "root"
     up = _score_inputs(spine, generator_art, root, chosen, qids)
 
-    def score(token_budget: int):  # another budget: another fingerprint, the same values
+    def score(token_budget: int):  # computed anew each time (the budget is a knob: no new
+        # fingerprint), so only the score cache can carry values from one call to the next
+        shutil.rmtree(root / "score", ignore_errors=True)
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, token_budget=token_budget)
         run = RunParams(root=str(root), torch_threads=1)
         art, _ = run_stage_locally(
