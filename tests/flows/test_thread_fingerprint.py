@@ -9,7 +9,7 @@ import pytest
 from ctxsim.store.stage import RunParams
 
 
-@pytest.mark.parametrize("name", ["discriminator", "generator"])
+@pytest.mark.parametrize("name", ["discriminator", "generator", "train"])
 def test_training_stages_fingerprint_the_thread_count(tmp_path, name):
     from ctxsim.flows.pipeline import effective_run
     from ctxsim.store.artefacts import ArtefactStore
