@@ -49,32 +49,16 @@ def cpu_s() -> float:
 
 
 def context_units(root: str, unit: str, min_words: int, max_contexts: int, seed: int) -> list[str]:
-    """Context texts of >= ``min_words`` words: paragraph chunks or [c<, c>] windows."""
+    """The `embed` stage's context texts (chunks or windows of >= ``min_words`` words) of the
+    run under ``root``, optionally a seeded sample of them."""
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.tasks.index import chunk_texts
+    from ctxsim.tasks.embed import context_units as embed_units
 
     store = ArtefactStore(root, create=False)
     shard, contexts = store.latest("shard"), store.latest("contexts")
     if shard is None or contexts is None:
-        raise SystemExit(
-            f"{root}: no published shard/contexts artefacts (ctxsim run --until contexts)"
-        )
-    if unit == "chunk":
-        _, texts = chunk_texts(contexts, shard)
-    else:
-        sents = shard.read_table(["sent_id", "text"]).sort_by("sent_id")
-        ids = sents.column("sent_id").to_numpy()
-        text = np.asarray(sents.column("text").to_pylist(), dtype=object)
-        t = contexts.read_table(["left_sent_ids", "right_sent_ids"])
-        texts = []
-        for left, right in zip(
-            t.column("left_sent_ids").to_pylist(),
-            t.column("right_sent_ids").to_pylist(),
-            strict=True,
-        ):
-            both = [*left, *right]
-            texts.append(" ".join(text[np.searchsorted(ids, both)]) if both else "")
-    texts = [x for x in texts if len(x.split()) >= min_words]
+        raise SystemExit(f"{root}: no shard/contexts artefacts (ctxsim run --until contexts)")
+    _, texts = embed_units(contexts, shard, unit, min_words)
     if max_contexts and len(texts) > max_contexts:
         keep = np.sort(np.random.default_rng(seed).choice(len(texts), max_contexts, replace=False))
         texts = [texts[i] for i in keep]

@@ -15,11 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ctxsim.models.encoder_origin import unit_rows
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 @register_scorer
@@ -50,8 +47,8 @@ class EncoderScorer(ContextScorer):
         u_sent, s_idx = np.unique(windows.sents.astype(str), return_inverse=True)
         u_ctx, c_idx = np.unique(texts.astype(str), return_inverse=True)
         kw = {"batch_size": params.disc_batch, "convert_to_numpy": True}
-        es = _unit(model.encode(u_sent.tolist(), **kw))
-        ec = _unit(model.encode(u_ctx.tolist(), **kw))
+        es = unit_rows(model.encode(u_sent.tolist(), **kw))
+        ec = unit_rows(model.encode(u_ctx.tolist(), **kw))
         cos = (es[s_idx] * ec[c_idx]).sum(axis=1).astype(np.float32)
         return Scored(
             {"disc_logprob": cos, "disc_source": np.full(n, "encoder", dtype=object)},
