@@ -37,7 +37,7 @@ HOME_DIGESTS = (
 @pytest.fixture(scope="session", autouse=True)
 def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory):
     """Tests share no state through the home directory: content_digest's cache of input file
-    hashes (``~/.cache/ctxsim/digests.json``) points into this session's temporary folder, for
+    hashes (``~/.cache/ctxsim/digests.json``) points into the test run's temporary folder, for
     every test and the processes they start (set before any other session fixture runs)."""
     old = os.environ.get("CTXSIM_DIGEST_CACHE")
     old_plan = os.environ.get("CTXSIM_PLAN_CACHE")  # `ctxsim plan`'s unit costs (flows/plan.py)

@@ -1,4 +1,4 @@
-"""Issue 19, items 9-10: run records after a crash, concurrent runs, read-only listing.
+"""Run records after a crash, concurrent runs, read-only listing.
 
 The orphaned-server drill starts a real `ctxsim run` (ephemeral Prefect server, its own
 database under the root), SIGKILLs it mid-stage and checks that the server goes too and that

@@ -1,4 +1,4 @@
-"""Issue 19, items 6-8: the user's mistakes fail early, in one line that names them.
+"""The user's mistakes fail early, in one line that names them.
 
 A wrong model name, a broken ``.gz``, a bad ``--set``, a missing weights package, an empty STS
 folder and an unwritable artefact root are all caught before Prefect starts (the flow is

@@ -1,4 +1,4 @@
-"""Issue 31 item 11: the label stage itself says when its labels should not be trusted (mined
+"""The label stage itself says when its labels should not be trusted (mined
 pairs not separated from random ones, near-zero agreement with the reference encoder), in its
 stats and its log; the card shows those warnings once, and its surrogate table lists STS test
 sets only, with the untrained backbone beside the trained model."""

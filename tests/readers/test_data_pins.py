@@ -1,4 +1,4 @@
-"""Issue 19, item 11: `ctxsim data download` uses https and checks pinned sha256 digests.
+"""`ctxsim data download` uses https and checks pinned sha256 digests.
 
 Archives are built here and fetched through file:// URLs: no network.
 """
