@@ -35,18 +35,31 @@ def _fp(name: str, store: ArtefactStore, **params: Any) -> str:
     return resolve_stage(stage, stage.Params(**params), RunParams(), store, {}).fingerprint
 
 
+@pytest.fixture(scope="module")
+def tiny_scorer(tmp_path_factory) -> str:
+    """embed fingerprints its scorer by content: a tiny local one, so no packaged weights are
+    needed (CI installs none)."""
+    from tests.tasks.tiny_encoder import build_tiny_encoder
+
+    texts = ["a tiny corpus of words", "for a tiny scorer", "and nothing else"]
+    return str(build_tiny_encoder(texts, tmp_path_factory.mktemp("enc") / "tiny-st"))
+
+
 def test_the_declared_knobs_are_the_documented_ones() -> None:
     found = {name: _knobs(name) for name in STAGES if _knobs(name)}
     assert found == EXPECTED
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_a_knob_keeps_the_fingerprint_and_a_real_parameter_does_not(tmp_path, name) -> None:
+def test_a_knob_keeps_the_fingerprint_and_a_real_parameter_does_not(
+    tmp_path, name, tiny_scorer
+) -> None:
     store = ArtefactStore(tmp_path)
-    base = _fp(name, store)
+    given = {"model": tiny_scorer} if name == "embed" else {}
+    base = _fp(name, store, **given)
     fields = load_stage(name).Params.model_fields
     for key in EXPECTED[name]:
-        assert _fp(name, store, **{key: fields[key].default * 2}) == base, key
+        assert _fp(name, store, **given, **{key: fields[key].default * 2}) == base, key
     real = {
         "retrieve": {"top_k": 7},
         "screen": {"keep": 7},
@@ -58,7 +71,7 @@ def test_a_knob_keeps_the_fingerprint_and_a_real_parameter_does_not(tmp_path, na
         "label": {"similarity": "pearson"},
         "gencontexts": {"top_k": 7},
     }[name]
-    assert _fp(name, store, **real) != base
+    assert _fp(name, store, **given, **real) != base
 
 
 def test_knobs_of_a_nested_section_stay_out_too(tmp_path) -> None:
