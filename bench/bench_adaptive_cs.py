@@ -1,4 +1,5 @@
-"""Adaptive |Cs| (models/adaptive_cs.py) on a finished `ctxsim origin` run: passes saved and
+"""Adaptive |Cs| (models/contextual/adaptive_cs.py) on a finished `ctxsim origin` run: passes saved
+and
 the Origin change, per tolerance, against the fixed |Cs| of the run.
 
 Read offline from the run's select/score/label artefacts (selection is greedy, so round k's set
@@ -21,9 +22,9 @@ import numpy as np
 
 from bench.bench_origin import load_run
 from bench.harness import write_results
-from ctxsim.models.adaptive_cs import adaptive_origin
-from ctxsim.models.metrics import bootstrap_diff_ci
-from ctxsim.models.origin import ContextSets, ScoreLookup, spearman_conventions
+from ctxsim.models.contextual.adaptive_cs import adaptive_origin
+from ctxsim.models.contextual.origin import ContextSets, ScoreLookup, spearman_conventions
+from ctxsim.models.evaluation.metrics import bootstrap_diff_ci
 from ctxsim.tasks.label import ablation_views, report_name
 
 

@@ -140,9 +140,9 @@ def label_agreement(label: Any, encoders: list[str]) -> list[dict[str, Any]]:
     stage's Artefact."""
     from scipy.stats import spearmanr
 
-    from ctxsim.models.objectives import teacher_cosine, tfidf_cosine
     from ctxsim.models.registry import resolve_model
-    from ctxsim.models.sentence_encoder import build_model
+    from ctxsim.models.training.objectives import teacher_cosine, tfidf_cosine
+    from ctxsim.models.training.sentence_encoder import build_model
 
     t = label.read_table(["s1", "s2", "label", "split", "source"])
     train = np.asarray(t.column("split").to_pylist()) == "train"
@@ -232,7 +232,7 @@ def arm_similarities(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_s
             out[f"qa/{name}/{metric}"] = v
     for s in sts:
         if model is None:
-            from ctxsim.models.objectives import tfidf_cosine
+            from ctxsim.models.training.objectives import tfidf_cosine
 
             out[f"sts/{s.name}"] = tfidf_cosine(s.s1, s.s2)
         else:
@@ -245,8 +245,8 @@ def arm_similarities(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_s
 
 
 def summarise(scores: dict, pair_sets, qa_sets, sts) -> dict[str, float]:
-    from ctxsim.models import domain_metrics as D
-    from ctxsim.models import metrics as M
+    from ctxsim.models.evaluation import domain_metrics as D
+    from ctxsim.models.evaluation import metrics as M
 
     row: dict[str, float] = {}
     for ps in pair_sets:
@@ -262,8 +262,8 @@ def summarise(scores: dict, pair_sets, qa_sets, sts) -> dict[str, float]:
 
 
 def intervals(a: dict, b: dict, pair_sets, qa_sets, sts, n: int, seed: int) -> dict[str, str]:
-    from ctxsim.models import domain_metrics as D
-    from ctxsim.models import metrics as M
+    from ctxsim.models.evaluation import domain_metrics as D
+    from ctxsim.models.evaluation import metrics as M
 
     out: dict[str, str] = {}
 

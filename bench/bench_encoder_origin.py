@@ -3,7 +3,8 @@
 The fit score is S(c, s) = cos(E(c), E(s)) for a packaged sentence encoder E (models/registry.py),
 the contexts are the corpus's own units (paragraph chunks of the `contexts` artefact, or its
 [c<, c>] windows), and a pair's label is the correlation of its two profiles
-(models/encoder_origin.py). Compared, in one run, on the domain dev tasks (pair classification
+(models/contextual/encoder_origin.py). Compared, in one run, on the domain dev tasks (pair
+classification
 AP, QA retrieval nDCG@10) with paired bootstrap intervals against the encoder's own cosine:
 
 - (a) the closed form over all contexts, centred (Pearson) and uncentred (cosine) profiles, and
@@ -32,8 +33,7 @@ from typing import Any
 import numpy as np
 
 from bench.harness import write_results
-from ctxsim.models import domain_metrics as D
-from ctxsim.models.encoder_origin import (
+from ctxsim.models.contextual.encoder_origin import (
     ScatterStats,
     adapted_embeddings,
     closed_form_similarity,
@@ -42,6 +42,7 @@ from ctxsim.models.encoder_origin import (
     topk_union_similarity,
     unit_rows,
 )
+from ctxsim.models.evaluation import domain_metrics as D
 
 
 def cpu_s() -> float:
@@ -265,7 +266,7 @@ def context_sets(args: argparse.Namespace, model: Any, cache: Path | None):
 
 
 def _prob_pairs(e1: np.ndarray, e2: np.ndarray, ctx: np.ndarray, tau: float) -> np.ndarray:
-    from ctxsim.models.encoder_origin import softmax_profile_similarity
+    from ctxsim.models.contextual.encoder_origin import softmax_profile_similarity
 
     return softmax_profile_similarity(e1, e2, ctx, tau, centred=True, space="prob")
 

@@ -70,7 +70,7 @@ def _sentences(n: int) -> tuple[list[str], str]:
 
 
 def bench_encode(model, n: int, repeat: int) -> list[dict]:
-    from ctxsim.models.sentence_encoder import forward
+    from ctxsim.models.training.sentence_encoder import forward
     from ctxsim.tasks.evaluate.encoders import encode_sentences
 
     texts, src = _sentences(n)
@@ -104,8 +104,8 @@ def bench_encode(model, n: int, repeat: int) -> list[dict]:
 
 
 def bench_rcmd_vs_cosine(model, n_pairs: int, lengths: list[int], repeat: int) -> list[dict]:
-    from ctxsim.models.sentence_encoder import forward
-    from ctxsim.models.similarity import cosine_paired, mean_pool, rcmd_paired
+    from ctxsim.models.evaluation.similarity import cosine_paired, mean_pool, rcmd_paired
+    from ctxsim.models.training.sentence_encoder import forward
     from ctxsim.tasks.evaluate.encoders import pair_similarities
 
     rows = []
@@ -161,7 +161,7 @@ def _peak_delta(fn) -> tuple[float, float]:
 
 def loss_step(b: int, L: int, d: int, sparse: bool) -> Callable[[], None]:
     """One CLRCMD loss forward + backward over B x B pairwise RCMD of random token vectors."""
-    from ctxsim.models.similarity import rcmd_pairwise
+    from ctxsim.models.evaluation.similarity import rcmd_pairwise
 
     g = torch.Generator().manual_seed(b)
     x, y = torch.randn(b, L, d, generator=g), torch.randn(b, L, d, generator=g)
@@ -176,7 +176,7 @@ def loss_step(b: int, L: int, d: int, sparse: bool) -> Callable[[], None]:
 
 
 def bench_train(model, batches: list[int], full_batches: list[int], L: int) -> list[dict]:
-    from ctxsim.models.losses.clrcmd_loss import CLRCMDLoss
+    from ctxsim.models.training.losses.clrcmd_loss import CLRCMDLoss
 
     d = getattr(model, "get_embedding_dimension", model.get_sentence_embedding_dimension)()
     rows = []

@@ -37,9 +37,9 @@ import torch
 from scipy.stats import spearmanr
 
 from bench.harness import write_results
-from ctxsim.models.context_sampling import SamplingSettings, render, sample_texts
-from ctxsim.models.generator import CausalPrefixScorer
-from ctxsim.models.score_engine import EngineConfig, ScoringEngine
+from ctxsim.models.contextual.context_sampling import SamplingSettings, render, sample_texts
+from ctxsim.models.contextual.generator import CausalPrefixScorer
+from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 
 ARCHS = ("smollm2-135m", "gemma-270m")
 #: books_generated (bench/results/pipeline_books_generated.md): 2,000 labelled pairs from 500

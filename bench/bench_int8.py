@@ -1,4 +1,4 @@
-"""Dynamic int8 quantisation of the causal scorer (models/quantize.py) against float32.
+"""Dynamic int8 quantisation of the causal scorer (models/contextual/quantize.py) against float32.
 
 Real book windows [c<, s, c>] scored with the packaged SmolLM2-135M in both precisions, the
 books config's way (the left term, and the left term as PMI: minus the same target scored
@@ -24,9 +24,9 @@ from scipy.stats import spearmanr
 
 from bench.bench_score import book_windows, make_scorer
 from bench.harness import write_results
-from ctxsim.models.generator import CausalPrefixScorer
-from ctxsim.models.quantize import quantize_int8
-from ctxsim.models.score_engine import EngineConfig, ScoringEngine
+from ctxsim.models.contextual.generator import CausalPrefixScorer
+from ctxsim.models.contextual.quantize import quantize_int8
+from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 
 
 def main(argv: list[str] | None = None) -> None:

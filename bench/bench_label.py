@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from bench.harness import median, traced_peak, write_results
-from ctxsim.models.origin import (
+from ctxsim.models.contextual.origin import (
     ContextSets,
     ScoreLookup,
     origin_labels,

@@ -28,7 +28,7 @@ from scipy.stats import spearmanr
 
 from bench.bench_pipeline import stage_rows, stages_to_label
 from bench.harness import peak_rss_mb, reset_peak_rss, write_results
-from ctxsim.models import score_engine as se
+from ctxsim.models.contextual import score_engine as se
 
 
 def capture_run(config: str, root: Path, queries: int, run_id: str) -> dict[str, Any]:
@@ -83,7 +83,7 @@ def save_capture(cap: dict[str, Any], path: Path) -> None:
 
 
 def load_capture(path: Path) -> dict[str, Any]:
-    from ctxsim.models.quantize import quantize_int8
+    from ctxsim.models.contextual.quantize import quantize_int8
     from ctxsim.scores.eq3 import INT8_FLOAT_LAYERS
     from ctxsim.scores.loading import load_scorer
 

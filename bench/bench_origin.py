@@ -5,7 +5,8 @@ ablations (Table 9) from one scoring pass.
 Selection is greedy in rank order, so the first k contexts of a set of size K are exactly the set
 of size k: one run at |Cs| = K gives the whole curve k = 1..K without rescoring. Similarities:
 
-models/origin.py ``SIMILARITIES`` (cosine is the paper's Eq. 4; pearson, neg_rmse and cross_fit
+models/contextual/origin.py ``SIMILARITIES`` (cosine is the paper's Eq. 4; pearson, neg_rmse and
+cross_fit
 remove the context's own likelihood or the sentence's fluency, see ``similarity_by_group``).
 
 Tune on STSb dev only. Usage::
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench.harness import pivot_by_k, write_results
-from ctxsim.models.origin import (
+from ctxsim.models.contextual.origin import (
     SIMILARITIES,
     ContextSets,
     ScoreLookup,

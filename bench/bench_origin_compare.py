@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from bench.harness import write_results
-from ctxsim.models.metrics import bootstrap_diff_ci, spearman
+from ctxsim.models.evaluation.metrics import bootstrap_diff_ci, spearman
 from ctxsim.store.artefacts import ArtefactStore
 
 

@@ -4,7 +4,8 @@ dev file against TF-IDF and the downloaded encoder's cosine, before any training
 Reads one finished ``ctxsim origin`` run over a ``*.pairs.tsv`` folder (queries.source sts reads
 those files with gold 0/1) and reports, on exactly the pairs it labelled, the average precision of
 Origin's labels, of TF-IDF 1-2 gram cosine (fit on the evaluated texts) and of the encoder's
-cosine, with paired percentile bootstrap CIs of Origin minus each (models/domain_metrics.py).
+cosine, with paired percentile bootstrap CIs of Origin minus each
+(models/evaluation/domain_metrics.py).
 
 Usage::
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--vs", action="append", default=[], help="NAME=RUN: another Origin run")
     args = ap.parse_args(argv)
 
-    from ctxsim.models import domain_metrics as D
+    from ctxsim.models.evaluation import domain_metrics as D
     from ctxsim.models.registry import resolve_model
     from ctxsim.readers.domain import PairSet
     from ctxsim.tasks.evaluate import load_st

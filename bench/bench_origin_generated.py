@@ -23,15 +23,15 @@ import numpy as np
 import pyarrow.compute as pc
 
 from bench.harness import pivot_by_k, write_results
-from ctxsim.models.metrics import bootstrap_diff_ci
-from ctxsim.models.objectives import tfidf_cosine
-from ctxsim.models.origin import (
+from ctxsim.models.contextual.origin import (
     SIMILARITIES,
     ContextSets,
     ScoreLookup,
     origin_labels,
     spearman_x100,
 )
+from ctxsim.models.evaluation.metrics import bootstrap_diff_ci
+from ctxsim.models.training.objectives import tfidf_cosine
 from ctxsim.store.artefacts import ArtefactStore
 
 SIDES = {"right": ("right",), "left": ("left",), "both": ("right", "left")}

@@ -36,15 +36,15 @@ from typing import Any
 import numpy as np
 
 from bench.harness import run_artefacts, write_results
-from ctxsim.models.adaptive_cs import prefix_sets
-from ctxsim.models.metrics import bootstrap_diff_ci
-from ctxsim.models.origin import (
+from ctxsim.models.contextual.adaptive_cs import prefix_sets
+from ctxsim.models.contextual.origin import (
     ContextSets,
     ScoreLookup,
     origin_labels,
     required_scores,
     spearman_x100,
 )
+from ctxsim.models.evaluation.metrics import bootstrap_diff_ci
 from ctxsim.scores import ScoreParams
 from ctxsim.tasks.gencontexts import GEN_CONTEXT_BASE
 

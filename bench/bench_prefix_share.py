@@ -4,7 +4,8 @@ A counting measurement, no model runs: the windows the `score` stage of configs/
 scores (the left term and its PMI null pass, SmolLM2's prompt template and tokenizer) are built
 as token sequences, and every sequence is inserted into a prefix trie. Tokens a perfect prefix
 cache computes = trie nodes; the share saved = 1 - nodes / tokens. What the engine already
-saves is counted the same way: its shared-prompt path (models/generator/causal.py) computes
+saves is counted the same way: its shared-prompt path (models/contextual/generator/causal.py)
+computes
 identical prompts once, so it saves (copies - 1) x prompt length per group of identical prompts
 (an upper bound: the path is taken only when a batch's distinct prompts are few enough).
 
@@ -63,7 +64,7 @@ def time_engine(scorer: Any, w: dict[str, Any], windows: list[tuple[int, int]]) 
 
     import torch
 
-    from ctxsim.models.score_engine import EngineConfig, ScoringEngine
+    from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 
     torch.set_num_threads(1)
     lefts = [w["left"][c] for _, c in windows]

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from bench.harness import median, timeit, traced_peak, write_results
-from ctxsim.models.retrieval import fit_index, topk_blocked
+from ctxsim.models.corpus.retrieval import fit_index, topk_blocked
 
 BOOKS = "/work/shared/data/corpus/standardebooks/*.jsonl.gz"
 

@@ -1,4 +1,5 @@
-"""Benchmark `score`: the batched generative scoring engine (models/score_engine.py) vs one pair per
+"""Benchmark `score`: the batched generative scoring engine (models/contextual/score_engine.py) vs
+one pair per
 forward call, for both backends (seq2seq BERT2BERT, causal prefix LM), on real book sentences.
 
 Workload shaped like the score stage: Q sentences each against the same C contexts (so contexts
@@ -26,7 +27,7 @@ from scipy.stats import spearmanr
 
 from bench.bench_retrieve import load_paragraphs
 from bench.harness import median, peak_rss_mb, reset_peak_rss, timeit, write_results
-from ctxsim.models.generator import (
+from ctxsim.models.contextual.generator import (
     CausalPrefixScorer,
     GenerativeScorer,
     Seq2SeqScorer,
@@ -35,7 +36,7 @@ from ctxsim.models.generator import (
     tiny_seq2seq,
     train_wordpiece_tokenizer,
 )
-from ctxsim.models.score_engine import EngineConfig, ScoringEngine, naive_score
+from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine, naive_score
 
 SIZES = {
     "tiny": TinyConfig(64, 2, 2, 128),
@@ -72,7 +73,7 @@ def make_scorer(backend: str, size: str, tok: Any) -> GenerativeScorer:
     if size == "minilm":
         from transformers import AutoTokenizer
 
-        from ctxsim.models.generator import add_control_tokens, warm_start_seq2seq
+        from ctxsim.models.contextual.generator import add_control_tokens, warm_start_seq2seq
         from ctxsim.models.registry import resolve_model
 
         path = str(resolve_model("minilm"))
@@ -189,8 +190,8 @@ def quality(args: argparse.Namespace) -> None:
     """'Does the true context win' on held-out book sentences, per term and for S_gen, and the
     validation perplexity per direction, for packaged models (zero-shot causal LMs and a
     briefly trained BERT2BERT)."""
-    from ctxsim.models.generator import DIRECTIONS, eq3_example
-    from ctxsim.models.generator_training import TrainConfig, train_generator
+    from ctxsim.models.contextual.generator import DIRECTIONS, eq3_example
+    from ctxsim.models.contextual.generator_training import TrainConfig, train_generator
     from ctxsim.tasks.generator import random_partners
 
     rng = np.random.default_rng(0)
@@ -273,7 +274,7 @@ def quality_meta(args: argparse.Namespace) -> dict[str, Any]:
         "train": f"{args.train_models}: AdamW lr {args.train_lr}, batch 16, warmup 20, "
         f"{args.train_seconds}s wall cap, windows of the first N-2 books",
         "torch_threads": args.threads,
-        "templates": "ctxsim.models.generator.DEFAULT_TEMPLATES",
+        "templates": "ctxsim.models.contextual.generator.DEFAULT_TEMPLATES",
         "val_ppl": "exp(-mean over held-out sentences of the mean target-token log-prob)",
     }
 

@@ -31,10 +31,10 @@ from scipy.stats import spearmanr
 
 from bench.bench_flops_limit import matmul_speeds
 from bench.harness import RESULTS_DIR, run_artefacts, write_results
-from ctxsim.models.metrics import bootstrap_diff_ci
-from ctxsim.models.origin import ContextSets, ScoreLookup, origin_labels, spearman_x100
-from ctxsim.models.quantize import quantize_int8
-from ctxsim.models.score_engine import EngineConfig, ScoringEngine
+from ctxsim.models.contextual.origin import ContextSets, ScoreLookup, origin_labels, spearman_x100
+from ctxsim.models.contextual.quantize import quantize_int8
+from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
+from ctxsim.models.evaluation.metrics import bootstrap_diff_ci
 from ctxsim.scores.eq3 import INT8_FLOAT_LAYERS
 from ctxsim.scores.loading import load_scorer
 

@@ -20,7 +20,7 @@ import torch
 
 from bench.bench_retrieve import load_paragraphs
 from bench.harness import median, timeit, traced_peak, write_results
-from ctxsim.models.discriminator import (
+from ctxsim.models.contextual.discriminator import (
     CoherenceDiscriminator,
     DiscriminatorConfig,
     ScratchTokenizer,

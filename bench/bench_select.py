@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.harness import median, timeit, traced_peak, write_results
-from ctxsim.models.selection import lsh_miss_probability, select, token_ranks, word_set
+from ctxsim.models.corpus.selection import lsh_miss_probability, select, token_ranks, word_set
 
 DEFAULT_CORPUS = (
     Path(os.environ.get("CTXSIM_BOOKS", Path(__file__).resolve().parents[2] / "shared/data/corpus"))

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import current_rss_mb, median, run_isolated, write_results
-from ctxsim.models.sentences import METHODS, split_sentences
+from ctxsim.models.corpus.sentences import METHODS, split_sentences
 
 GOLD = Path(__file__).resolve().parent / "splitter_gold.json"
 DEFAULT_CORPUS = (

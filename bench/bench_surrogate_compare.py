@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from bench.harness import RESULTS_DIR, write_results
-from ctxsim.models.objectives import get_objective
+from ctxsim.models.training.objectives import get_objective
 from ctxsim.store.artefacts import total_cpu_seconds
 
 #: arm name -> train overrides. ctxsim-L2 is the paper's literal target (L2 on the raw labels).
@@ -63,7 +63,7 @@ def label_and_pair_stages() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def arm_label_cpu(objective: str, eq4_cpu: float, metrics: dict[str, Any]) -> float:
     """What an arm's labels cost: the labelling stages' CPU for an objective that trains on Eq. 4
     labels, the train stage's own labelling CPU for one that labels the pairs itself (TF-IDF,
-    a teacher), nothing for one without labels (models/objectives/)."""
+    a teacher), nothing for one without labels (models/training/objectives/)."""
     obj = get_objective(objective)
     if obj.eq4_labels:
         return float(eq4_cpu)
@@ -149,8 +149,8 @@ def label_plot(label_path: str, out: Path) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ctxsim.models.objectives import tfidf_cosine
-    from ctxsim.models.origin import rescale_labels
+    from ctxsim.models.contextual.origin import rescale_labels
+    from ctxsim.models.training.objectives import tfidf_cosine
 
     t = pa.concat_tables(
         [pq.read_table(f) for f in sorted(Path(label_path).glob("part-*.parquet"))]
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     from ctxsim.flows.prefect_env import configure_prefect
 
     configure_prefect(load_config(args.config, args.sets).run.root)  # before prefect is imported
-    from ctxsim.models import metrics as M
+    from ctxsim.models.evaluation import metrics as M
     from ctxsim.readers.sts import dataset_key, discover, sample_pairs
     from ctxsim.tasks.evaluate import SEVEN
 
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
 def _tables(args, trained, preds, cis, bootstrap, seven) -> tuple[list, list, dict[str, Any]]:
     """Main rows (one per arm), CI rows (each arm against each reference arm present, computed
     once and kept in ``cis``) and the run-level meta."""
-    from ctxsim.models import metrics as M
+    from ctxsim.models.evaluation import metrics as M
 
     keys = list(next(iter(preds.values())))
     avg_keys = [k for k in seven if k in keys]

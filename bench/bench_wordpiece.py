@@ -1,4 +1,5 @@
-"""Benchmark for the tiny models' vocabulary (models/wordpiece.py; `generator` and `train` stages).
+"""Benchmark for the tiny models' vocabulary (models/training/wordpiece.py; `generator` and `train`
+stages).
 
 One run compares, on book sentences (the bundled sample corpus repeated when the books are absent):
 
@@ -29,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.harness import median, run_isolated, write_results
-from ctxsim.models.wordpiece import BERT_SPECIALS as SPECIALS
+from ctxsim.models.training.wordpiece import BERT_SPECIALS as SPECIALS
 
 REPO = Path(__file__).resolve().parents[1]
 BOOKS = Path(os.environ.get("CTXSIM_BOOKS", REPO.parent / "shared/data/corpus")) / "standardebooks"
@@ -59,7 +60,7 @@ def load_paragraphs(n: int) -> list[str]:
 def _naive(texts: list[str], vocab_size: int):
     from tokenizers import models
 
-    from ctxsim.models.wordpiece import bert_style, continuing_pieces
+    from ctxsim.models.training.wordpiece import bert_style, continuing_pieces
 
     probe = bert_style(models.WordPiece(unk_token="[UNK]"))
     counts: Counter[str] = Counter()
@@ -77,7 +78,7 @@ def _naive(texts: list[str], vocab_size: int):
 def _library(texts: list[str], vocab_size: int):
     from tokenizers import models, trainers
 
-    from ctxsim.models.wordpiece import bert_style
+    from ctxsim.models.training.wordpiece import bert_style
 
     tok = bert_style(models.WordPiece(unk_token="[UNK]"))
     tok.train_from_iterator(
@@ -88,7 +89,7 @@ def _library(texts: list[str], vocab_size: int):
 
 
 def _ours(texts: list[str], vocab_size: int):
-    from ctxsim.models.wordpiece import learn_wordpiece
+    from ctxsim.models.training.wordpiece import learn_wordpiece
 
     return learn_wordpiece(texts, vocab_size, SPECIALS)
 

@@ -82,7 +82,7 @@ def _work_store(store: ArtefactStore) -> Iterator[tuple[ArtefactStore, str | Non
 def check_sentence_length(record: dict[str, Any], text: str, name: str) -> None:
     """Refuse a sentence longer than the run's own queries could be (``queries.max_tokens``,
     counted as the shard stage counts them)."""
-    from ctxsim.models.sentences import count_tokens
+    from ctxsim.models.corpus.sentences import count_tokens
 
     section = record.get("config", {}).get("queries")
     if section is None:

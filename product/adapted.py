@@ -1,7 +1,7 @@
 """The adapted encoder: a scorer followed by the linear layer M^(1/2) of its corpus.
 
 With an encoder as the contextual model, Origin over every context of a corpus is the cosine of
-M^(1/2)·e (models/encoder_origin.py). Appending that matrix to the scorer as a
+M^(1/2)·e (models/contextual/encoder_origin.py). Appending that matrix to the scorer as a
 sentence-transformers ``Dense`` module (no bias, identity activation) gives a model that needs
 no corpus at inference and is used like any other: ``ctxsim evaluate DIR``, ``train.backbone=DIR``,
 ``SentenceTransformer(DIR)`` elsewhere.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxsim.models.encoder_origin import psd_sqrt
+from ctxsim.models.contextual.encoder_origin import psd_sqrt
 
 #: written beside the model: what it was built from (read back by checks and cards)
 ADAPTED_META = "ctxsim_adapted.json"

@@ -99,7 +99,7 @@ def reference_similarity(
     """The reference encoder's cosine per pair: ``tfidf`` (no weights) or a sentence-
     transformers model by registry name or path (its weights must be installed)."""
     if name == "tfidf":
-        from ctxsim.models.objectives import tfidf_cosine
+        from ctxsim.models.training.objectives import tfidf_cosine
 
         return tfidf_cosine(s1, s2)
     a = [x or "" for x in s1]

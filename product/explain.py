@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ctxsim.models.origin import SIMILARITIES, similarity_by_group
+from ctxsim.models.contextual.origin import SIMILARITIES, similarity_by_group
 from ctxsim.store.artefacts import Artefact, ArtefactStore
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxsim.models.ists import WaAlignment, WaPair
+from ctxsim.models.evaluation.ists import WaAlignment, WaPair
 from ctxsim.store.atomic import write_bytes_atomic
 from ctxsim.store.errors import InputError
 

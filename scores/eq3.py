@@ -4,7 +4,8 @@ One place computes the score every stage that needs S calls: `score` (the pairs 
 needs), `select` (candidates in Eq. 3 order) and therefore Origin (the pipeline on STS queries).
 Terms (Sec. 3.3, Eq. 3): ``gen_fwd`` = (1/|s|) log p(s|c<,c>), ``gen_left`` = (1/|c<|) log
 p(c<|s,c>), ``gen_right`` = (1/|c>|) log p(c>|c<,s) from the `generator` artefact through the
-batched engine (models/score_engine.py); ``disc_logprob`` = log sigmoid of the Eq. (1) logit, taken
+batched engine (models/contextual/score_engine.py); ``disc_logprob`` = log sigmoid of the Eq. (1)
+logit, taken
 from `screen` where it ranked that (query, context) and otherwise computed with the
 `discriminator` artefact's model; ``disc_source`` records which (screen / model / missing: 0.0).
 S = lambda_disc * disc + lambda_fwd * fwd + lambda_left * left + lambda_right * right.
@@ -33,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from ctxsim.models.generator import DIRECTIONS
-from ctxsim.models.score_engine import Lambdas, combine_eq3
+from ctxsim.models.contextual.generator import DIRECTIONS
+from ctxsim.models.contextual.score_engine import Lambdas, combine_eq3
 from ctxsim.scores.scorers import INT8_FLOAT_LAYERS, Windows, get_scorer
 from ctxsim.scores.scorers.generator import _generate_rows
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
@@ -194,7 +195,8 @@ class ScoreParams(StageParams):
     adaptive_rounds: list[Annotated[int, Field(ge=1)]] = Field(
         default_factory=list,
         description=(
-            "Adaptive |Cs| (models/adaptive_cs.py): score each pair's contexts in rounds of these "
+            "Adaptive |Cs| (models/contextual/adaptive_cs.py): score each pair's contexts in "
+            "rounds of these "
             "|Cs| prefixes (the full Cs is always the last round) and stop a pair once its Eq. 4 "
             "label moved by at most adaptive_tol between two rounds; the label stage labels it with"
             " the |Cs| it stopped at. Empty: off. On, the score stage runs as one shard."

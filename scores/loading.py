@@ -13,12 +13,12 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from ctxsim.models.discriminator import (
+from ctxsim.models.contextual.discriminator import (
     CoherenceDiscriminator,
     DiscriminatorConfig,
     ScratchTokenizer,
 )
-from ctxsim.models.generator import (
+from ctxsim.models.contextual.generator import (
     DIRECTIONS,
     CausalPrefixScorer,
     GenerativeScorer,

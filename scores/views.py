@@ -9,8 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctxsim.models.adaptive_cs import prefix_sets
-from ctxsim.models.origin import TERM_COLUMNS, TERMS, ContextSets, ScoreLookup, origin_labels
+from ctxsim.models.contextual.adaptive_cs import prefix_sets
+from ctxsim.models.contextual.origin import (
+    TERM_COLUMNS,
+    TERMS,
+    ContextSets,
+    ScoreLookup,
+    origin_labels,
+)
 
 ADAPTIVE_FILE = "adaptive.parquet"  # in the score artefact's files: (pair_id, cs_size)
 

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from ctxsim.models.retrieval import vectorizer_from_state, vectorizer_state
+from ctxsim.models.corpus.retrieval import vectorizer_from_state, vectorizer_state
 
 META_FILE = "index.json"
 

@@ -29,7 +29,7 @@ import torch
 from pydantic import Field
 from safetensors.torch import save_file
 
-from ctxsim.models.discriminator import (
+from ctxsim.models.contextual.discriminator import (
     CoherenceDiscriminator,
     DiscriminatorConfig,
     ScratchTokenizer,
@@ -87,7 +87,7 @@ class DiscriminatorParams(StageParams):
         ge=0,
         description=(
             "Hidden units of the scoring head; 0 is the literal linear Eq. 1 (which cannot rank, "
-            "see models/discriminator.py)."
+            "see models/contextual/discriminator.py)."
         ),
     )
     interaction: bool = Field(

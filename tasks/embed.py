@@ -3,7 +3,8 @@
 With an encoder as the contextual model the fit score is S(c, s) = cos(E(c), E(s)), and Origin
 over all the corpus's contexts with centred profiles has a closed form: the labels need only the
 d x d scatter matrix M = sum_c (c - cbar)(c - cbar)^T of the unit-normalised context embeddings
-(models/encoder_origin.py). This stage is that one corpus pass: it encodes each context unit once,
+(models/contextual/encoder_origin.py). This stage is that one corpus pass: it encodes each context
+unit once,
 per shard (resumable), keeps the embeddings (for the variants without a closed form: a softmax
 fit score, top-K unions) and reduces the shards' sums to ``files/scatter.npz``.
 
@@ -26,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from ctxsim.models.encoder_origin import ScatterStats
+from ctxsim.models.contextual.encoder_origin import ScatterStats
 from ctxsim.models.registry import REGISTRY, resolve_model
 from ctxsim.store.artefacts import Artefact, content_digest
 from ctxsim.store.atomic import atomic_path

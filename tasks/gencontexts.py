@@ -4,10 +4,12 @@ Why: retrieved contexts are only as good as the corpus is close to the sentences
 for news headlines and image captions are near random, Sec. 5.4); a language model's own
 continuations and preceding sentences fit any sentence. Per query, ``k_right`` one-sided slots
 [_, s, c>] (c> a sampled continuation) and ``k_left`` slots [c<, s, _] (c< sampled with a left
-prompt, models/context_sampling.py TEMPLATES) are drawn; `select` takes them beside or instead of
+prompt, models/contextual/context_sampling.py TEMPLATES) are drawn; `select` takes them beside or
+instead of
 the screened corpus contexts (``select.source``), under the same diversity rule (one per chunk,
 word-set Jaccard < 0.5 of the context sentence), and `score` / `label` treat them like any slot:
-an Eq. 3 term whose target side is absent is 0 (models/score_engine.py is never asked to score an
+an Eq. 3 term whose target side is absent is 0 (models/contextual/score_engine.py is never asked to
+score an
 empty target).
 
 Ids: generated contexts and their sentences live in their own ranges (``GEN_CONTEXT_BASE``,
@@ -194,7 +196,7 @@ class GenContextsStage(Stage):
         import torch
         from tqdm.auto import tqdm
 
-        from ctxsim.models.context_sampling import (
+        from ctxsim.models.contextual.context_sampling import (
             SamplingSettings,
             render,
             sample_texts,

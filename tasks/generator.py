@@ -31,7 +31,7 @@ import pyarrow as pa
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from ctxsim.models.generator import (
+from ctxsim.models.contextual.generator import (
     DEFAULT_TEMPLATES,
     DIRECTIONS,
     CausalPrefixScorer,
@@ -46,15 +46,15 @@ from ctxsim.models.generator import (
     train_wordpiece_tokenizer,
     warm_start_seq2seq,
 )
-from ctxsim.models.generator.distill import student_like, teacher_agreement
-from ctxsim.models.generator_training import (
+from ctxsim.models.contextual.generator.distill import student_like, teacher_agreement
+from ctxsim.models.contextual.generator_training import (
     Example,
     TrainConfig,
     train_generator,
     validation_perplexity,
 )
+from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 from ctxsim.models.registry import check_model_name, resolve_model
-from ctxsim.models.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import save_scorer
 from ctxsim.store.checked import seal, verified, write_checked
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
-from ctxsim.models.retrieval import fit_index
+from ctxsim.models.corpus.retrieval import fit_index
 from ctxsim.store.artefacts import Artefact
 from ctxsim.store.index_files import META_FILE, save_index_matrix
 from ctxsim.store.stage import Stage, StageContext, StageParams

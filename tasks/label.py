@@ -3,12 +3,13 @@
 For a pair (s1, s2): C = Cs1 + Cs2 (from `select`), v_s = [S(s, c) for c in C], label =
 cosine(v_s1, v_s2). S and its Eq. 3 terms come from the `score` artefact, which holds each needed
 (s, c) once (:func:`required_score_table` says which); here they are only looked up, vectorised
-over blocks of pairs (models/origin.py). The label is also computed from each term alone
+over blocks of pairs (models/contextual/origin.py). The label is also computed from each term alone
 (label_disc, label_fwd, label_left, label_right) so that ablations need no rescoring.
 
 With ``contextual: encoder`` the contextual model is a sentence encoder instead: S(c, s) =
 cos(E(c), E(s)) over every context unit of the corpus (the `embed` artefact), and the label is the
-correlation of the two profiles (models/encoder_origin.py): in closed form from the scatter
+correlation of the two profiles (models/contextual/encoder_origin.py): in closed form from the
+scatter
 matrix (``encoder_form: closed``), with the softmax fit score p(c | s) (``softmax``), or over the
 union of the two sentences' top-K contexts (``topk``). The sentences are encoded by the scorer the
 `embed` artefact names; `select` and `score` are not read.
@@ -33,13 +34,12 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from ctxsim.models.encoder_origin import (
+from ctxsim.models.contextual.encoder_origin import (
     closed_form_similarity,
     softmax_profile_similarity,
     topk_union_similarity,
 )
-from ctxsim.models.objectives import tfidf_cosine
-from ctxsim.models.origin import (
+from ctxsim.models.contextual.origin import (
     SIMILARITIES,
     TERMS,
     ContextSets,
@@ -49,6 +49,7 @@ from ctxsim.models.origin import (
     required_scores,
     spearman_conventions,
 )
+from ctxsim.models.training.objectives import tfidf_cosine
 from ctxsim.product.contamination import (
     ContaminationParams,
     check_contamination,
@@ -120,7 +121,8 @@ class LabelParams(StageParams):
     similarity: Literal["cosine", "pearson", "neg_rmse", "cross_fit"] = Field(
         "cosine",
         description=(
-            "How the context vectors v_s1 and v_s2 are compared (models/origin.py SIMILARITIES); "
+            "How the context vectors v_s1 and v_s2 are compared (models/contextual/origin.py "
+            "SIMILARITIES); "
             "the paper's Eq. 4 is cosine."
         ),
     )

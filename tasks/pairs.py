@@ -2,7 +2,7 @@
 
 ``mode: mine`` (the dataset ctxsim builds from corpus queries) mixes nearest neighbours in an
 embedding space (faiss), pairs whose selected context sets share a context, and random pairs
-(models/pairs.py). ``mode: given`` labels exactly the pairs of the queries artefact's
+(models/corpus/pairs.py). ``mode: given`` labels exactly the pairs of the queries artefact's
 ``files/given_pairs.parquet`` (the Origin evaluation on STS sets); ``auto`` picks ``given`` when
 that file exists.
 
@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
-from ctxsim.models.pairs import (
+from ctxsim.models.corpus.pairs import (
     knn_pairs,
     knn_search,
     mix_pairs,

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from ctxsim.models.retrieval import resolve_backend, retrieve
+from ctxsim.models.corpus.retrieval import resolve_backend, retrieve
 from ctxsim.store.index_files import load_index
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 

@@ -1,7 +1,8 @@
 """Stage `score`: S(s, c) of Eq. (3) for every (sentence, context) pair that labelling needs.
 
 Which pairs: for every labelled pair (a, b) of `pairs`, both a and b against every context of
-Cs_a ∪ Cs_b (Cs from `select`), deduplicated (models/origin.py ``required_scores``, the same rule
+Cs_a ∪ Cs_b (Cs from `select`), deduplicated (models/contextual/origin.py ``required_scores``, the
+same rule
 the `label` stage looks scores up by), so each distinct (query, context) is scored once.
 
 S itself (its terms, PMI baselines, generated slots and the score cache) is computed by
@@ -9,7 +10,8 @@ S itself (its terms, PMI baselines, generated slots and the score cache) is comp
 
 Sharded like the queries: shard k scores the pairs whose query is in queries' shard k.
 
-With ``adaptive_rounds`` (adaptive |Cs|, models/adaptive_cs.py) the stage scores in rounds of
+With ``adaptive_rounds`` (adaptive |Cs|, models/contextual/adaptive_cs.py) the stage scores in
+rounds of
 growing |Cs| prefixes and stops each pair once its Eq. 4 label has settled; it runs as one shard
 and writes ``files/adaptive.parquet`` (pair_id, cs_size), by which `label` labels each pair.
 """
@@ -24,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ctxsim.models.adaptive_cs import adaptive_origin
-from ctxsim.models.origin import ContextSets, ScoreLookup, required_scores
+from ctxsim.models.contextual.adaptive_cs import adaptive_origin
+from ctxsim.models.contextual.origin import ContextSets, ScoreLookup, required_scores
 from ctxsim.scores import SCORE_SCHEMA, ScoreParams, query_texts, score_rows
 from ctxsim.scores.views import ADAPTIVE_FILE, score_views
 from ctxsim.store.atomic import atomic_path
@@ -105,7 +107,8 @@ class ScoreStage(Stage):
         self, ctx: StageContext, p: ScoreParams, queries: pa.Table, t0: float
     ) -> tuple[pa.Table, dict[str, Any]]:
         """Rounds of growing |Cs| prefixes; each round scores only the windows not yet scored
-        that the still-unsettled pairs need (models/adaptive_cs.py decides who settles)."""
+        that the still-unsettled pairs need (models/contextual/adaptive_cs.py decides who
+        settles)."""
         cs, pairs = _sets_and_pairs(ctx, ("pair_id", "s1_query_id", "s2_query_id"))
         s1 = pairs.column("s1_query_id").to_numpy()
         s2 = pairs.column("s2_query_id").to_numpy()

@@ -6,7 +6,8 @@ The BiLSTM runs once over every corpus context side (c< and c>; for w = 1 these 
 sentences, each encoded once however many contexts share it) and the context-only part of the
 last layer is cached in ``ctx.cache_dir`` as ``.npy`` (computed once per fingerprint, under a file
 lock, shared by every shard). Each query sentence is encoded once; a (query, context) pair then
-costs one tanh layer of size ``head_hidden`` (models/discriminator.py). The top ``keep`` contexts
+costs one tanh layer of size ``head_hidden`` (models/contextual/discriminator.py). The top ``keep``
+contexts
 of each query are kept for the context-set stage, ties broken by context id.
 
 The cache is checksummed like the score cache (store/score_cache.py): ``sha256sums.json``,
@@ -28,8 +29,12 @@ import pyarrow.compute as pc
 import torch
 from pydantic import Field
 
-from ctxsim.models.discriminator import CoherenceDiscriminator, encode_sequences, encode_texts
-from ctxsim.models.retrieval import select_topk
+from ctxsim.models.contextual.discriminator import (
+    CoherenceDiscriminator,
+    encode_sequences,
+    encode_texts,
+)
+from ctxsim.models.corpus.retrieval import select_topk
 from ctxsim.scores.loading import Encoder, load_discriminator
 from ctxsim.store.artefacts import fingerprint, sha256_file
 from ctxsim.store.atomic import atomic_path, write_json_atomic

@@ -1,7 +1,8 @@
 """Stage `select`: a diverse context set Cs for every query (Sec. 3.3, "Constructing C").
 
 Candidates are the query's screened contexts in discriminator rank order (Eq. 1 via `screen`);
-Cs is built incrementally (models/selection.py): one context per text chunk, and no context whose
+Cs is built incrementally (models/corpus/selection.py): one context per text chunk, and no context
+whose
 (i-1)-th sentence has word-set Jaccard >= 0.5 with that of a chosen one, up to |Cs| (paper 500).
 
 ``order_by: score`` is the paper's order: the top ``rerank_top`` screened candidates of each
@@ -32,8 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from ctxsim.models.selection import select as select_contexts
-from ctxsim.models.selection import token_ranks, word_set
+from ctxsim.models.corpus.selection import select as select_contexts
+from ctxsim.models.corpus.selection import token_ranks, word_set
 from ctxsim.scores import ScoreParams, query_texts, score_rows
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
 from ctxsim.store.stage import Stage, StageContext, StageParams
@@ -99,7 +100,8 @@ class SelectParams(StageParams):
     method: Literal["prefix", "lsh", "exact"] = Field(
         "prefix",
         description=(
-            "How the Jaccard rule is checked (models/selection.py): prefix (prefix filtering, equal"
+            "How the Jaccard rule is checked (models/corpus/selection.py): prefix (prefix "
+            "filtering, equal"
             " to the rule and fast), exact (the every-pair reference) or lsh (MinHash LSH: faster "
             "on large sets, may rarely miss a conflict)."
         ),

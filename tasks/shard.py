@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field
 
-from ctxsim.models.sentences import count_tokens, split_paragraph
+from ctxsim.models.corpus.sentences import count_tokens, split_paragraph
 from ctxsim.readers.corpus import CorpusInputError, expand_paths, iter_sections
 from ctxsim.store.artefacts import content_digest
 from ctxsim.store.stage import Stage, StageContext, StageParams
@@ -131,7 +131,8 @@ class ShardParams(StageParams):
     splitter: str = Field(
         "blingfire",
         description=(
-            "Sentence splitter (models/sentences.py: blingfire, syntok, pysbd or regex). blingfire "
+            "Sentence splitter (models/corpus/sentences.py: blingfire, syntok, pysbd or regex). "
+            "blingfire "
             "had the best boundary F1 (0.977) and speed on the books corpus "
             "(bench/results/shard.md); the others stay selectable to rerun the comparison."
         ),

@@ -6,7 +6,7 @@ the two sentence vectors; the objective is the L2 distance to the generated labe
 Sec. 4.1 "Implementation Details"; AdamW with weight decay 0 is Adam). Optionally the CLRCMD
 contrastive loss over RCMD similarities (Lee et al. 2022, Sec. 3.3) instead, or the rank-aware
 ``CoSENTLoss`` / ``AnglELoss``. ``objective`` swaps the labels for a peer on the same sentences,
-steps, batch size and seed (models/objectives/): TF-IDF cosine labels, unsupervised SimCSE,
+steps, batch size and seed (models/training/objectives/): TF-IDF cosine labels, unsupervised SimCSE,
 TSDAE, each sentence's real right context as its positive (``context``: reads `queries` and
 `shard`), a larger encoder's cosine (``teacher``), or no training at all; ``train_cpu_seconds``
 in the metrics is what each cost.
@@ -33,7 +33,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from ctxsim.models.objectives import (
+from ctxsim.models.registry import check_model_name
+from ctxsim.models.training.objectives import (
     MODULES,
     OBJECTIVES,
     LossName,
@@ -43,8 +44,7 @@ from ctxsim.models.objectives import (
     has_dropout,
     steps_for,
 )
-from ctxsim.models.registry import check_model_name
-from ctxsim.models.sentence_encoder import build_model
+from ctxsim.models.training.sentence_encoder import build_model
 from ctxsim.store.checked import seal, sidecar, verified
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
@@ -76,7 +76,8 @@ class TrainParams(StageParams):
     objective: str = Field(
         "ctxsim",
         description=f"what the encoder learns from: one of {', '.join(OBJECTIVES)} "
-        "(models/objectives/: ctxsim = Eq. 4 labels, the others its peers on the same sentences)",
+        "(models/training/objectives/: ctxsim = Eq. 4 labels, the others its peers on the same "
+        "sentences)",
     )
     teacher: str = Field(
         "mpnet",
@@ -257,7 +258,7 @@ class TrainParams(StageParams):
         True,
         description=(
             "loss clrcmd: the memory-saving form of the pairwise RCMD (same values and gradients as"
-            " the dense one, models/similarity.py); false: the dense form."
+            " the dense one, models/evaluation/similarity.py); false: the dense form."
         ),
     )
     clrcmd_chunk_size: int = Field(
@@ -307,18 +308,20 @@ class TrainParams(StageParams):
     @field_validator("objective")
     @classmethod
     def _known_objective(cls, value: str) -> str:
-        get_objective(value)  # registered (models/objectives/), else a ValueError naming them
+        get_objective(
+            value
+        )  # registered (models/training/objectives/), else a ValueError naming them
         return value
 
 
 def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:
     """A randomly initialised small BERT with a WordPiece vocabulary learned from ``texts``
-    (the same on every run: models/wordpiece.py)."""
+    (the same on every run: models/training/wordpiece.py)."""
     import torch
     from tokenizers import processors
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    from ctxsim.models.wordpiece import BERT_SPECIALS, learn_wordpiece
+    from ctxsim.models.training.wordpiece import BERT_SPECIALS, learn_wordpiece
 
     tok = learn_wordpiece(texts, p.tiny_vocab_size, BERT_SPECIALS)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
@@ -433,7 +436,7 @@ class TrainStage(Stage):
     run_fields = ("seed", "device", "torch_threads")
     cost_basis = "fit"
     model_artefact = True
-    #: every objective module (found, not imported by name: models/objectives/__init__.py)
+    #: every objective module (found, not imported by name: models/training/objectives/__init__.py)
     sources = MODULES
 
     def optional_inputs_for(self, params: TrainParams) -> tuple[str, ...]:

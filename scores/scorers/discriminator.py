@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxsim.models.score_engine import log_sigmoid
+from ctxsim.models.contextual.score_engine import log_sigmoid
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
 
 
@@ -74,7 +74,7 @@ def _disc_model(
 ) -> np.ndarray:
     """Eq. (1) logits with the discriminator model, encoding sides as the screen does
     (each sentence cut to ``max_tokens``, a side's sentences concatenated)."""
-    from ctxsim.models.discriminator import encode_texts, pad_batch
+    from ctxsim.models.contextual.discriminator import encode_texts, pad_batch
     from ctxsim.scores.loading import load_discriminator
 
     model, encode, meta = load_discriminator(ctx.input("discriminator").files_dir, "cpu")

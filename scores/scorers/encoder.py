@@ -3,7 +3,7 @@ cosine of their sentence-encoder embeddings, cos(E(c< + c>), E(s)), in place of 
 log p(y=1 | s, c). The paper's contextual model may be discriminative (Sec. 3, step 1); this lets a
 config mix the encoder's fit with the generative terms (``lambda_disc`` weighs it) over a context
 set small enough for the LM. Over all corpus contexts the encoder alone has a closed form
-(models/encoder_origin.py, the `embed` stage and ``label.contextual: encoder``).
+(models/contextual/encoder_origin.py, the `embed` stage and ``label.contextual: encoder``).
 
 ``score.disc_scorer: encoder`` selects it, ``score.disc_encoder`` names the model (registry name
 or a model directory). It reads no artefact; ``disc_source`` is ``encoder`` (or ``off``).
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxsim.models.encoder_origin import unit_rows
+from ctxsim.models.contextual.encoder_origin import unit_rows
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
 
 

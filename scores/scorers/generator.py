@@ -1,6 +1,7 @@
 """The generative terms of Eq. 3 (Sun et al. 2022, Sec. 3.3): ``gen_fwd`` = (1/|s|) log p(s|c<,c>),
 ``gen_left`` = (1/|c<|) log p(c<|s,c>), ``gen_right`` = (1/|c>|) log p(c>|c<,s) from the `generator`
-artefact through the batched engine (models/score_engine.py), each window and direction read from
+artefact through the batched engine (models/contextual/score_engine.py), each window and direction
+read from
 the score cache (store/score_cache.py) where an earlier run on the root scored it; with ``pmi``
 the term minus its null (the same target without the other side), recorded in ``null_<d>``.
 A term whose target side is absent (a one-sided generated slot) is 0.0 and never computed; a
@@ -14,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ctxsim.models.generator import DIRECTIONS
-from ctxsim.models.quantize import quantize_int8
-from ctxsim.models.score_engine import EngineConfig, ScoringEngine
+from ctxsim.models.contextual.generator import DIRECTIONS
+from ctxsim.models.contextual.quantize import quantize_int8
+from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import load_scorer
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
 from ctxsim.store.score_cache import ScoreCache, window_keys

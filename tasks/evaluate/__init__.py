@@ -16,7 +16,7 @@
 Files: ``stage.py`` (the stage and its config section), ``evaluate_model.py`` (sets, systems,
 intervals, hard splits), ``encoders.py`` (sentence/token vectors, DynaMax), ``ists.py``
 (alignments), ``report.py`` (Markdown and plots). Paired BCa bootstraps and Spearman live in
-models/metrics.py, the similarities in models/similarity.py.
+models/evaluation/metrics.py, the similarities in models/evaluation/similarity.py.
 """
 
 from ctxsim.tasks.evaluate.encoders import encode_sentences, load_st, pair_similarities

@@ -1,7 +1,8 @@
 """Domain evaluators of the `evaluate` stage: pair classification and question-to-answer retrieval.
 
 Files come from ``readers/domain.py`` (found in the same folder as the STS sets); metrics and
-intervals from ``models/domain_metrics.py``. Every system is scored on the same pairs / queries,
+intervals from ``models/evaluation/domain_metrics.py``. Every system is scored on the same pairs /
+queries,
 and the surrogate's difference to each other system gets a paired bootstrap interval.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxsim.models import domain_metrics as D
+from ctxsim.models.evaluation import domain_metrics as D
 from ctxsim.readers.domain import PairSet, QaSet
 from ctxsim.tasks.evaluate.encoders import encode_sentences
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxsim.models.dynamax import dynamax_pairs
-from ctxsim.models.sentence_encoder import build_model, forward
-from ctxsim.models.similarity import (
+from ctxsim.models.evaluation.dynamax import dynamax_pairs
+from ctxsim.models.evaluation.similarity import (
     cosine_paired,
     rcmd_paired,
 )
+from ctxsim.models.training.sentence_encoder import build_model, forward
 
 
 def load_st(path: str | Path, device: str = "cpu", max_seq_length: int | None = None):

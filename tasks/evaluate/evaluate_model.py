@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from ctxsim.models import metrics as M
-from ctxsim.models.ists import (
+from ctxsim.models.evaluation import metrics as M
+from ctxsim.models.evaluation.ists import (
     equi_filter,
     ists_f1,
 )
-from ctxsim.models.objectives import tfidf_cosine
+from ctxsim.models.training.objectives import tfidf_cosine
 from ctxsim.readers.domain import discover_domain
 from ctxsim.readers.sts import StsSet, dataset_key, discover, sample_pairs
 from ctxsim.tasks.evaluate.domain import domain_report, evaluate_domain

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ctxsim.models.ists import (
+from ctxsim.models.evaluation.ists import (
     WaAlignment,
     WaPair,
     chunk_word_ids,
     mutual_argmax,
     pool_chunks,
 )
-from ctxsim.models.similarity import (
+from ctxsim.models.evaluation.similarity import (
     avg_contributions,
     rcmd_contributions,
 )

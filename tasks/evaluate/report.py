@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from ctxsim.models import metrics as M
-from ctxsim.models.similarity import (
+from ctxsim.models.evaluation import metrics as M
+from ctxsim.models.evaluation.similarity import (
     rcmd_contributions,
 )
 from ctxsim.readers.sts import StsSet, dataset_key

@@ -30,7 +30,7 @@ STS = StsSet(
 
 def test_every_arm_trains_a_registered_objective():
     from bench import bench_domain_adapt, bench_surrogate_compare
-    from ctxsim.models.objectives import OBJECTIVES
+    from ctxsim.models.training.objectives import OBJECTIVES
 
     for arms in (bench_domain_adapt.ARMS, bench_surrogate_compare.ARMS):
         assert {a["objective"] for a in arms.values()} <= set(OBJECTIVES)
@@ -85,7 +85,7 @@ def test_the_cache_key_follows_the_model_the_sets_and_the_sequence_cap(tmp_path)
 
 def test_scores_come_from_evaluate_domain_and_are_cached(tmp_path, monkeypatch):
     from bench import bench_domain_adapt as B
-    from ctxsim.models import domain_metrics as D
+    from ctxsim.models.evaluation import domain_metrics as D
     from ctxsim.tasks.evaluate.domain import pair_set_similarities, qa_similarity
 
     got = B.arm_similarities("tfidf", [PAIRS], [QA], [STS], tmp_path, 64)

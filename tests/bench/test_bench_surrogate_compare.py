@@ -11,7 +11,7 @@ import numpy as np
 
 def test_tables_compare_each_arm_with_every_reference_on_sets_and_average():
     from bench.bench_surrogate_compare import _tables
-    from ctxsim.models import metrics as M
+    from ctxsim.models.evaluation import metrics as M
 
     rng = np.random.default_rng(0)
     gold = {k: rng.normal(size=80) for k in ("STS12", "STS13", "STSb.dev")}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ctxsim.models.encoder_origin import ScatterStats, closed_form_similarity
+from ctxsim.models.contextual.encoder_origin import ScatterStats, closed_form_similarity
 from ctxsim.product.adapted import ADAPTED_META, build_adapted_encoder
 from tests.tasks.tiny_encoder import build_tiny_encoder
 

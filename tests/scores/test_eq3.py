@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from ctxsim.models.generator import (
+from ctxsim.models.contextual.generator import (
     DIRECTIONS,
     CausalPrefixScorer,
     Seq2SeqScorer,
     tiny_causal,
     train_wordpiece_tokenizer,
 )
-from ctxsim.models.score_engine import ScoringEngine, naive_score
-from tests.models.test_score_engine import TINY, WORDS, windows
+from ctxsim.models.contextual.score_engine import ScoringEngine, naive_score
+from tests.models.contextual.test_score_engine import TINY, WORDS, windows
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +247,7 @@ def _tiny_discriminator(files):
 
     from safetensors.torch import save_file
 
-    from ctxsim.models.discriminator import (
+    from ctxsim.models.contextual.discriminator import (
         CoherenceDiscriminator,
         DiscriminatorConfig,
         ScratchTokenizer,
@@ -268,7 +268,7 @@ def test_score_stage_computes_missing_disc_terms_with_the_discriminator(
 ):
     import pyarrow as pa
 
-    from ctxsim.models.discriminator import encode_texts, pad_batch
+    from ctxsim.models.contextual.discriminator import encode_texts, pad_batch
     from ctxsim.scores.loading import load_discriminator
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally

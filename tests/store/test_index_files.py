@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ctxsim.models.retrieval import fit_index
+from ctxsim.models.corpus.retrieval import fit_index
 from ctxsim.store.index_files import META_FILE, load_index, save_index_matrix
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "the cat ran after the dog"]

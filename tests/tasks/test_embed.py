@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from ctxsim.models.encoder_origin import ScatterStats
+from ctxsim.models.contextual.encoder_origin import ScatterStats
 from ctxsim.store.artefacts import ArtefactStore
 from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
 from ctxsim.tasks.embed import (
@@ -61,7 +61,7 @@ def test_embed_encodes_every_unit_and_its_scatter_is_the_merged_shards(spine, en
     # the adapted encoder's cosine is the closed form over these contexts
     from sentence_transformers import SentenceTransformer
 
-    from ctxsim.models.encoder_origin import explicit_profile_similarity
+    from ctxsim.models.contextual.encoder_origin import explicit_profile_similarity
     from ctxsim.tasks.embed import ADAPTED_DIR, encode, load_encoder
 
     adapted = SentenceTransformer(str(art.files_dir / ADAPTED_DIR), device="cpu")

@@ -8,13 +8,13 @@ import pyarrow.compute as pc
 import pytest
 import torch
 
-from ctxsim.models.context_sampling import (
+from ctxsim.models.contextual.context_sampling import (
     SamplingSettings,
     first_sentence,
     render,
     sample_texts,
 )
-from ctxsim.models.generator import TinyConfig, tiny_causal, train_wordpiece_tokenizer
+from ctxsim.models.contextual.generator import TinyConfig, tiny_causal, train_wordpiece_tokenizer
 from tests.conftest import run_spine
 
 TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)

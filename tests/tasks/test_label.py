@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctxsim.models.origin import (
+from ctxsim.models.contextual.origin import (
     ContextSets,
     ScoreLookup,
     origin_labels,
@@ -357,7 +357,7 @@ def test_rescale_labels_keeps_order_and_spans_unit_range():
 
 def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
     """With the generator upstream, the report adds the backbone's mean-pooled cosine."""
-    from ctxsim.models.generator import (
+    from ctxsim.models.contextual.generator import (
         DEFAULT_TEMPLATES,
         CausalPrefixScorer,
         TinyConfig,
@@ -388,7 +388,7 @@ def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
     report = json.loads((art.files_dir / "origin.json").read_text())
     assert "backbone_cosine" in report["datasets"]["STS12"]["views"]
     # the view is the cosine of the reloaded model's mean-pooled embeddings
-    from ctxsim.models.origin import spearman_x100
+    from ctxsim.models.contextual.origin import spearman_x100
 
     t = art.read_table().to_pandas()
     t = t[t["dataset"] == "STSb"]

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from ctxsim.models.encoder_origin import explicit_profile_similarity
+from ctxsim.models.contextual.encoder_origin import explicit_profile_similarity
 from ctxsim.store.artefacts import ArtefactStore
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally

@@ -7,10 +7,10 @@ import pyarrow as pa
 import pytest
 import torch
 
-from ctxsim.models.discriminator import encode_texts, pad_batch
+from ctxsim.models.contextual.discriminator import encode_texts, pad_batch
 from ctxsim.scores.loading import load_discriminator
-from tests.models.test_discriminator import TINY
-from tests.models.test_retrieval import run_stages
+from tests.models.contextual.test_discriminator import TINY
+from tests.models.corpus.test_retrieval import run_stages
 
 KEEP = 8
 

@@ -164,7 +164,7 @@ def test_plain_text_book_with_single_newlines_gives_its_sentences(tmp_path: Path
     """A book with one paragraph per line and no blank line is one 250k-character block: it is
     split at its line ends into paragraphs, not dropped; hard-wrapped prose without blank lines
     is split too, but never in the middle of a sentence."""
-    from ctxsim.models.sentences import split_sentences
+    from ctxsim.models.corpus.sentences import split_sentences
 
     lines = [
         f"Chapter {i} began when the kettle boiled at seven. Anna poured {i} cups of tea."

@@ -60,11 +60,14 @@ def test_a_change_in_scores_fires_the_guard_for_score() -> None:
 
 
 def test_sources_follow_imports_inside_functions_and_declared_sources() -> None:
-    src = b"def f():\n    from ctxsim.scores import eq3\n    import ctxsim.models.wordpiece\n"
+    src = (
+        b"def f():\n    from ctxsim.scores import eq3\n"
+        b"    import ctxsim.models.training.wordpiece\n"
+    )
     assert imported_modules(src) == {
         "ctxsim.scores",
         "ctxsim.scores.eq3",
-        "ctxsim.models.wordpiece",
+        "ctxsim.models.training.wordpiece",
     }
     rel = {p.relative_to(REPO).as_posix() for p in stage_sources("ctxsim.tasks.contexts")}
     assert "scores/eq3.py" not in rel and "tasks/contexts.py" in rel

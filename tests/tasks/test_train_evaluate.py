@@ -291,7 +291,7 @@ def test_clrcmd_loss_trains(trained):
         SentenceTransformerTrainingArguments,
     )
 
-    from ctxsim.models.losses.clrcmd_loss import CLRCMDLoss
+    from ctxsim.models.training.losses.clrcmd_loss import CLRCMDLoss
     from ctxsim.tasks.evaluate import load_st
 
     root, _, _, art, _, _ = trained

@@ -1,0 +1,56 @@
+"""The sampler runs each distinct prompt of a batch once (a sentence's K samples share it) and
+the vocabulary head only on the last prompt position: the samples must be those of each
+(prompt, seed) sampled alone, in a batch of other prompts or in none."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ctxsim.models.contextual.context_sampling import SamplingSettings, sample_texts
+from ctxsim.models.contextual.generator import TinyConfig, tiny_causal, train_wordpiece_tokenizer
+
+TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+WORDS = "the cat sat on a mat while dog ran far away from home it was dark and stormy night".split()
+
+
+@pytest.fixture(scope="module")
+def lm():
+    tok = train_wordpiece_tokenizer([], vocab=WORDS)
+    torch.manual_seed(0)
+    return tiny_causal(tok, TINY), tok
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_k_samples_of_a_prompt_equal_each_sampled_alone(lm, k) -> None:
+    model, tok = lm
+    sents = ["the cat sat on a mat", "a dog ran far away from home", "it was dark", "night"]
+    prompts = [s for s in sents for _ in range(k)]
+    seeds = list(range(100, 100 + len(prompts)))
+    s = SamplingSettings(max_new_tokens=8, top_k=50)
+    batched = sample_texts(model, tok, prompts, seeds, s, batch_size=len(prompts))
+    alone = [
+        sample_texts(model, tok, [p], [x], s, batch_size=1)[0]
+        for p, x in zip(prompts, seeds, strict=True)
+    ]
+    assert batched == alone
+    # the K samples of one prompt differ (their seeds do): the rows were not collapsed into one
+    if k > 1:
+        assert len(set(batched[:k])) > 1
+
+
+def test_prompt_pass_runs_each_distinct_prompt_once(lm, monkeypatch) -> None:
+    model, tok = lm
+    rows: list[int] = []
+    real = model.forward
+
+    def spy(*args, **kw):
+        if kw.get("past_key_values") is None:  # the prompt pass
+            rows.append(int(kw["input_ids"].shape[0]))
+            assert kw.get("logits_to_keep") == 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(model, "forward", spy)
+    prompts = ["the cat sat", "the cat sat", "a dog ran", "a dog ran", "a dog ran"]
+    sample_texts(model, tok, prompts, [1, 2, 3, 4, 5], SamplingSettings(max_new_tokens=4))
+    assert rows == [2]
