@@ -184,6 +184,27 @@ def _dynamax(
     return {s.name: dynamax_scores(s.s1, s.s2, tokenize, vec) for s in sets}, vectors
 
 
+def _add_model_free_preds(
+    preds: Preds,
+    baselines: dict[str, str | None],
+    surrogate: Any,
+    sets: list[StsSet],
+    load: Any,
+    shown: Any,
+    result: dict[str, Any],
+) -> None:
+    """Add the baselines that are not sentence models to ``preds``: DynaMax (its word vectors
+    named in ``result["dynamax_vectors"]``) and TF-IDF cosine of each pair (the no-model
+    reference)."""
+    if "dynamax" in baselines and sets:
+        dyn, result["dynamax_vectors"] = _dynamax(
+            baselines["dynamax"], surrogate, sets, load, shown
+        )
+        preds[("dynamax", "dynamax")] = dyn
+    if "tfidf" in baselines and sets:
+        preds[("tfidf", "tfidf")] = {s.name: tfidf_cosine(s.s1, s.s2) for s in sets}
+
+
 def _sts_rows(sets: list[StsSet], preds: Preds) -> tuple[list[dict[str, Any]], PerSystem]:
     """Per system and similarity: a row per dataset (its subsets pooled) then one per set."""
     rows: list[dict[str, Any]] = []
@@ -288,17 +309,22 @@ def _bootstrap(
 
 def _ists(
     surrogate: Any,
-    ists_dir: Path,
+    ists_dir: str | Path,
     similarities: Sequence[str],
     remove_oppo: bool,
     out_dir: str | Path | None,
+    log: Any,
 ) -> dict[str, dict[str, Any]]:
     """iSTS alignment F1 of the surrogate per domain and similarity (against the gold with and
-    without non-EQUI alignments); with ``out_dir``, the system's .wa files are written there."""
+    without non-EQUI alignments); with ``out_dir``, the system's .wa files are written there.
+    A missing ``ists_dir`` is a warning and no figures (the STS figures still stand)."""
     from ctxsim.readers.ists import discover_ists, write_wa
 
     out: dict[str, dict[str, Any]] = {}
-    for dom in discover_ists(ists_dir):
+    if not Path(ists_dir).expanduser().is_dir():
+        log.warning("evaluate: ists_dir %s does not exist; iSTS skipped", ists_dir)
+        return out
+    for dom in discover_ists(Path(ists_dir).expanduser()):
         gold_eq = equi_filter(dom.gold, remove_oppo=remove_oppo)
         entry = {}
         for sim in similarities:
@@ -342,6 +368,14 @@ def _write_outputs(
             write_plots(out, surrogate, sets, preds.get(("surrogate", "cosine"), {}))
         except Exception as e:  # noqa: BLE001 - a plot must not sink an evaluation
             log.warning("evaluate: plotting failed: %s", e)
+
+
+def _warn_not_written(out_dir: str | Path, err: OSError, result: dict[str, Any], log: Any) -> None:
+    """A report that could not be written, as a warning in ``result`` (the CLI keeps the
+    figures it computed)."""
+    msg = f"--out-dir {out_dir}: report not written ({err.strerror or err})"
+    log.warning("evaluate: %s", msg)
+    result.setdefault("warnings", []).append(msg)
 
 
 def evaluate_model(
@@ -400,13 +434,7 @@ def evaluate_model(
     preds, encoders = _score_models(
         surrogate, model_path, baselines, sets, similarities, load, batch_size, domain, log
     )
-    if "dynamax" in baselines and sets:
-        dyn, result["dynamax_vectors"] = _dynamax(
-            baselines["dynamax"], surrogate, sets, load, shown
-        )
-        preds[("dynamax", "dynamax")] = dyn
-    if "tfidf" in baselines and sets:  # the no-model reference (TF-IDF cosine of each pair)
-        preds[("tfidf", "tfidf")] = {s.name: tfidf_cosine(s.s1, s.s2) for s in sets}
+    _add_model_free_preds(preds, baselines, surrogate, sets, load, shown, result)
 
     # STS: rows, hard splits, per-dataset blocks, paired intervals
     rows, per_system = _sts_rows(sets, preds)
@@ -415,12 +443,8 @@ def evaluate_model(
     if ("surrogate", "cosine") in preds and bootstrap_resamples > 0:
         result["bootstrap"] = _bootstrap(sets, preds, bootstrap_resamples, confidence, seed)
 
-    if ists_dir is not None and Path(ists_dir).expanduser().is_dir():
-        result["ists"] = _ists(
-            surrogate, Path(ists_dir).expanduser(), similarities, ists_remove_oppo, out_dir
-        )
-    elif ists_dir is not None:
-        log.warning("evaluate: ists_dir %s does not exist; iSTS skipped", ists_dir)
+    if ists_dir is not None:
+        result["ists"] = _ists(surrogate, ists_dir, similarities, ists_remove_oppo, out_dir, log)
 
     if domain:
         if "tfidf" in baselines:
@@ -448,7 +472,5 @@ def evaluate_model(
         except OSError as e:
             if not keep_result_on_write_error:
                 raise
-            msg = f"--out-dir {out_dir}: report not written ({e.strerror or e})"
-            log.warning("evaluate: %s", msg)
-            result.setdefault("warnings", []).append(msg)
+            _warn_not_written(out_dir, e, result, log)
     return result
