@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from pydantic.fields import FieldInfo
 
 from ctxsim.store.artefacts import Artefact, ArtefactStore, fingerprint
+from ctxsim.store.cost_model import Constant, CostModel
 from ctxsim.store.logs import get_logger
 
 CTXSIM_VERSION = "0.1.0"
@@ -252,13 +253,10 @@ class Stage:
 
     # Stage facts read by `ctxsim plan`, `ctxsim explain` and the benches (no stage-name lists
     # elsewhere). None is part of the fingerprint.
-    #: How `ctxsim plan` scales the pilot's cost to the full config (flows/plan.py):
-    #: "corpus": by corpus bytes; "constant": as measured (one unit); "fit": fixed cost per
-    #: query shard + slope per unit (the stage's rows per query, labelled pairs, ...), fit on the
-    #: two pilots; "scaled": the pilot's cost times full / pilot units (the stage's own units).
-    cost_basis: ClassVar[Literal["corpus", "constant", "fit", "scaled"]] = "constant"
-    #: The param that caps this stage's rows per query (`ctxsim plan` fills it on a larger corpus).
-    rows_cap: ClassVar[str | None] = None
+    #: Its cost model (store/cost_model.py): the work unit that drives it, pilot and full, and
+    #: how `ctxsim plan` scales the pilot's cost to the full config (by corpus bytes, as
+    #: measured, or fixed per query shard + per unit, fit on the two pilots).
+    cost: ClassVar[CostModel] = Constant()
     #: Its artefact is mostly model files: its size does not follow the work.
     model_artefact: ClassVar[bool] = False
     #: Its working memory holds corpus-sized data (sentences, chunks, index, windows).
@@ -268,6 +266,22 @@ class Stage:
     per_query: ClassVar[bool] = False
     #: Needed only for Eq. 4 labels, not to mine the pairs (scorers, sampled contexts, scoring).
     labelling: ClassVar[bool] = False
+
+    def cost_model(self, params: Any) -> CostModel:
+        """The cost model for these params (default: ``cost``; a stage whose work unit depends
+        on a setting picks here)."""
+        return self.cost
+
+    @property
+    def cost_basis(self) -> str:
+        """How `ctxsim plan` scales the pilot's cost: corpus, constant, fit or scaled."""
+        return self.cost.kind
+
+    @property
+    def rows_cap(self) -> str | None:
+        """The param that caps this stage's rows per query (`ctxsim plan` fills it on a larger
+        corpus)."""
+        return self.cost.rows_cap
 
     def optional_inputs_for(self, params: Any) -> tuple[str, ...]:
         """The optional inputs these params use (default: all); an unused one stays out of the

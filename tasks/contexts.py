@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
@@ -138,7 +139,7 @@ class ContextsStage(Stage):
     Params = ContextsParams
     inputs = ("shard",)
     run_fields = ()
-    cost_basis = "corpus"
+    cost = CorpusBytes()  # the corpus's slots and chunks
     corpus_memory = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:

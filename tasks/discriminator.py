@@ -41,6 +41,7 @@ from ctxsim.models.contextual.discriminator import (
 )
 from ctxsim.scores.loading import Encoder, hf_encoder
 from ctxsim.store.checked import verified, write_checked
+from ctxsim.store.cost_model import TrainedWindows
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
 
@@ -208,7 +209,10 @@ class DiscriminatorStage(Stage):
     inputs = ("shard", "contexts")
     #: the trained weights depend on the thread count (float sums split over threads)
     run_fields = ("seed", "torch_threads")
-    cost_basis = "scaled"
+    #: training windows (capped per epoch) plus validation windows, a third of the work each
+    cost = TrainedWindows(
+        train_stat="train_windows", val_stat="val_windows", epoch_cap="max_windows_per_epoch"
+    )
     model_artefact = True
     corpus_memory = True
 

@@ -31,6 +31,7 @@ from ctxsim.models.contextual.encoder_origin import ScatterStats
 from ctxsim.models.registry import REGISTRY, resolve_model
 from ctxsim.store.artefacts import Artefact, content_digest
 from ctxsim.store.atomic import atomic_path
+from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
@@ -234,7 +235,7 @@ class EmbedStage(Stage):
     Params = EmbedParams
     inputs = ("shard", "contexts")
     run_fields = ()
-    cost_basis = "corpus"
+    cost = CorpusBytes()  # every context unit of the corpus encoded
     corpus_memory = True
     labelling = True
 

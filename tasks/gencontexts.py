@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
+from ctxsim.store.cost_model import PerQueryRows
 from ctxsim.store.sample_cache import SampleCache
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
@@ -185,7 +186,7 @@ class GenContextsStage(Stage):
     version = "1"
     Params = GenContextsParams
     inputs = ("queries",)
-    cost_basis = "scaled"
+    cost = PerQueryRows(fit=False)  # sampled contexts per query
     per_query = True
     labelling = True
 

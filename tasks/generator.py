@@ -57,6 +57,7 @@ from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 from ctxsim.models.registry import check_model_name, resolve_model
 from ctxsim.scores.loading import save_scorer
 from ctxsim.store.checked import seal, verified, write_checked
+from ctxsim.store.cost_model import ScoredWindows
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
 
@@ -513,7 +514,21 @@ class GeneratorStage(Stage):
     inputs = ("shard", "contexts")
     #: the trained weights depend on the thread count (float sums split over threads)
     run_fields = ("seed", "torch_threads")
-    cost_basis = "scaled"
+    #: windows scored in validation (3 each: both directions and the mean) and evaluation (10
+    #: each: own and random context, 3 terms and 2 nulls); the build as is, training by steps
+    cost = ScoredWindows(
+        per_val=3,
+        per_eval=10,
+        val_stat="val_windows",
+        eval_stat="eval_sentences",
+        val_cap="max_val_windows",
+        eval_param="n_eval",
+        val_per_eval=3,
+        steps_param="train_steps",
+        build_stat="build_seconds",
+        train_stat="train_seconds",
+        steps_stat="train_steps",
+    )
     model_artefact = True
     labelling = True
 

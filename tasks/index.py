@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 
 from ctxsim.models.corpus.retrieval import fit_index
 from ctxsim.store.artefacts import Artefact
+from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.index_files import META_FILE, save_index_matrix
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
@@ -117,7 +118,7 @@ class IndexStage(Stage):
     Params = IndexParams
     inputs = ("contexts", "shard")
     run_fields = ()
-    cost_basis = "corpus"
+    cost = CorpusBytes()  # a vectoriser fit on the corpus's chunks
     corpus_memory = True
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:

@@ -68,6 +68,7 @@ from ctxsim.product.diagnostics import (
     warnings_for,
 )
 from ctxsim.scores.views import labels_at, read_cs_sizes, score_views
+from ctxsim.store.cost_model import PerQueryRows
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.tasks.embed import (
@@ -321,7 +322,7 @@ class LabelStage(Stage):
     #: baseline of the Origin report; retrieve and screen give the per-query yields of the
     #: diagnostics. The encoder route reads embed alone.
     optional_inputs = ("select", "score", "embed", "generator", "retrieve", "screen")
-    cost_basis = "fit"
+    cost = PerQueryRows()  # labelled pairs per query
     per_query = True
     labelling = True
     #: what each route must have (a config without it fails with one line naming the section)

@@ -30,6 +30,7 @@ from ctxsim.models.corpus.pairs import (
     shared_context_pairs,
     tfidf_embed,
 )
+from ctxsim.store.cost_model import CostModel, IdfSample, PerQueryRows
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
@@ -171,13 +172,19 @@ class PairsStage(Stage):
     inputs = ("queries", "shard")
     #: context sets, read only to mine pairs that share a context (ratio_shared > 0)
     optional_inputs = ("select",)
-    cost_basis = "fit"
+    cost = PerQueryRows()  # pairs per query (the tfidf encoder: see cost_model)
     per_query = True
 
     def optional_inputs_for(self, params: PairsParams) -> tuple[str, ...]:
         """`select` only when some pairs must share a context: a mix of neighbours and random
         pairs needs no context sets (and so no retrieval or scorer) at all."""
         return ("select",) if params.ratio_shared > 0 else ()
+
+    def cost_model(self, params: PairsParams) -> CostModel:
+        """The tfidf encoder's cost is fitting the IDF on a sample of corpus sentences."""
+        if params.encoder == "tfidf":
+            return IdfSample(sample="idf_sample", sentences="shard")
+        return self.cost
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: PairsParams = ctx.params

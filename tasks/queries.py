@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from ctxsim.store.cost_model import QueryCount
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
@@ -145,7 +146,14 @@ class QueriesStage(Stage):
     version = "1"
     Params = QueriesParams
     inputs = ("shard", "contexts")
-    cost_basis = "scaled"
+    #: n_corpus queries (at most one per sentence); the pilots draw a few, in one shard
+    cost = QueryCount(
+        count="n_corpus",
+        sentences="shard",
+        source_param="source",
+        source="corpus",
+        shards="n_shards",
+    )
     per_query = True
 
     def fingerprint_extra(self, params: QueriesParams) -> dict[str, Any]:

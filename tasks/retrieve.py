@@ -17,6 +17,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from ctxsim.models.corpus.retrieval import resolve_backend, retrieve
+from ctxsim.store.cost_model import Hits
 from ctxsim.store.index_files import load_index
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
@@ -72,8 +73,7 @@ class RetrieveStage(Stage):
     inputs = ("queries", "index")
     shard_by = "queries"
     run_fields = ()
-    cost_basis = "fit"
-    rows_cap = "top_k"
+    cost = Hits(cap="top_k", chunks="contexts")  # hits per query, up to top_k and the chunks
     corpus_memory = True
     per_query = True
 

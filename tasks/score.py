@@ -31,6 +31,7 @@ from ctxsim.models.contextual.origin import ContextSets, ScoreLookup, required_s
 from ctxsim.scores import SCORE_SCHEMA, ScoreParams, query_texts, score_rows
 from ctxsim.scores.views import ADAPTIVE_FILE, score_views
 from ctxsim.store.atomic import atomic_path
+from ctxsim.store.cost_model import PerQueryRows
 from ctxsim.store.stage import Stage, StageContext
 
 __all__ = ["ADAPTIVE_FILE", "SCORE_SCHEMA", "ScoreParams", "ScoreStage", "required_pairs"]
@@ -68,7 +69,7 @@ class ScoreStage(Stage):
     shard_by = "queries"
     optional_inputs = ("screen", "discriminator", "gencontexts")
     run_fields = ()
-    cost_basis = "fit"
+    cost = PerQueryRows(gpu_tokens="padded_tokens")  # scored rows per query; GPU: its tokens
     per_query = True
     labelling = True
 

@@ -39,6 +39,7 @@ from ctxsim.scores.loading import Encoder, load_discriminator
 from ctxsim.store.artefacts import fingerprint, sha256_file
 from ctxsim.store.atomic import atomic_path, write_json_atomic
 from ctxsim.store.checked import move_aside
+from ctxsim.store.cost_model import CorpusSideAndRows
 from ctxsim.store.lease import shard_lease
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
@@ -234,8 +235,9 @@ class ScreenStage(Stage):
     inputs = ("queries", "contexts", "retrieve", "discriminator", "shard")
     shard_by = "queries"
     run_fields = ()
-    cost_basis = "fit"
-    rows_cap = "keep"
+    #: the corpus side encoded once, then kept contexts per query (up to keep; more where the
+    #: full corpus gives retrieve more hits)
+    cost = CorpusSideAndRows(cap="keep", chunks="contexts", feeder="retrieve", feeder_cap="top_k")
     corpus_memory = True
     per_query = True
 

@@ -37,6 +37,7 @@ from ctxsim.models.corpus.selection import select as select_contexts
 from ctxsim.models.corpus.selection import token_ranks, word_set
 from ctxsim.scores import ScoreParams, query_texts, score_rows
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
+from ctxsim.store.cost_model import PerQueryRows
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.store.tables import rows_of
 
@@ -190,8 +191,15 @@ class SelectStage(Stage):
     inputs = ("queries", "contexts", "shard")
     shard_by = "queries"
     optional_inputs = ("screen", "generator", "discriminator", "gencontexts")
-    cost_basis = "fit"
-    rows_cap = "max_size"
+    #: context-set rows per query (up to max_size; more where retrieve finds more), and the
+    #: generative re-scoring of its reranked rows
+    cost = PerQueryRows(
+        cap="max_size",
+        chunks="contexts",
+        feeder="retrieve",
+        feeder_cap="top_k",
+        gpu_rows="reranked",
+    )
     per_query = True
 
     def optional_inputs_for(self, params: SelectParams) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from pydantic import Field
 from ctxsim.models.corpus.sentences import count_tokens, split_paragraph
 from ctxsim.readers.corpus import CorpusInputError, expand_paths, iter_sections
 from ctxsim.store.artefacts import content_digest
+from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SENTS_PER_DOC_BITS = 24
@@ -251,7 +252,8 @@ class ShardStage(Stage):
     Params = ShardParams
     inputs = ()
     run_fields = ()
-    cost_basis = "corpus"
+    #: the corpus read and split; the pilots read a seeded sample of its files, as one shard
+    cost = CorpusBytes(sample="paths", shards="n_shards")
     corpus_memory = True
 
     def fingerprint_extra(self, params: ShardParams) -> dict[str, Any]:

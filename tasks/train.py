@@ -46,6 +46,7 @@ from ctxsim.models.training.objectives import (
 )
 from ctxsim.models.training.sentence_encoder import build_model
 from ctxsim.store.checked import seal, sidecar, verified
+from ctxsim.store.cost_model import CostModel, InputRowsPerQuery, OptimizerSteps
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 __all__ = ["TINY", "TrainParams", "TrainStage", "build_model", "build_tiny_backbone"]
@@ -434,7 +435,8 @@ class TrainStage(Stage):
     optional_inputs = tuple(dict.fromkeys(i for o in OBJECTIVES.values() for i in o.inputs))
     #: training is not bitwise the same across thread counts: the count is in the fingerprint
     run_fields = ("seed", "device", "torch_threads")
-    cost_basis = "fit"
+    #: by labelled pairs; with a fixed step budget (max_steps), by steps (see cost_model)
+    cost = InputRowsPerQuery(rows_of="label", label="labelled pairs")
     model_artefact = True
     #: every objective module (found, not imported by name: models/training/objectives/__init__.py)
     sources = MODULES
@@ -442,6 +444,12 @@ class TrainStage(Stage):
     def optional_inputs_for(self, params: TrainParams) -> tuple[str, ...]:
         """Only the inputs the objective reads: the others keep their fingerprints."""
         return get_objective(params.objective).inputs
+
+    def cost_model(self, params: TrainParams) -> CostModel:
+        """A fixed step budget is priced by steps: the pilots run a few of them."""
+        if params.max_steps > 0:
+            return OptimizerSteps(steps="max_steps", eval_steps="eval_steps", steps_stat="steps")
+        return self.cost
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         import torch

@@ -10,6 +10,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator
 
 from ctxsim.store.artefacts import content_digest
+from ctxsim.store.cost_model import Constant
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.tasks.evaluate.domain import domain_report
@@ -185,6 +186,7 @@ class EvaluateStage(Stage):
     Params = EvaluateParams
     inputs = ("train",)
     run_fields = ("seed", "device")
+    cost = Constant()  # its evaluation sets do not grow with the corpus or the queries
 
     def fingerprint_extra(self, params: Any) -> dict[str, Any]:
         """The data folders' and extra models' files (by content) decide the output too."""
