@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxsim.readers.sts import tsv_rows
+from ctxsim.readers.sts_formats import tsv_rows
 from ctxsim.store.errors import InputError
 
 PAIRS_HEADER = ["sentence1", "sentence2", "label"]

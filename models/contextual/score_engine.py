@@ -9,7 +9,8 @@ What makes it fast, compared with one pair per forward call (bench/bench_score.p
   sorted by length, the next batch laid out in a thread while the current one runs, the
   vocabulary head in chunks (docs/scoring.md, bench/bench_lm_route.py);
 * otherwise requests are sorted by length (seq2seq: by source, so pairs that share a context sit
-  together) and cut into batches by a padded-token budget, so padding stays small;
+  together) and cut into batches by a padded-token budget, so padding stays small (the cuts and
+  their knobs, :class:`EngineConfig`: models/contextual/score_batching.py);
 * seq2seq: one encoder pass per distinct source in a batch, reused by every target that shares
   it (the ``fwd`` source ``(c<, c>)`` is shared by every sentence scored against a context);
 * ``torch.inference_mode``; bf16 autocast on CUDA (log-softmax in float32); torch threads on CPU,
@@ -37,37 +38,16 @@ import torch
 from tqdm.auto import tqdm
 
 from ctxsim.models.contextual.generator import DIRECTIONS, GenerativeScorer, Ids, eq3_example
-from ctxsim.models.contextual.generator.causal import prefix_groups
+from ctxsim.models.contextual.score_batching import (
+    EngineConfig,
+    continuation_batches,
+    dynamic_int8,
+    padded_batches,
+    prefix_pass_groups,
+    shared_prefixes,
+)
 
 OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError,)
-
-
-@dataclass
-class EngineConfig:
-    """Batching knobs (the score stage's params feed these)."""
-
-    token_budget: int = 8192  # padded source + target tokens per forward call
-    max_batch: int = 256  # examples per forward call
-    max_logit_elems: int = 1 << 27  # batch x target positions x vocab (float32 logits)
-    bf16_on_cuda: bool = True
-    bf16_on_cpu: bool = False  # matmuls in bf16 on CPU; scores move by ~1e-2 nats (off: exact)
-    num_threads: int = 0  # CPU torch threads; 0 leaves torch's default
-    progress: bool = False  # a progress bar per direction (stderr; one line per 30 s in logs)
-    # order a prefix-sharing scorer's requests by prompt (not prompt length), so prompts that
-    # share a beginning land in one batch and run it once (CausalPrefixScorer)
-    prefix_order: bool = True
-    # causal scorers: run each distinct prompt (or shared beginning of prompts) once for a group
-    # of prompts, then their targets in batches sorted by length on the prompts' keys/values, so
-    # neither prompts nor padding are recomputed per batch (off: one padded batch per cut of
-    # the requests, the prompts of each batch run once in it)
-    # None (auto): on, except for a dynamically int8-quantised scorer
-    # (models/contextual/quantize.py),
-    # whose activations take one scale per batch, so its scores depend on the batching
-    # (Spearman 0.97 between the two paths on books_generated, bench/results/score_lm_route.md):
-    # it keeps the padded path and with it the int8 labels and score cache of earlier runs
-    group_prompts: bool | None = None
-    head_chunk: int = 128  # target tokens per vocabulary-head call (grouped path; 0: all)
-    prefetch: bool = True  # lay out the next batch in a thread while the current one runs
 
 
 @dataclass
@@ -177,7 +157,8 @@ class ScoringEngine:
             disable=not self.config.progress,
         )
         with self._inference(), bar:
-            for batch in self._batches(order, distinct):
+            vocab = max(self.scorer.vocab_size, 1)
+            for batch in padded_batches(order, distinct, self.config, self._scale, vocab):
                 self._run(direction, batch, distinct, total, count)
                 bar.update(len(batch))
         self.stats.run_tokens += getattr(self.scorer, "tokens_run", 0) - run0
@@ -189,32 +170,12 @@ class ScoringEngine:
     def _grouped(self, distinct: list[tuple[Ids, Ids]]) -> bool:
         on = self.config.group_prompts
         if on is None:
-            on = not _dynamic_int8(self.scorer)
+            on = not dynamic_int8(self.scorer)
         return (
             on
             and hasattr(self.scorer, "encode_prefixes")
             and all(len(s) > 0 and len(t) > 0 for s, t in distinct)
         )
-
-    def _prefixes(self, prompts: list[Ids]) -> tuple[list[Ids], np.ndarray, np.ndarray]:
-        """(prefixes to run once, the prefix of each prompt, its length): a shared beginning of
-        several distinct prompts (the left term's "Passage: ___ {sentence}") by the scorer's own
-        rule (``prefix_groups``, ``min_shared_prefix``, ``prefix_share_min``), else each prompt
-        whole."""
-        n = len(prompts)
-        which, cut = np.arange(n), np.fromiter(map(len, prompts), np.int64, n)
-        prefixes = list(prompts)
-        least = getattr(self.scorer, "min_shared_prefix", 0)
-        if least > 0 and n > 1:
-            groups = prefix_groups(prompts, least)
-            saved = sum((len(g) - 1) * k for g, k in groups)
-            if saved >= getattr(self.scorer, "prefix_share_min", 0.0) * int(cut.sum()):
-                prefixes = []
-                for members, k in groups:
-                    which[members] = len(prefixes)
-                    cut[members] = k
-                    prefixes.append(tuple(prompts[members[0]][:k]))
-        return prefixes, which, cut
 
     def _score_grouped(
         self,
@@ -228,7 +189,11 @@ class ScoringEngine:
         batches sorted by that length (so they hardly pad)."""
         prompts = list(dict.fromkeys(s for s, _ in distinct))
         pid = {s: i for i, s in enumerate(prompts)}
-        prefixes, which, cut = self._prefixes(prompts)
+        prefixes, which, cut = shared_prefixes(
+            prompts,
+            getattr(self.scorer, "min_shared_prefix", 0),
+            getattr(self.scorer, "prefix_share_min", 0.0),
+        )
         req_prefix = np.fromiter((which[pid[s]] for s, _ in distinct), np.int64, len(distinct))
         suffixes = [s[cut[pid[s]] :] for s, _ in distinct]
         by_prefix: list[list[int]] = [[] for _ in prefixes]
@@ -243,32 +208,11 @@ class ScoringEngine:
             disable=not self.config.progress,
         )
         with bar:
-            for group in self._prefix_groups(order, prefixes, by_prefix):
+            groups = prefix_pass_groups(order, prefixes, by_prefix, self.config, self._scale)
+            for group in groups:
                 reqs = [i for k in group for i in by_prefix[k]]
                 self._run_group(group, prefixes, req_prefix, reqs, suffixes, distinct, total, count)
                 bar.update(len(reqs))
-
-    def _prefix_groups(
-        self, order: list[int], prefixes: list[Ids], by_prefix: list[list[int]]
-    ) -> list[list[int]]:
-        """Cuts of the length-sorted prefixes: one prefix pass each, under the token budget
-        (padded prefix tokens) and at most 16 x ``max_batch`` requests (memory of the
-        bookkeeping, and enough requests to sort by length)."""
-        cfg = self.config
-        cap_req = max(1, 16 * cfg.max_batch)
-        groups: list[list[int]] = []
-        cur: list[int] = []
-        width = n_req = 0
-        for k in order:
-            w, r = max(width, len(prefixes[k])), n_req + len(by_prefix[k])
-            if cur and ((len(cur) + 1) * w > cfg.token_budget * self._scale or r > cap_req):
-                groups.append(cur)
-                cur, w, r = [], len(prefixes[k]), len(by_prefix[k])
-            cur.append(k)
-            width, n_req = w, r
-        if cur:
-            groups.append(cur)
-        return groups
 
     def _run_group(
         self,
@@ -313,8 +257,14 @@ class ScoringEngine:
             range(len(reqs)),
             key=lambda j: (len(suffixes[reqs[j]]) + len(distinct[reqs[j]][1]), j),
         )
-        batches = self._cont_batches(
-            [reqs[j] for j in srt], [rows[j] for j in srt], suffixes, distinct
+        batches = continuation_batches(
+            [reqs[j] for j in srt],
+            [rows[j] for j in srt],
+            suffixes,
+            distinct,
+            self.config,
+            self._scale,
+            max(self.scorer.vocab_size, 1),
         )
 
         def prepare(b: tuple[list[int], list[int]]) -> Any:
@@ -334,33 +284,6 @@ class ScoringEngine:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
-
-    def _cont_batches(
-        self, reqs: list[int], rows: list[int], suffixes: list[Ids], distinct: list[tuple[Ids, Ids]]
-    ) -> list[tuple[list[int], list[int]]]:
-        """Greedy cut of length-sorted continuations under the token, size and logit budgets."""
-        cfg, vocab = self.config, max(self.scorer.vocab_size, 1)
-        out: list[tuple[list[int], list[int]]] = []
-        cur_i: list[int] = []
-        cur_r: list[int] = []
-        width = tgt = 0
-        for i, r in zip(reqs, rows, strict=True):
-            t = len(distinct[i][1]) + 1
-            w, nt, nb = max(width, len(suffixes[i]) + t), max(tgt, t), len(cur_i) + 1
-            fits = (
-                nb <= max(1, int(cfg.max_batch * self._scale))
-                and nb * w <= cfg.token_budget * self._scale
-                and (cfg.head_chunk > 0 or nb * nt * vocab <= cfg.max_logit_elems * self._scale)
-            )
-            if cur_i and not fits:
-                out.append((cur_i, cur_r))
-                cur_i, cur_r, w, nt = [], [], len(suffixes[i]) + t, t
-            cur_i.append(i)
-            cur_r.append(r)
-            width, tgt = w, nt
-        if cur_i:
-            out.append((cur_i, cur_r))
-        return out
 
     def _run_cont(
         self,
@@ -416,29 +339,6 @@ class ScoringEngine:
             stack.enter_context(torch.autocast(dev, dtype=torch.bfloat16))
         return stack
 
-    def _batches(self, order: list[int], distinct: list[tuple[Ids, Ids]]) -> list[list[int]]:
-        """Greedy cut of the sorted requests under the token, size and logit budgets."""
-        cfg, vocab = self.config, max(self.scorer.vocab_size, 1)
-        batches: list[list[int]] = []
-        cur: list[int] = []
-        max_s = max_t = 0
-        for i in order:
-            s, t = len(distinct[i][0]), len(distinct[i][1]) + 1
-            ns, nt, nb = max(max_s, s), max(max_t, t), len(cur) + 1
-            fits = (
-                nb <= max(1, int(cfg.max_batch * self._scale))
-                and nb * (ns + nt) <= cfg.token_budget * self._scale
-                and nb * nt * vocab <= cfg.max_logit_elems * self._scale
-            )
-            if cur and not fits:
-                batches.append(cur)
-                cur, ns, nt = [], s, t
-            cur.append(i)
-            max_s, max_t = ns, nt
-        if cur:
-            batches.append(cur)
-        return batches
-
     def _run(
         self,
         direction: str,
@@ -480,12 +380,6 @@ class ScoringEngine:
         self.stats.padded_tokens += len(batch) * (
             max(len(s) for s in srcs) + max(len(t) for t in tgts)
         )
-
-
-def _dynamic_int8(scorer: GenerativeScorer) -> bool:
-    """Whether the scorer's model holds torch's dynamically quantised (int8) layers."""
-    mods = (m for mod in scorer.modules() for m in mod.modules())
-    return any(type(m).__module__.startswith("torch.ao.nn.quantized.dynamic") for m in mods)
 
 
 def naive_score(

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.models.training.test_objectives import PAIRS, _cosines, _train
+from tests.models.training.tiny_training import PAIRS, cosines, train_on_pairs
 
 
 @pytest.fixture
@@ -38,13 +38,13 @@ def test_a_registered_objective_is_trained_by_the_train_stage(tmp_path, inverse_
     params = TrainParams(objective="test-inverse")
     assert params.model_dump()["objective"] == "test-inverse"  # in the fingerprint
     assert TrainStage().optional_inputs_for(params) == ()
-    art = _train(tmp_path, objective="test-inverse", loss="cosent", label_scale="none")
+    art = train_on_pairs(tmp_path, objective="test-inverse", loss="cosent", label_scale="none")
     info = json.loads((art.files_dir / "metrics.json").read_text())
     assert info["objective"] == "test-inverse" and info["steps"] == 12
     assert info["n_train_examples"] == len(PAIRS) and info["loss"] == "cosent"
     s1, s2, lab = (list(c) for c in zip(*PAIRS, strict=True))
-    before = spearmanr(_cosines(art.files_dir / "backbone", s1, s2), lab)[0]
-    after = spearmanr(_cosines(art.files_dir / "model", s1, s2), lab)[0]
+    before = spearmanr(cosines(art.files_dir / "backbone", s1, s2), lab)[0]
+    after = spearmanr(cosines(art.files_dir / "model", s1, s2), lab)[0]
     assert after < before - 0.1, (before, after)  # it learnt the reversed order
 
 
