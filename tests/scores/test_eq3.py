@@ -1,6 +1,6 @@
 """S(s, c) of Eq. 3 over window rows (scores/eq3.py and its scorers, scores/scorers/): the
-`generator` and `score` stages on the sample corpus, the disc term from screen or the model,
-select ordered by S, the score cache and PMI terms."""
+`score` stage on the sample corpus scores exactly the needed pairs, takes the disc term from
+screen, the discriminator or a registered scorer, computes PMI terms, and select orders by S."""
 
 from __future__ import annotations
 
@@ -8,136 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from ctxsim.models.contextual.generator import (
-    DIRECTIONS,
-    CausalPrefixScorer,
-    Seq2SeqScorer,
-    tiny_causal,
-    train_wordpiece_tokenizer,
-)
-from ctxsim.models.contextual.score_engine import ScoringEngine, naive_score
-from tests.models.contextual.test_score_engine import TINY, WORDS, windows
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return train_wordpiece_tokenizer([], vocab=WORDS)
-
-
-# ---- the `generator` and `score` stages on the sample corpus ----------------------------------
-
-
-class _Fixed:
-    """A stand-in upstream stage that publishes a given table (select, pairs, screen)."""
-
-    @staticmethod
-    def publish(root, name: str, table, files=None):
-        import hashlib
-
-        from ctxsim.store.artefacts import ArtefactStore
-        from ctxsim.store.stage import (
-            RunParams,
-            Stage,
-            StageParams,
-            resolve_stage,
-            run_stage_locally,
-        )
-
-        digest = hashlib.sha256(str(table.to_pydict()).encode()).hexdigest()
-
-        class Fixed(Stage):
-            def fingerprint_extra(self, params):
-                return {"table": digest}
-
-            def run_shard(self, ctx, shard):
-                if files is not None:
-                    files(ctx.files_dir)
-                return table, {}
-
-        Fixed.name = name
-        plan = resolve_stage(
-            Fixed(), StageParams(), RunParams(root=str(root)), ArtefactStore(root), {}
-        )
-        return run_stage_locally(plan)[0]
-
-
-def tiny_generator_params():
-    """A generator that trains 3 steps of a tiny backbone (a checkpoint every 2)."""
-    from ctxsim.tasks.generator import GeneratorParams
-
-    return GeneratorParams(
-        train_steps=3,
-        n_eval=12,
-        max_train_windows=60,
-        max_val_windows=30,
-        tokenizer_vocab=300,
-        tiny_hidden=32,
-        tiny_intermediate=64,
-        checkpoint_every=2,
-    )
-
-
-@pytest.fixture(scope="module")
-def generator_art(spine, tmp_path_factory):
-    from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.generator import GeneratorStage
-
-    root = tmp_path_factory.mktemp("gen")
-    params = tiny_generator_params()
-    up = {k: spine[k] for k in ("shard", "contexts")}
-    run = RunParams(root=str(root), torch_threads=1)
-    plan = resolve_stage(GeneratorStage(), params, run, ArtefactStore(root), up)
-    art, _ = run_stage_locally(plan)
-    return art, plan
-
-
-def test_generator_stage_publishes_a_loadable_scorer(generator_art):
-    from ctxsim.scores.loading import load_scorer
-
-    art, plan = generator_art
-    st = art.stats
-    assert st["backend"] == "seq2seq" and st["train_steps"] == 3 and st["eval_sentences"] == 12
-    assert all(st[f"val_ppl_{d}"] > 1 for d in DIRECTIONS)
-    assert all(0.0 <= st[f"wins_{t}"] <= 1.0 for t in ("gen_fwd", "gen_left", "gen_right", "S_gen"))
-    assert (art.files_dir / "model" / "model.safetensors").exists()
-    assert (plan.store.root / "_cache" / "generator" / plan.fingerprint / "checkpoint.pt").exists()
-    rows = art.read_table()
-    assert rows.num_rows == 12
-    t = {k: np.asarray(v, np.float64) for k, v in rows.to_pydict().items()}
-    for d in ("left", "right"):  # the pmi wins, from the published terms and their baselines
-        own, rand = (t[f"gen_{d}_{w}"] - t[f"null_{d}_{w}"] for w in ("own", "random"))
-        assert st[f"wins_pmi_{d}"] == pytest.approx(np.mean(own > rand), abs=1e-4)
-        # s is in one window, not the other (a barely trained tiny model moves it by ~1e-5)
-        assert (t[f"gen_{d}_own"] != t[f"null_{d}_own"]).any()
-    assert (
-        rows.column("own_context_id").to_numpy() != rows.column("random_context_id").to_numpy()
-    ).all()
-    scorer, meta = load_scorer(art.files_dir)
-    assert meta["backend"] == "seq2seq" and isinstance(scorer, Seq2SeqScorer)
-
-
-def test_causal_scorer_save_load_round_trip(tok, tmp_path):
-    from ctxsim.scores.loading import load_scorer, save_scorer
-
-    sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
-    meta = {
-        "backend": "causal",
-        "backbone": "tiny-random",
-        "shared": True,
-        "templates": sc.templates,
-        "limits": {"max_context_tokens": 96, "max_sentence_tokens": 64},
-        "weights": "artefact",
-    }
-    save_scorer(sc, tmp_path, meta, weights=True)
-    sc2, _ = load_scorer(tmp_path)
-    lefts, sents, rights = windows(6)
-    a, b = (
-        ScoringEngine(sc).score(lefts, sents, rights),
-        ScoringEngine(sc2).score(lefts, sents, rights),
-    )
-    for d in DIRECTIONS:
-        np.testing.assert_allclose(a[d], b[d], rtol=1e-5, atol=1e-6)
+from ctxsim.models.contextual.score_engine import naive_score
+from tests.models.contextual.test_score_engine import WORDS
+from tests.scores.score_stage_helpers import publish_table, score_inputs
 
 
 def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, tmp_path):
@@ -181,9 +54,9 @@ def test_score_stage_scores_exactly_the_needed_pairs_once(spine, generator_art, 
     )
     up = {k: spine[k] for k in ("queries", "contexts", "shard")}
     up["generator"] = generator_art[0]
-    up["select"] = _Fixed.publish(tmp_path, "select", select)
-    up["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
-    up["screen"] = _Fixed.publish(tmp_path, "screen", screen)
+    up["select"] = publish_table(tmp_path, "select", select)
+    up["pairs"] = publish_table(tmp_path, "pairs", pairs)
+    up["screen"] = publish_table(tmp_path, "screen", screen)
     params = ScoreParams(lambda_disc=1.0, lambda_fwd=1.0, lambda_left=0.5, lambda_right=2.0)
     plan = resolve_stage(
         ScoreStage(), params, RunParams(root=str(tmp_path)), ArtefactStore(tmp_path), up
@@ -290,9 +163,9 @@ def test_score_stage_computes_missing_disc_terms_with_the_discriminator(
     )
     up = {k: spine[k] for k in ("queries", "contexts", "shard")}
     up["generator"] = generator_art[0]
-    up["select"] = _Fixed.publish(tmp_path, "select", select)
-    up["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
-    up["discriminator"] = _Fixed.publish(
+    up["select"] = publish_table(tmp_path, "select", select)
+    up["pairs"] = publish_table(tmp_path, "pairs", pairs)
+    up["discriminator"] = publish_table(
         tmp_path, "discriminator", pa.table({"x": [1]}), files=_tiny_discriminator
     )
     run = RunParams(root=str(tmp_path))
@@ -348,7 +221,7 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
         rows["is_own"] += [False] * len(pick)
     store = ArtefactStore(tmp_path)
     up = {k: spine[k] for k in ("queries", "contexts", "shard")}
-    up["screen"] = _Fixed.publish(tmp_path, "screen", pa.table(rows))
+    up["screen"] = publish_table(tmp_path, "screen", pa.table(rows))
     up["generator"] = generator_art[0]
     scoring = ScoreParams(lambda_disc=1.0, lambda_fwd=1.0, lambda_left=1.0, lambda_right=0.0)
     params = SelectParams(max_size=4, order_by="score", rerank_top=8, scoring=scoring)
@@ -382,8 +255,8 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
             "s2_query_id": pa.array(q["query_id"][:5], pa.int64()),
         }
     )
-    up_score["select"] = _Fixed.publish(tmp_path, "select", sel_fixed)
-    up_score["pairs"] = _Fixed.publish(tmp_path, "pairs", pairs)
+    up_score["select"] = publish_table(tmp_path, "select", sel_fixed)
+    up_score["pairs"] = publish_table(tmp_path, "pairs", pairs)
     scored, _ = run_stage_locally(resolve_stage(ScoreStage(), scoring, run, store, up_score))
     t = scored.read_table().to_pydict()
     S = {(a, c): v for a, c, v in zip(t["query_id"], t["context_id"], t["S"], strict=True)}
@@ -397,176 +270,6 @@ def test_select_ordered_by_full_s(spine, generator_art, tmp_path):
         assert sel["context_id"][idx[0]] == best
         for i in idx:
             assert sel["order_score"][i] == pytest.approx(S[(qid, sel["context_id"][i])], abs=1e-4)
-
-
-def _score_inputs(spine, generator_art, root, cs: dict[int, list[int]], qids) -> dict:
-    """Upstream artefacts of a score stage: the spine, the generator, context sets ``cs`` (query
-    -> context ids in rank order) and the labelled pairs (q0, q1), (q2, q3)."""
-    import pyarrow as pa
-
-    select = pa.table(
-        {
-            "query_id": pa.array([a for a in cs for _ in cs[a]], pa.int64()),
-            "context_id": pa.array([c for a in cs for c in cs[a]], pa.int64()),
-            "position": pa.array([i for a in cs for i in range(len(cs[a]))], pa.int32()),
-        }
-    )
-    pairs = pa.table(
-        {
-            "pair_id": pa.array([0, 1], pa.int64()),
-            "s1_query_id": pa.array([int(qids[0]), int(qids[2])], pa.int64()),
-            "s2_query_id": pa.array([int(qids[1]), int(qids[3])], pa.int64()),
-        }
-    )
-    up = {k: spine[k] for k in ("queries", "contexts", "shard")}
-    up["generator"] = generator_art[0]
-    up["select"] = _Fixed.publish(root, "select", select)
-    up["pairs"] = _Fixed.publish(root, "pairs", pairs)
-    return up
-
-
-def test_score_cache_reuses_earlier_windows_and_gives_the_same_values(
-    spine, generator_art, tmp_path
-):
-    """A second score run on the same root computes only windows no run scored before, and its
-    values equal a run without the cache."""
-
-    from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.score import ScoreParams, ScoreStage
-
-    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
-    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
-    rng = np.random.default_rng(3)
-    big = {int(a): [int(x) for x in rng.choice(ctx_ids, 4, replace=False)] for a in qids}
-
-    def world(k: int, root):
-        return _score_inputs(spine, generator_art, root, {a: c[:k] for a, c in big.items()}, qids)
-
-    def score(k: int, root, cache: bool):
-        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, cache=cache)
-        run = RunParams(root=str(root), torch_threads=1)
-        art, _ = run_stage_locally(
-            resolve_stage(ScoreStage(), params, run, ArtefactStore(root), world(k, root))
-        )
-        t = art.read_table().to_pydict()
-        key = list(zip(t["query_id"], t["context_id"], strict=True))
-        return art.stats, dict(zip(key, zip(t["gen_fwd"], t["gen_left"], strict=True), strict=True))
-
-    warm = tmp_path / "warm"
-    st2, small = score(2, warm, True)
-    assert st2["cache_hits"] == 0 and (warm / "_cache" / "scores").is_dir()
-    st4, grown = score(4, warm, True)
-    assert st4["cache_hits"] == 2 * len(small)  # both directions of every earlier window
-    assert st4["pairs"] == len(grown) > len(small)
-    _, cold = score(4, tmp_path / "cold", False)
-    assert not (tmp_path / "cold" / "_cache" / "scores").exists()
-    assert grown.keys() == cold.keys()
-    for k in cold:
-        assert grown[k] == pytest.approx(cold[k], abs=1e-5)
-
-
-def test_corrupt_score_cache_file_is_moved_aside_and_recomputed(
-    spine, generator_art, tmp_path, caplog
-):
-    """Six flipped bytes inside a cache file's values must not reach a fresh score artefact: the
-    file fails its checksum, is moved aside to ``*.corrupt-<id>`` with a warning, and is scored
-    again."""
-    import logging
-    import shutil
-
-    import pyarrow.parquet as pq
-
-    from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.score import ScoreParams, ScoreStage
-
-    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
-    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
-    rng = np.random.default_rng(5)
-    chosen = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
-    root = tmp_path / "root"
-    up = _score_inputs(spine, generator_art, root, chosen, qids)
-
-    def score(token_budget: int):  # computed anew each time (the budget is a knob: no new
-        # fingerprint), so only the score cache can carry values from one call to the next
-        shutil.rmtree(root / "score", ignore_errors=True)
-        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, token_budget=token_budget)
-        run = RunParams(root=str(root), torch_threads=1)
-        art, _ = run_stage_locally(
-            resolve_stage(ScoreStage(), params, run, ArtefactStore(root), up)
-        )
-        return art.stats, art.read_table(["gen_fwd", "gen_left"]).to_pydict()
-
-    _, clean = score(8192)
-    files = sorted((root / "_cache" / "scores").rglob("*.parquet"))
-    assert files
-    for f in files:  # flip six bytes of the first stored score, as the hostile test did
-        raw = bytearray(f.read_bytes())
-        value = pq.read_table(f).column("value")[0].as_py()
-        at = raw.find(np.float32(value).tobytes())
-        assert at > 0
-        raw[at : at + 4] = bytes(b ^ 0x5A for b in raw[at : at + 4])
-        raw[at + 4 : at + 6] = bytes(b ^ 0x5A for b in raw[at + 4 : at + 6])
-        f.write_bytes(bytes(raw))
-    with caplog.at_level(logging.WARNING):
-        stats, again = score(4096)
-    assert stats["cache_hits"] == 0  # nothing read from the corrupt files
-    for col in ("gen_fwd", "gen_left"):
-        assert again[col] == pytest.approx(clean[col], abs=1e-5)
-    assert all(list(f.parent.glob(f"{f.name}.corrupt-*")) for f in files)
-    assert sum("sha256 mismatch" in r.getMessage() for r in caplog.records) == len(files)
-    stats, third = score(2048)  # the recomputed scores went back into the cache, intact
-    assert stats["cache_hits"] == 2 * len(clean["gen_fwd"]) and third == again
-
-
-def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok, tmp_path):
-    """Zero-shot generator artefacts that differ only in their evaluation settings score alike:
-    they get one scorer id, so a score run with the second reads every window from the cache;
-    other limits make another id."""
-    import json
-
-    from ctxsim.scores.loading import META_FILE
-    from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
-    from ctxsim.tasks.score import ScoreParams, ScoreStage
-
-    backbone = tmp_path / "backbone"
-    tiny_causal(tok, TINY).save_pretrained(backbone)
-    tok.save_pretrained(backbone)
-    root = tmp_path / "root"
-    store = ArtefactStore(root)
-    run = RunParams(root=str(root), torch_threads=1)
-
-    def generator(**changes):
-        params = GeneratorParams(
-            backend="causal", backbone=str(backbone), train_steps=0, n_eval=8, max_val_windows=20
-        ).model_copy(update=changes)
-        up = {k: spine[k] for k in ("shard", "contexts")}
-        return run_stage_locally(resolve_stage(GeneratorStage(), params, run, store, up))[0]
-
-    def scorer_id(a) -> str:
-        return json.loads((a.files_dir / META_FILE).read_text())["scorer_id"]
-
-    first_gen, eval_only = generator(), generator(n_eval=4, token_budget=1024)
-    assert eval_only.fingerprint != first_gen.fingerprint
-    assert scorer_id(eval_only) == scorer_id(first_gen)
-    assert scorer_id(generator(max_context_tokens=16)) != scorer_id(first_gen)
-
-    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
-    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
-    rng = np.random.default_rng(5)
-    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
-
-    def score(gen) -> dict:
-        up = _score_inputs(spine, (gen, None), root, cs, qids)
-        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0)
-        return run_stage_locally(resolve_stage(ScoreStage(), params, run, store, up))[0].stats
-
-    first = score(first_gen)
-    assert first["cache_hits"] == 0
-    assert score(eval_only)["cache_hits"] == 2 * first["pairs"]  # fwd and left of every window
 
 
 def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_art, tmp_path):
@@ -583,7 +286,7 @@ def test_pmi_terms_subtract_the_score_without_the_other_side(spine, generator_ar
     ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:12]
     rng = np.random.default_rng(5)
     cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
-    up = _score_inputs(spine, generator_art, tmp_path, cs, qids)
+    up = score_inputs(spine, generator_art, tmp_path, cs, qids)
 
     def score(pmi: list[str]) -> dict:
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, pmi=pmi, cache=False)

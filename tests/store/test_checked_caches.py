@@ -90,7 +90,7 @@ def test_the_generator_checks_its_tokenizer_and_checkpoint_before_resuming(spine
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks.generator import GeneratorStage
-    from tests.scores.test_eq3 import tiny_generator_params
+    from tests.scores.score_stage_helpers import tiny_generator_params
 
     params = tiny_generator_params()
     up = {k: spine[k] for k in ("shard", "contexts")}
