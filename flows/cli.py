@@ -12,32 +12,14 @@ from typing import Annotated, Any
 
 import typer
 
+from ctxsim.flows.cli_options import ConfigOpt, JsonOpt, RootOpt, SetOpt, VerboseOpt
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="ctxsim: sentence-pair similarity labels from the contexts sentences fit into "
     "(Sun et al., TACL 2022).",
 )
-
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="YAML config (default configs/quickstart.yaml)"),
-]
-RootOpt = Annotated[str | None, typer.Option("--root", help="artefact root (overrides run.root)")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object")]
-SetOpt = Annotated[
-    list[str] | None, typer.Option("--set", help="override a config value: SECTION.KEY=VALUE")
-]
-VerboseOpt = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        "-v",
-        help="show the libraries' own output (load reports, weight bars, trainer logs), "
-        "Prefect's per-task lines and the traceback of an error; default: one line per stage",
-    ),
-]
 
 
 @app.callback()
@@ -377,239 +359,13 @@ def origin(
     typer.echo(text)
 
 
-@app.command(
-    epilog="Example: ctxsim evaluate data/artefacts/train/<fp>/files/model "
-    "--sts-dir ../shared/data/sts --ists-dir ../shared/data/ists2016 --json-out eval.json "
-    "--baseline backbone=minilm --baseline dynamax=wordllama"
-)
-def evaluate(
-    model: Annotated[str, typer.Argument(help="sentence-transformers model dir or registry name")],
-    sts_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--sts-dir",
-            help="folder whose evaluation files are all found and scored: STS sets, pair "
-            "classification (*.pairs.tsv) and question-answer retrieval (*_qa.jsonl)",
-        ),
-    ] = None,
-    ists_dir: Annotated[Path | None, typer.Option("--ists-dir", help="iSTS 2016 gold")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out-dir", help="report.md and plots")] = None,
-    max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per subset")] = None,
-    device: Annotated[str, typer.Option("--device")] = "auto",
-    json_out: Annotated[Path | None, typer.Option("--json-out", help="write the JSON here")] = None,
-    baseline: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--baseline",
-            help="NAME=MODEL, repeatable: another system on the same pairs, with paired BCa "
-            "intervals against the model (dynamax=wordllama for the word-vector baseline)",
-        ),
-    ] = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits, iSTS F1, and the domain
-    tasks (pair classification AP/accuracy/F1, retrieval nDCG@10/MRR@10/Recall@100) for one
-    model, with paired bootstrap intervals against each --baseline."""
-    from ctxsim.flows.cli_errors import set_verbose, user_errors
-    from ctxsim.flows.preflight import check_eval_dirs, check_output_dir, check_output_file
-    from ctxsim.store.stage import resolve_device
-    from ctxsim.tasks.evaluate import evaluate_model
+from ctxsim.flows.cli_eval import register as register_eval  # noqa: E402 - evaluate, data
 
-    set_verbose(verbose)
-    if sts_dir is None and ists_dir is None:
-        _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches STS sets)")
-    baselines: dict[str, str | None] = {}
-    given: dict[str, tuple[str, str]] = {}
-    for spec in baseline or []:
-        name, sep, ref = spec.partition("=")
-        if not sep or not name or not ref:
-            _fail(f"--baseline {spec!r}: use NAME=MODEL, e.g. backbone=gemma-270m")
-        if name == "surrogate" or name in given:
-            _fail(f"--baseline {spec!r}: the name {name!r} is taken")
-        given[name] = (spec, ref)
-    with user_errors(2):  # before loading any model: data, outputs, model names, packages
-        check_eval_dirs(sts_dir, ists_dir)
-        if out_dir is not None:
-            check_output_dir(out_dir, "--out-dir")
-        if json_out is not None:
-            check_output_file(json_out, "--json-out")
-        for name, (spec, ref) in given.items():
-            keep_as_is = name == "dynamax" and ref == "wordllama"
-            baselines[name] = ref if keep_as_is else _model_path(ref, f"--baseline {spec}")
-        model_dir = _model_path(model, "MODEL")
-    with user_errors(1):
-        result = evaluate_model(
-            model_dir,
-            sts_dir,
-            ists_dir,
-            baselines=baselines,
-            device=resolve_device(device),
-            out_dir=out_dir,
-            max_pairs_per_subset=max_pairs,
-            keep_result_on_write_error=True,
-        )
-    text = json.dumps(result, indent=2, default=str)
-    typer.echo(text)  # first: the figures reach the terminal whatever happens to the file
-    if json_out:
-        try:
-            json_out.write_text(text)
-        except OSError as e:
-            _fail(f"--json-out {json_out}: not written ({e.strerror or e}); the result is above", 1)
-    for warning in result.get("warnings", []):
-        if warning.startswith("--out-dir"):
-            _fail(warning, 1)
+register_eval(app)
 
+from ctxsim.flows.cli_plan import register as register_plan  # noqa: E402 - plan
 
-def _model_path(model: str, what: str = "model") -> str:
-    """A model directory as given, or a registry short name resolved to its local directory;
-    any other name is an error naming the argument (``what``) and the registered names."""
-    if Path(model).exists():
-        return model
-    from ctxsim.models.registry import model_name_problem, resolve_model
-
-    problem = model_name_problem(model)
-    if problem:
-        raise ValueError(f"{what}: {problem}")
-    return str(resolve_model(model))
-
-
-data_app = typer.Typer(help="Evaluation data: download the official releases (connected machines).")
-app.add_typer(data_app, name="data")
-
-
-@data_app.command("download", epilog="Example: ctxsim data download sts data/eval/sts")
-def data_download(
-    kind: Annotated[str, typer.Argument(help="sts or ists")],
-    dest: Annotated[Path, typer.Argument(help="destination directory")],
-    url: Annotated[str | None, typer.Option("--url", help="a mirror of the archive")] = None,
-) -> None:
-    """Fetch, verify (sha256), unpack and lay out STS or iSTS as uniform TSV files."""
-    import urllib.error
-
-    from ctxsim.flows.cli_errors import user_errors
-    from ctxsim.readers.sts import download
-
-    if kind not in ("sts", "ists"):
-        _fail("kind must be 'sts' or 'ists'")
-    try:
-        with user_errors(1):  # a pin mismatch, a bad archive or URL: one line
-            manifest = download(kind, dest, url=url)
-    except urllib.error.URLError as e:
-        _fail(f"cannot fetch {url or kind + ' sources'}: {e.reason}", 1)
-    typer.echo(json.dumps(manifest, indent=2, default=str))
-
-
-@app.command(
-    epilog="Example: ctxsim plan --config configs/books.yaml --sample-fraction 0.05 "
-    "--pilot-queries 8; ctxsim plan --config configs/paper.yaml --gpus 8 --tokens-per-second 4e5"
-)
-def plan(
-    config: ConfigOpt = None,
-    root: RootOpt = None,
-    set_: SetOpt = None,
-    until: Annotated[str | None, typer.Option("--until", help="plan up to this stage")] = None,
-    sample_fraction: Annotated[
-        float, typer.Option("--sample-fraction", help="share of corpus records in the pilot")
-    ] = 0.05,
-    pilot_queries: Annotated[
-        int, typer.Option("--pilot-queries", help="queries of the first pilot (the second: 2x)")
-    ] = 8,
-    gpus: Annotated[int, typer.Option("--gpus", help="GPUs for the scoring stages")] = 0,
-    tokens_per_second: Annotated[
-        float | None,
-        typer.Option("--tokens-per-second", help="scored tokens per second per GPU (measured)"),
-    ] = None,
-    save_pilot: Annotated[
-        Path | None, typer.Option("--save-pilot", help="write the raw pilot measurements here")
-    ] = None,
-    no_cache: Annotated[
-        bool,
-        typer.Option(
-            "--no-cache",
-            help="pilot every stage on a temporary root and keep nothing (default: reuse and "
-            "extend this machine's unit-cost cache, $CTXSIM_PLAN_CACHE or ~/.cache/ctxsim/plan)",
-        ),
-    ] = False,
-    no_progress: Annotated[
-        bool, typer.Option("--no-progress", help="no progress bar (also run.no_progress)")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", hidden=True, help="old name of --no-progress")
-    ] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """Predict per-stage CPU (or GPU) seconds, disk and memory of a config from a seeded pilot
-    on a sample of its corpus. Nothing is written under the artefact root: the pilot runs in
-    this machine's unit-cost cache (or, with --no-cache, a temporary root), and a later plan
-    pilots only the stages whose costs it does not know yet. Says what the plan itself cost."""
-    import time
-
-    from ctxsim.flows.cli_errors import user_errors
-    from ctxsim.flows.config import load_config
-    from ctxsim.flows.plan import (
-        format_plan,
-        own_cost,
-        plan_cache_dir,
-        plan_stages,
-        predict,
-        run_pilot,
-    )
-    from ctxsim.flows.preflight import check_corpus, check_model_packages, check_sts
-
-    c0, t0 = time.process_time(), time.perf_counter()
-    if config is None:
-        config = Path("configs/quickstart.yaml")
-    if gpus and not tokens_per_second:
-        _fail("--gpus needs --tokens-per-second (measure it, e.g. with bench/bench_score.py)")
-    import os
-
-    os.environ["TQDM_DISABLE"] = "1"  # the stages' own bars: the pilot's one bar says it all
-    with user_errors(2):  # before the pilot: bad config, corpus paths, STS folders, packages
-        full = load_config(config, list(set_ or []), root)
-        stages = plan_stages(full, until)
-        check_corpus(full)
-        check_sts(full)
-        check_model_packages(full)
-    from tqdm import tqdm
-
-    n_steps = len(stages) + (
-        len([s for s in stages if s != "evaluate"]) if "queries" in stages else 0
-    )
-    hide = no_progress or quiet or full.run.no_progress
-    bar = tqdm(total=n_steps, desc="plan", unit="stage", disable=hide, file=sys.stderr)
-
-    def progress(pilot: int, stage: str, status: str) -> None:
-        if status == "running":
-            bar.set_description(f"plan: pilot {pilot}: {stage}")
-            return
-        bar.set_description(
-            f"plan: pilot {pilot}: {stage}" + (" (cached)" if status == "cached" else "")
-        )
-        bar.update(1)
-
-    with user_errors(2):
-        try:
-            cfg, pilot = run_pilot(
-                config,
-                list(set_ or []),
-                sample_fraction,
-                pilot_queries,
-                until=until,
-                run_root=root,
-                cache=not no_cache,
-                on_stage=progress,
-            )
-        finally:
-            bar.close()
-    if save_pilot is not None:
-        from ctxsim.flows.plan import pilot_to_json
-
-        save_pilot.write_text(json.dumps(pilot_to_json(pilot), indent=1, default=str))
-    result = predict(cfg, pilot, gpus=gpus, tokens_per_second=tokens_per_second)
-    result["plan_itself"] = own_cost(
-        c0, t0, result["total"]["cpu_s"], None if no_cache else plan_cache_dir()
-    )
-    typer.echo(json.dumps(result, indent=2) if json_out else format_plan(result))
+register_plan(app)
 
 
 def main() -> None:

@@ -99,6 +99,11 @@ class CostModel:
         """Whether pilot 2 runs it again (its cost may follow the queries)."""
         return True
 
+    @property
+    def samples_corpus(self) -> bool:
+        """Whether this stage reads the corpus files the pilots sample (``corpus_paths``)."""
+        return False
+
     def basis(self, name: str) -> str:
         """The work unit, as the plan's table names it."""
         return "constant"
@@ -183,6 +188,10 @@ class CorpusBytes(CostModel):
     def pilot_settings(self, name: str, params: Any, s: PilotSettings) -> list[str]:
         own = [f"{name}.{self.sample}={json.dumps(s.corpus)}"] if self.sample else []
         return own + super().pilot_settings(name, params, s)
+
+    @property
+    def samples_corpus(self) -> bool:
+        return self.sample is not None
 
     def corpus_paths(self, params: Any) -> list[str] | None:
         return [str(p) for p in getattr(params, self.sample)] if self.sample else None

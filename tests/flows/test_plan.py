@@ -12,7 +12,6 @@ from ctxsim.flows.config import load_config
 from ctxsim.flows.plan import (
     Pilot,
     StageMeasure,
-    _fit,
     pilot_from_json,
     pilot_to_json,
     predict,
@@ -20,6 +19,7 @@ from ctxsim.flows.plan import (
     run_pilot,
     sample_corpus,
 )
+from ctxsim.store.cost_model import fit_line
 from tests.conftest import REPO, SAMPLE
 
 
@@ -57,9 +57,9 @@ def test_sample_fraction_out_of_range(tmp_path: Path):
 
 
 def test_fit_recovers_fixed_and_per_unit_cost():
-    assert _fit(10, 3 + 2 * 10, 30, 3 + 2 * 30) == pytest.approx((3.0, 2.0))
+    assert fit_line(10, 3 + 2 * 10, 30, 3 + 2 * 30) == pytest.approx((3.0, 2.0))
     # a cheaper bigger pilot (noise): no measurable cost per unit, the mean as a fixed cost
-    assert _fit(10, 30, 20, 20) == pytest.approx((25.0, 0.0))
+    assert fit_line(10, 30, 20, 20) == pytest.approx((25.0, 0.0))
 
 
 def _m(stage: str, cpu: float, rows: int, **stats) -> StageMeasure:

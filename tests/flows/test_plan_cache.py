@@ -120,25 +120,25 @@ def _no_tqdm_env(monkeypatch):
 def test_a_fixed_step_train_is_piloted_for_a_few_steps_and_scaled_by_steps() -> None:
     """Run in full, a 200-step train made a cold plan cost a third of the run it predicts."""
     from ctxsim.flows.config import load_config
-    from ctxsim.flows.plan import StageMeasure, _train_step_sets, _units
+    from ctxsim.flows.plan import StageMeasure, pilot_settings
+    from ctxsim.store.cost_model import PilotSettings, PilotView
+    from ctxsim.tasks import load_stage
+
+    def sets(cfg, k: int) -> list[str]:
+        return pilot_settings(cfg, ["train"], PilotSettings(k, 8, 8, 20, []))
 
     cfg = load_config(QUICKSTART, ["train.max_steps=200"])
-    assert _train_step_sets(cfg, 0, 20) == ["train.max_steps=20", "train.eval_steps=20"]
-    assert _train_step_sets(cfg, 1, 20) == ["train.max_steps=40", "train.eval_steps=40"]
+    assert sets(cfg, 0) == ["train.max_steps=20", "train.eval_steps=20"]
+    assert sets(cfg, 1) == ["train.max_steps=40", "train.eval_steps=40"]
     short = load_config(QUICKSTART, ["train.max_steps=30"])
-    assert _train_step_sets(short, 1, 20)[0] == "train.max_steps=30"  # never past the budget
+    assert sets(short, 1)[0] == "train.max_steps=30"  # never past the budget
     by_epochs = load_config(QUICKSTART, ["train.max_steps=-1"])
-    assert _train_step_sets(by_epochs, 0, 20) == []  # scaled by labelled pairs instead
+    assert sets(by_epochs, 0) == []  # scaled by labelled pairs instead
+    assert load_stage("train").cost_model(by_epochs.stages["train"]).basis("train") == (
+        "labelled pairs"
+    )
 
-    run = {
-        "train": StageMeasure(
-            "train",
-            cpu_s=9.0,
-            wall_s=9.0,
-            rows=1,
-            disk_bytes=0,
-            peak_rss_mb=0.0,
-            stats={"steps": 20},
-        )
-    }
-    assert _units("train", run, cfg, None) == ("optimizer steps", 20.0, 200.0)
+    measure = StageMeasure("train", 9.0, 9.0, 1, 0, 0.0, stats={"steps": 20})
+    view = PilotView({"train": measure}, cfg.stages, 1.0, 1, 1, 8, 1.0, 0.0)
+    model = load_stage("train").cost_model(cfg.stages["train"])
+    assert (model.basis("train"), *model.units("train", view)) == ("optimizer steps", 20.0, 200.0)
