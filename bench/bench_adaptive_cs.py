@@ -25,7 +25,8 @@ from bench.harness import write_results
 from ctxsim.models.contextual.adaptive_cs import adaptive_origin
 from ctxsim.models.contextual.origin import ContextSets, ScoreLookup, spearman_conventions
 from ctxsim.models.evaluation.metrics import bootstrap_diff_ci
-from ctxsim.tasks.label import ablation_views, report_name
+from ctxsim.tasks.label_lm import ablation_views
+from ctxsim.tasks.label_report import report_name
 
 
 def evaluate(

@@ -33,7 +33,8 @@ from ctxsim.models.contextual.origin import (
     spearman_conventions,
 )
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.tasks.label import ablation_views, report_name
+from ctxsim.tasks.label_lm import ablation_views
+from ctxsim.tasks.label_report import report_name
 
 
 def load_run(root: Path, run_id: str) -> dict[str, Any]:

@@ -192,7 +192,7 @@ def quality(args: argparse.Namespace) -> None:
     briefly trained BERT2BERT)."""
     from ctxsim.models.contextual.generator import DIRECTIONS, eq3_example
     from ctxsim.models.contextual.generator_training import TrainConfig, train_generator
-    from ctxsim.tasks.generator import random_partners
+    from ctxsim.tasks.generator_eval import random_partners
 
     rng = np.random.default_rng(0)
     w = book_windows(args.books)

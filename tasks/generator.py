@@ -19,6 +19,11 @@ similar length, each Eq. (3) generative term for both, and S_gen (lambda-weighte
 say how often the own context wins, per term, for S_gen and for the left and right terms as
 PMI (``score.pmi``: minus the target's log-prob without the sentence), and the validation
 perplexity per direction.
+
+Files: ``generator_scorers.py`` (building the scorer: tiny, pretrained or a distilled student),
+``generator_data.py`` (the windows, their split, the examples), ``generator_train.py`` (the
+checkpointed training, the loss curve, the teacher's stats), ``generator_eval.py`` (own vs random
+context on held-out sentences).
 """
 
 from __future__ import annotations
@@ -28,40 +33,20 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import torch
 from pydantic import Field, field_validator, model_validator
 
-from ctxsim.models.contextual.generator import (
-    DEFAULT_TEMPLATES,
-    DIRECTIONS,
-    CausalPrefixScorer,
-    GenerativeScorer,
-    Limits,
-    Seq2SeqScorer,
-    TinyConfig,
-    add_control_tokens,
-    eq3_example,
-    tiny_causal,
-    tiny_seq2seq,
-    train_wordpiece_tokenizer,
-    warm_start_seq2seq,
-)
-from ctxsim.models.contextual.generator.distill import student_like, teacher_agreement
-from ctxsim.models.contextual.generator_training import (
-    Example,
-    TrainConfig,
-    train_generator,
-    validation_perplexity,
-)
-from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
-from ctxsim.models.registry import check_model_name, resolve_model
+from ctxsim.models.contextual.generator import DEFAULT_TEMPLATES, DIRECTIONS
+from ctxsim.models.contextual.generator_training import validation_perplexity
+from ctxsim.models.registry import check_model_name
 from ctxsim.scores.loading import save_scorer
-from ctxsim.store.checked import seal, verified, write_checked
+from ctxsim.store.checked import seal, verified
 from ctxsim.store.cost_model import ScoredWindows
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
-from ctxsim.store.tables import rows_of
+from ctxsim.tasks.generator_data import load_windows, make_examples, split_windows
+from ctxsim.tasks.generator_eval import true_context_wins
+from ctxsim.tasks.generator_scorers import TINY, build_scorer, build_teacher
+from ctxsim.tasks.generator_train import plot_loss, teacher_stats, train, train_stats
 
-TINY = "tiny-random"
 #: fields naming a model, resolved when the config is loaded (flows/config.py: names_model lists
 #: the values that are built-in choices, not models)
 TinyOrModel = Annotated[str, Field(json_schema_extra={"names_model": [TINY]})]
@@ -328,172 +313,6 @@ class GeneratorParams(StageParams):
         return self
 
 
-# ---- building, saving and loading scorers ---------------------------------------------------
-
-
-def _limits(p: GeneratorParams) -> Limits:
-    return Limits(
-        max_context_tokens=p.max_context_tokens, max_sentence_tokens=p.max_sentence_tokens
-    )
-
-
-def build_scorer(
-    p: GeneratorParams,
-    train_texts: list[str],
-    device: str,
-    seed: int,
-    tokenizer: Any = None,
-    teacher: CausalPrefixScorer | None = None,
-) -> tuple[GenerativeScorer, Any, str | None]:
-    """(scorer, tokenizer, resolved backbone dir or None for tiny-random); with
-    ``distill_from``, a student shaped after ``teacher``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if p.distill_from is not None:
-        teacher = teacher if teacher is not None else build_teacher(p, device)
-        cfg = TinyConfig(p.tiny_hidden, p.tiny_layers, p.tiny_heads, p.tiny_intermediate)
-        student = student_like(teacher, cfg, seed, p.distill_svd_init)
-        return student, student.tokenizer, None
-    if p.backbone == TINY:
-        tok = tokenizer or train_wordpiece_tokenizer(train_texts, p.tokenizer_vocab)
-        cfg = TinyConfig(p.tiny_hidden, p.tiny_layers, p.tiny_heads, p.tiny_intermediate)
-        if p.backend == "causal":
-            return (
-                CausalPrefixScorer(
-                    tiny_causal(tok, cfg, seed), tok, p.templates, _limits(p), device
-                ),
-                tok,
-                None,
-            )
-        models: Any = (
-            tiny_seq2seq(tok, cfg, seed)
-            if p.shared
-            else {d: tiny_seq2seq(tok, cfg, seed + i) for i, d in enumerate(DIRECTIONS)}
-        )
-        return Seq2SeqScorer(models, tok, _limits(p), device), tok, None
-    path = str(resolve_model(p.backbone, p.model_cache_dir))
-    if p.backend == "causal":
-        tok = tokenizer or AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        return CausalPrefixScorer(model, tok, p.templates, _limits(p), device), tok, path
-    tok = tokenizer or AutoTokenizer.from_pretrained(path)
-    add_control_tokens(tok)
-    models = (
-        warm_start_seq2seq(path, tok, seed)
-        if p.shared
-        else {d: warm_start_seq2seq(path, tok, seed + i) for i, d in enumerate(DIRECTIONS)}
-    )
-    return Seq2SeqScorer(models, tok, _limits(p), device), tok, path
-
-
-def build_teacher(p: GeneratorParams, device: str) -> CausalPrefixScorer:
-    """The distillation teacher: a pretrained causal LM with this config's templates."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    assert p.distill_from is not None
-    path = str(resolve_model(p.distill_from, p.model_cache_dir))
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    return CausalPrefixScorer(model, tok, p.templates, _limits(p), device)
-
-
-# ---- data -----------------------------------------------------------------------------------
-
-
-def _join_text(texts: np.ndarray, rows: list[list[int]]) -> list[str]:
-    return [" ".join(texts[r] for r in row) for row in rows]
-
-
-def load_windows(ctx: StageContext) -> dict[str, Any]:
-    """Every context window as texts, with its document and section (for the split)."""
-    sh = (
-        ctx.input("shard")
-        .read_table(["sent_id", "doc_id", "section_id", "text"])
-        .sort_by("sent_id")
-    )
-    sent_ids = sh.column("sent_id").to_numpy()
-    texts = np.asarray(sh.column("text").to_pylist(), dtype=object)
-    docs = sh.column("doc_id").to_numpy()
-    secs = sh.column("section_id").to_numpy()
-    co = ctx.input("contexts").read_table(
-        ["context_id", "centre_sent_id", "left_sent_ids", "right_sent_ids"]
-    )
-    if co.num_rows == 0:
-        raise ValueError("generator: the contexts artefact is empty (no window has both sides)")
-
-    def rows(ids: np.ndarray, what: str) -> np.ndarray:
-        return rows_of(sent_ids, ids, f"generator: contexts.{what} names sent_ids")
-
-    centre = rows(co.column("centre_sent_id").to_numpy(), "centre_sent_id")
-    left = [
-        rows(np.asarray(x, np.int64), "left_sent_ids").tolist()
-        for x in co.column("left_sent_ids").to_pylist()
-    ]
-    right = [
-        rows(np.asarray(x, np.int64), "right_sent_ids").tolist()
-        for x in co.column("right_sent_ids").to_pylist()
-    ]
-    return {
-        "context_id": co.column("context_id").to_numpy().astype(np.int64),
-        "sent_id": sent_ids[centre],
-        "doc": docs[centre],
-        "section": secs[centre],
-        "left": _join_text(texts, left),
-        "sentence": texts[centre].tolist(),
-        "right": _join_text(texts, right),
-    }
-
-
-def split_windows(w: dict[str, Any], frac: float, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
-    """(train rows, held-out rows, unit) with whole documents held out (sections if one doc)."""
-    unit_name = "doc" if len(np.unique(w["doc"])) >= 2 else "section"
-    units = np.unique(w[unit_name])
-    if len(units) < 2:
-        raise ValueError("generator: need at least two sections to hold some out for validation")
-    rng = np.random.default_rng(seed)
-    n_val = min(len(units) - 1, max(1, round(frac * len(units))))
-    val_units = rng.choice(units, size=n_val, replace=False)
-    is_val = np.isin(w[unit_name], val_units)
-    return np.flatnonzero(~is_val), np.flatnonzero(is_val), unit_name
-
-
-def make_examples(
-    scorer: GenerativeScorer,
-    w: dict[str, Any],
-    rows: np.ndarray,
-    directions: tuple[str, ...] | list[str] = DIRECTIONS,
-) -> list[Example]:
-    cache: dict[str, Any] = {}
-    out: list[Example] = []
-    for i in rows:
-        for d in directions:
-            src, tgt = eq3_example(d, w["left"][i], w["sentence"][i], w["right"][i])
-            out.append((d, *scorer.example_ids(d, src, tgt, cache)))
-    return out
-
-
-def random_partners(
-    lengths: np.ndarray, section: np.ndarray, tol: float, rng: np.random.Generator
-) -> np.ndarray:
-    """For each row, another row of a different section whose context length is within
-    ``tol`` (relative) — chosen at random among those, else the closest in length."""
-    order = np.argsort(lengths, kind="stable")
-    sl = lengths[order]
-    out = np.empty(len(lengths), np.int64)
-    for i, n in enumerate(lengths):
-        lo = np.searchsorted(sl, n * (1 - tol), "left")
-        hi = np.searchsorted(sl, n * (1 + tol), "right")
-        cand = order[lo:hi]
-        cand = cand[section[cand] != section[i]]
-        if len(cand) == 0:
-            other = np.flatnonzero(section != section[i])
-            cand = other[np.argsort(np.abs(lengths[other] - n), kind="stable")[:1]]
-        out[i] = cand[rng.integers(len(cand))] if len(cand) else (i + 1) % len(lengths)
-    return out
-
-
-# ---- the stage ------------------------------------------------------------------------------
-
 EVAL_SCHEMA = pa.schema(
     [("sent_id", pa.int64()), ("own_context_id", pa.int64()), ("random_context_id", pa.int64())]
     + [
@@ -570,20 +389,27 @@ class GeneratorStage(Stage):
             train_ex = make_examples(scorer, w, tr, p.train_directions)
             before = validation_perplexity(scorer, val_ex)
             stats |= {f"val_ppl_{d}_before": round(before[f"ppl_{d}"], 3) for d in DIRECTIONS}
-            summary = self._train(ctx, p, scorer, train_ex, teacher)
-            stats |= {
-                "train_steps": summary["steps"],
-                "train_epochs": round(summary["epochs"], 3),
-                "train_seconds": round(summary["seconds"], 1),
-                "train_tokens_per_s": round(summary["train_tokens_per_s"], 1),
-                "train_final_loss": round(summary["final_loss"], 4),
-                "train_stopped_early": summary["stopped_early"],
-            }
-            self._plot(ctx, summary["history"])
+            summary = train(ctx, p, scorer, train_ex, teacher)
+            stats |= train_stats(summary)
+            plot_loss(ctx, summary["history"])
         after = validation_perplexity(scorer, val_ex)
         stats |= {f"val_ppl_{d}": round(after[f"ppl_{d}"], 3) for d in DIRECTIONS}
         if teacher is not None:
-            stats |= self._teacher_stats(p, scorer, teacher, val_ex)
+            stats |= teacher_stats(p, scorer, teacher, val_ex)
+        meta = self._meta(p, trained, backbone_dir, after)
+        save_scorer(scorer, ctx.files_dir, meta, weights=meta["weights"] == "artefact")
+        cols, wins = true_context_wins(p, scorer, w, va_all, rng)
+        stats |= wins
+        table = EVAL_SCHEMA.empty_table() if cols is None else pa.table(cols, schema=EVAL_SCHEMA)
+        return table, stats
+
+    @staticmethod
+    def _meta(
+        p: GeneratorParams, trained: bool, backbone_dir: str | None, after: dict[str, float]
+    ) -> dict[str, Any]:
+        """``files/generator.json``: backend, templates, limits, where the weights are (the
+        artefact, or the pretrained backbone's folder when it is used untouched) and the
+        validation perplexity per direction."""
         meta = {
             "backend": p.backend,
             "backbone": p.backbone,
@@ -601,124 +427,4 @@ class GeneratorStage(Stage):
         }
         if p.backend == "seq2seq" and meta["weights"] != "artefact":
             meta["weights"] = "artefact"  # the control-token embeddings are new: always save
-        save_scorer(scorer, ctx.files_dir, meta, weights=meta["weights"] == "artefact")
-        table, wins = self._true_context_wins(p, scorer, w, va_all, rng)
-        stats |= wins
-        return table, stats
-
-    def _train(
-        self,
-        ctx: StageContext,
-        p: GeneratorParams,
-        scorer: GenerativeScorer,
-        train_ex: list[Example],
-        teacher: GenerativeScorer | None = None,
-    ) -> dict[str, Any]:
-        cfg = TrainConfig(
-            steps=p.train_steps,
-            batch_size=p.batch_size,
-            grad_accum=p.grad_accum,
-            lr=p.lr,
-            weight_decay=p.weight_decay,
-            warmup_steps=p.warmup_steps,
-            max_grad_norm=p.max_grad_norm,
-            checkpoint_every=p.checkpoint_every,
-            max_seconds=p.max_train_seconds,
-            bf16_on_cpu=p.bf16_on_cpu,
-            seed=ctx.run.seed,
-            distill_alpha=p.distill_alpha,
-            distill_temperature=p.distill_temperature,
-        )
-        ckpt = ctx.cache_dir / "checkpoint.pt"
-        state = None
-        if verified(ckpt, "generator checkpoint", ctx.logger):  # sha256 beside it
-            state = torch.load(ckpt, map_location="cpu", weights_only=True)
-            ctx.logger.info(f"generator: resuming from step {state['step']} ({ckpt})")
-
-        def save(s: dict[str, Any]) -> None:
-            write_checked(ckpt, lambda tmp: torch.save(s, tmp))
-
-        return train_generator(scorer, train_ex, cfg, state, save, ctx.logger.info, teacher)
-
-    @staticmethod
-    def _teacher_stats(
-        p: GeneratorParams,
-        student: GenerativeScorer,
-        teacher: GenerativeScorer,
-        val_ex: list[Example],
-    ) -> dict[str, Any]:
-        """The teacher's held-out perplexity, its size, and how well the student ranks the
-        held-out windows as the teacher does (Spearman of mean target log-probs), per trained
-        direction."""
-        ppl = validation_perplexity(teacher, val_ex)
-        out: dict[str, Any] = {
-            "teacher": p.distill_from,
-            "teacher_n_params": sum(x.numel() for x in teacher.parameters()),
-        }
-        for d in p.train_directions:
-            out[f"teacher_val_ppl_{d}"] = round(ppl[f"ppl_{d}"], 3)
-            ex = [e for e in val_ex if e[0] == d]
-            out[f"teacher_spearman_{d}"] = round(teacher_agreement(student, teacher, ex), 4)
-        return out
-
-    def _plot(self, ctx: StageContext, history: list[dict[str, Any]]) -> None:
-        if not history:
-            return
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(5, 3))
-        ax.plot([h["step"] for h in history], [h["loss"] for h in history])
-        ax.set_xlabel("step")
-        ax.set_ylabel("train NLL / target token")
-        fig.tight_layout()
-        fig.savefig(ctx.files_dir / "train_loss.png", dpi=100)
-        plt.close(fig)
-
-    def _true_context_wins(
-        self,
-        p: GeneratorParams,
-        scorer: GenerativeScorer,
-        w: dict[str, Any],
-        va: np.ndarray,
-        rng: np.random.Generator,
-    ) -> tuple[pa.Table, dict[str, Any]]:
-        """Held-out sentences: own context vs a random held-out context of similar length."""
-        n = min(p.n_eval, len(va))
-        if n == 0 or len(np.unique(w["section"][va])) < 2:
-            return EVAL_SCHEMA.empty_table(), {"eval_sentences": 0}
-        lengths = np.asarray([len(w["left"][i]) + len(w["right"][i]) for i in va], np.float64)
-        partner = random_partners(lengths, w["section"][va], p.length_tolerance, rng)
-        pick = np.sort(rng.permutation(len(va))[:n])
-        own, rand = va[pick], va[partner[pick]]
-        sents = [w["sentence"][i] for i in own]
-        lefts = [w["left"][i] for i in own] + [w["left"][i] for i in rand]
-        rights = [w["right"][i] for i in own] + [w["right"][i] for i in rand]
-        eng = ScoringEngine(
-            scorer, EngineConfig(token_budget=p.token_budget, bf16_on_cpu=p.bf16_on_cpu)
-        )
-        t0 = time.perf_counter()
-        res = eng.score(lefts, sents + sents, rights)
-        secs = time.perf_counter() - t0  # eval_pairs_per_s: the Eq. 3 terms, as before
-        null = eng.score(lefts, [""] * (2 * n), rights, ("left", "right"))
-        lam = {"fwd": p.lambda_fwd, "left": p.lambda_left, "right": p.lambda_right}
-        s_gen = sum(lam[d] * res[d].astype(np.float64) for d in DIRECTIONS).astype(np.float32)
-        cols: dict[str, Any] = {
-            "sent_id": w["sent_id"][own],
-            "own_context_id": w["context_id"][own],
-            "random_context_id": w["context_id"][rand],
-        }
-        stats: dict[str, Any] = {"eval_sentences": n}
-        for name, v in [*((f"gen_{d}", res[d]) for d in DIRECTIONS), ("S_gen", s_gen)]:
-            cols[f"{name}_own"], cols[f"{name}_random"] = v[:n], v[n:]
-            stats[f"wins_{name}"] = round(float(np.mean(v[:n] > v[n:])), 4)
-        # as score.pmi takes them: does s raise its own context more than a random one? (fwd's
-        # baseline, log p(s), is the same for both contexts, so its wins do not change)
-        for d in ("left", "right"):
-            cols[f"null_{d}_own"], cols[f"null_{d}_random"] = null[d][:n], null[d][n:]
-            pmi = res[d].astype(np.float64) - null[d]
-            stats[f"wins_pmi_{d}"] = round(float(np.mean(pmi[:n] > pmi[n:])), 4)
-        stats["eval_pairs_per_s"] = round(2 * n / secs, 2) if secs > 0 else 0.0
-        return pa.table(cols, schema=EVAL_SCHEMA), stats
+        return meta

@@ -19,6 +19,11 @@ a mismatch is moved aside with a warning and the resume takes the latest good on
 over; all of them are deleted once the model is saved). Output: ``files/model`` (a
 sentence-transformers directory with a model card), ``files/metrics.json``, and a table with the
 evaluation history.
+
+Files: ``train_data.py`` (the label columns, the training pairs, the dev set),
+``train_trainer.py`` (sentence-transformers' trainer: arguments, checkpoints, resume, the fit),
+``train_report.py`` (metrics, model card, history rows); the tiny backbone is built by
+models/training/tiny_backbone.py, the objectives live in models/training/objectives/.
 """
 
 from __future__ import annotations
@@ -27,9 +32,8 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal
 
-import numpy as np
 import pyarrow as pa
 from pydantic import Field, field_validator
 
@@ -39,19 +43,25 @@ from ctxsim.models.training.objectives import (
     OBJECTIVES,
     LossName,
     ObjectiveContext,
-    TrainingPairs,
     get_objective,
     has_dropout,
     steps_for,
 )
 from ctxsim.models.training.sentence_encoder import build_model
-from ctxsim.store.checked import seal, sidecar, verified
+from ctxsim.models.training.tiny_backbone import TINY, build_tiny_bert
 from ctxsim.store.cost_model import CostModel, InputRowsPerQuery, OptimizerSteps
 from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.tasks.train_data import DevSet, dev_set, label_columns, training_pairs
+from ctxsim.tasks.train_report import RunOutcome, history_rows, model_card, run_metrics
+from ctxsim.tasks.train_trainer import (
+    dev_evaluator,
+    fit,
+    make_trainer,
+    training_args,
+    use_bf16,
+)
 
 __all__ = ["TINY", "TrainParams", "TrainStage", "build_model", "build_tiny_backbone"]
-
-TINY = "tiny-random"
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -316,43 +326,18 @@ class TrainParams(StageParams):
 
 
 def build_tiny_backbone(texts: list[str], out_dir: Path, p: TrainParams, seed: int) -> Path:
-    """A randomly initialised small BERT with a WordPiece vocabulary learned from ``texts``
-    (the same on every run: models/training/wordpiece.py)."""
-    import torch
-    from tokenizers import processors
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    from ctxsim.models.training.wordpiece import BERT_SPECIALS, learn_wordpiece
-
-    tok = learn_wordpiece(texts, p.tiny_vocab_size, BERT_SPECIALS)
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
-    )
-    fast = BertTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-        model_max_length=p.max_seq_length,
-    )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fast.save_pretrained(out_dir)
-    cfg = BertConfig(
-        vocab_size=tok.get_vocab_size(),
+    """A randomly initialised small BERT sized by ``p.tiny_*`` with a WordPiece vocabulary
+    learned from ``texts`` (models/training/tiny_backbone.py), in ``out_dir``."""
+    return build_tiny_bert(
+        texts,
+        out_dir,
+        vocab_size=p.tiny_vocab_size,
         hidden_size=p.tiny_hidden_size,
-        num_hidden_layers=p.tiny_layers,
-        num_attention_heads=p.tiny_heads,
-        intermediate_size=4 * p.tiny_hidden_size,
-        max_position_embeddings=max(64, p.max_seq_length + 2),
+        layers=p.tiny_layers,
+        heads=p.tiny_heads,
+        max_seq_length=p.max_seq_length,
+        seed=seed,
     )
-    torch.manual_seed(seed)
-    BertModel(cfg).save_pretrained(out_dir)
-    return out_dir
 
 
 def resolve_backbone(name: str) -> str:
@@ -360,70 +345,6 @@ def resolve_backbone(name: str) -> str:
     from ctxsim.models.registry import resolve_model
 
     return str(resolve_model(name))
-
-
-def _history_rows(log_history: list[dict[str, Any]], metric: str | None) -> pa.Table:
-    rows: dict[int, dict[str, Any]] = {}
-    for e in log_history:
-        step = int(e.get("step", 0))
-        r = rows.setdefault(
-            step,
-            {
-                "step": step,
-                "epoch": e.get("epoch"),
-                "train_loss": None,
-                "dev_spearman": None,
-                "dev_pearson": None,
-            },
-        )
-        if "loss" in e:
-            r["train_loss"] = float(e["loss"])
-        if metric and metric in e:
-            r["dev_spearman"] = float(e[metric]) * 100
-            pkey = metric.replace("spearman", "pearson")
-            if pkey in e:
-                r["dev_pearson"] = float(e[pkey]) * 100
-    ordered = [rows[k] for k in sorted(rows)]
-    return pa.Table.from_pylist(ordered, schema=HISTORY_SCHEMA)
-
-
-def _model_card(info: dict[str, Any]) -> str:
-    lines = [
-        "---",
-        "library_name: sentence-transformers",
-        "tags: [sentence-similarity, ctxsim]",
-        "---",
-        "",
-        "# ctxsim surrogate",
-        "",
-        "Siamese encoder trained on sentence-pair similarities generated from contexts",
-        "(Sun et al., TACL 2022, Sec. 3.4): mean pooling over the last layer, cosine similarity,",
-        f"loss `{info['loss']}`.",
-        "",
-        "| field | value |",
-        "| --- | --- |",
-    ]
-    for k in (
-        "backbone",
-        "backbone_path",
-        "label_run",
-        "label_column",
-        "n_train_pairs",
-        "n_dev_pairs",
-        "dev_set",
-        "steps",
-        "backbone_dev_spearman",
-        "best_dev_spearman",
-        "final_dev_spearman",
-        "seconds",
-    ):
-        lines.append(f"| {k} | {info.get(k)} |")
-    lines += [
-        "",
-        "Load: `SentenceTransformer(path)`; evaluate: `ctxsim evaluate PATH --sts-dir DIR`.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 class TrainStage(Stage):
@@ -453,14 +374,13 @@ class TrainStage(Stage):
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         import torch
-        from sentence_transformers import SentenceTransformerTrainer
 
         p: TrainParams = ctx.params
         log = ctx.logger
         t0 = time.perf_counter()
         objective = get_objective(p.objective)
         label_art = ctx.input("label")
-        cols = _label_columns(label_art.read_table(), p, str(label_art.path))
+        cols = label_columns(label_art.read_table(), p, str(label_art.path))
         pairs = training_pairs(cols, p, str(label_art.path))
         oc = ObjectiveContext(
             p, ctx.device, ctx.run.seed, log, lambda st, c: ctx.input(st).read_table(c)
@@ -470,7 +390,7 @@ class TrainStage(Stage):
         if objective.pair_budget and max_steps <= 0:
             max_steps = steps_for(len(pairs), p.batch_size, p.epochs)  # the pair objectives' steps
 
-        dev = self._dev_set(ctx, p, cols)
+        dev = dev_set(ctx, p, cols)
         torch.manual_seed(ctx.run.seed)
         backbone_path = self._backbone(ctx, p, examples.texts, dev)
         model = build_model(backbone_path, p.max_seq_length, ctx.device, p.dropout)
@@ -485,47 +405,32 @@ class TrainStage(Stage):
                 p.backbone,
             )
 
-        evaluator, metric = _evaluator(dev, p)
+        evaluator, metric = dev_evaluator(dev, p)
         ckpt_dir = ctx.cache_dir / "checkpoints"
-        use_bf16 = _use_bf16(p, ctx.device)
-        args = _training_args(p, ckpt_dir, max_steps, ctx, use_bf16, metric)
+        bf16 = use_bf16(p, ctx.device)
+        args = training_args(p, ckpt_dir, max_steps, ctx, bf16, metric)
         trainer = None
         if objective.trains:
-            trainer = SentenceTransformerTrainer(
-                model=model,
-                args=args,
-                train_dataset=examples.data,
-                loss=loss,
-                evaluator=evaluator,
-                callbacks=[_seal_checkpoints(), *_callbacks()],
-            )
-            _log_through(trainer, log)
-        good = complete_checkpoints(ckpt_dir, log)
-        resume = bool(good)
-        # the backbone's own dev score: the bar the labels must clear (model card, stats)
-        before = evaluator(model) if evaluator is not None and not resume else {}
-        if resume:
-            log.info("train: resuming from %s", good[-1])
-        cpu0 = time.process_time()  # every thread of this process; dev evaluations included
-        if trainer is not None:
-            trainer.train(resume_from_checkpoint=str(good[-1]) if resume else None)
-        train_cpu = time.process_time() - cpu0
+            trainer = make_trainer(model, args, examples.data, loss, evaluator, log)
+        before, final, resumed, train_cpu = fit(model, trainer, evaluator, ckpt_dir, log)
 
-        final = before if trainer is None else evaluator(model) if evaluator is not None else {}
         out_dir = ctx.files_dir / "model"
         model.save(str(out_dir))
         # the model is saved: checkpoints only served a resume, and weigh GBs per backbone
         shutil.rmtree(ckpt_dir, ignore_errors=True)
-        run = _RunOutcome(trainer, before, final, resume, use_bf16, train_cpu, time.perf_counter())
-        info = _metrics(p, ctx, label_art.fingerprint, pairs, examples, dev, backbone_path, run, t0)
-        (out_dir / "README.md").write_text(_model_card(info))
+        run = RunOutcome(trainer, before, final, resumed, bf16, train_cpu, time.perf_counter())
+        info = run_metrics(
+            p, ctx, label_art.fingerprint, pairs, examples, dev, backbone_path, run, t0
+        )
+        (out_dir / "README.md").write_text(model_card(info))
         (ctx.files_dir / "metrics.json").write_text(json.dumps(info, indent=2))
-        history = _history_rows(trainer.state.log_history if trainer else [], metric)
+        rows = history_rows(trainer.state.log_history if trainer else [], metric)
+        history = pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
         stats = {k: v for k, v in info.items() if v is not None}
         return history, stats
 
     @staticmethod
-    def _backbone(ctx: StageContext, p: TrainParams, texts: list[str], dev: _DevSet | None) -> str:
+    def _backbone(ctx: StageContext, p: TrainParams, texts: list[str], dev: DevSet | None) -> str:
         """The backbone's directory: a tiny one learnt from the training (and dev) sentences, the
         same vocabulary and weights for every objective, or the registry's."""
         if p.backbone != TINY:
@@ -533,279 +438,3 @@ class TrainStage(Stage):
         if dev is not None:
             texts = texts + dev[0] + dev[1]
         return str(build_tiny_backbone(texts, ctx.files_dir / "backbone", p, ctx.run.seed))
-
-    @staticmethod
-    def _dev_set(ctx: StageContext, p: TrainParams, cols: _LabelColumns) -> _DevSet | None:
-        """STSb dev from ``sts_dir`` when present, else the label artefact's dev split."""
-        if p.sts_dir:
-            from ctxsim.readers.sts import discover, sample_pairs
-
-            root = Path(p.sts_dir).expanduser()
-            if root.is_dir():
-                for s in discover(root):
-                    if s.name == p.dev_set:
-                        s = sample_pairs(s, p.max_dev_pairs, ctx.run.seed)
-                        return s.s1, s.s2, s.gold, s.name
-                ctx.logger.warning("train: %s not found under %s", p.dev_set, root)
-            else:
-                ctx.logger.warning("train: sts_dir %s does not exist", root)
-        dev_idx = np.flatnonzero((cols.split == "dev") & np.isfinite(cols.labels))
-        if p.max_dev_pairs is not None:
-            dev_idx = dev_idx[: p.max_dev_pairs]
-        if len(dev_idx) < 3:
-            ctx.logger.warning("train: no dev set; training without model selection")
-            return None
-        return (
-            [cols.s1[i] for i in dev_idx],
-            [cols.s2[i] for i in dev_idx],
-            cols.labels[dev_idx].tolist(),
-            "label.dev",
-        )
-
-
-#: (first sentences, second sentences, gold, name) of the dev set that selects the checkpoint
-_DevSet = tuple[list[str], list[str], list[float], str]
-
-
-class _LabelColumns(NamedTuple):
-    """The label artefact's columns the stage reads (``labels``: ``train.label_column``)."""
-
-    table: pa.Table
-    s1: list[str | None]
-    s2: list[str | None]
-    labels: np.ndarray
-    split: np.ndarray
-
-
-def _label_columns(table: pa.Table, p: TrainParams, source: str) -> _LabelColumns:
-    for col in ("s1", "s2", p.label_column, "split"):
-        if col not in table.column_names:
-            raise ValueError(f"label artefact {source} has no column {col!r}")
-    return _LabelColumns(
-        table,
-        table.column("s1").to_pylist(),
-        table.column("s2").to_pylist(),
-        np.asarray(table.column(p.label_column).to_pylist(), dtype=np.float64),
-        np.asarray(table.column("split").to_pylist(), dtype=object),
-    )
-
-
-def training_pairs(cols: _LabelColumns, p: TrainParams, source: str) -> TrainingPairs:
-    """The pairs every objective starts from: split in ``train_splits``, a finite label, both
-    sentences; the first ``max_train_pairs`` of them."""
-    ok = np.isin(cols.split, p.train_splits) & np.isfinite(cols.labels)
-    ok &= np.array(
-        [a is not None and b is not None for a, b in zip(cols.s1, cols.s2, strict=True)],
-        dtype=bool,
-    )
-    idx = np.flatnonzero(ok)
-    if p.max_train_pairs is not None:
-        idx = idx[: p.max_train_pairs]
-    if len(idx) == 0:
-        raise ValueError(f"no labelled pairs with split in {p.train_splits} in {source}")
-    s1 = [cols.s1[i] for i in idx]
-    s2 = [cols.s2[i] for i in idx]
-    return TrainingPairs(s1, s2, cols.labels[idx], idx, cols.table, source)  # type: ignore[arg-type]
-
-
-def _use_bf16(p: TrainParams, device: str) -> bool:
-    import torch
-
-    return bool(p.bf16 and device.startswith("cuda") and torch.cuda.is_bf16_supported())
-
-
-def _evaluator(dev: _DevSet | None, p: TrainParams) -> tuple[Any, str | None]:
-    """Spearman of the cosines on the dev set (None without one) and its metric's name."""
-    if dev is None:
-        return None, None
-    from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
-
-    evaluator = EmbeddingSimilarityEvaluator(
-        dev[0],
-        dev[1],
-        dev[2],
-        batch_size=max(p.batch_size, 32),
-        name="dev",
-        similarity_fn_names=["cosine"],
-        write_csv=False,
-    )
-    return evaluator, "eval_dev_spearman_cosine"
-
-
-def _training_args(
-    p: TrainParams,
-    ckpt_dir: Path,
-    max_steps: int,
-    ctx: StageContext,
-    use_bf16: bool,
-    metric: str | None,
-) -> Any:
-    """The trainer's arguments: the optimizer of Sec. 4.1, checkpoints every ``eval_steps`` (the
-    best dev Spearman kept when there is a dev set), the run's seed and device."""
-    from sentence_transformers import SentenceTransformerTrainingArguments
-
-    device, seed = ctx.device, ctx.run.seed
-    return SentenceTransformerTrainingArguments(
-        output_dir=str(ckpt_dir),
-        num_train_epochs=p.epochs,
-        max_steps=max_steps if max_steps > 0 else -1,
-        per_device_train_batch_size=p.batch_size,
-        per_device_eval_batch_size=max(p.batch_size, 32),
-        learning_rate=p.lr,
-        adam_beta1=p.adam_beta1,
-        adam_beta2=p.adam_beta2,
-        weight_decay=p.weight_decay,
-        warmup_steps=p.warmup_ratio,  # a float in [0, 1) is a ratio (transformers >= 5)
-        lr_scheduler_type=p.lr_scheduler,
-        optim="adamw_torch",
-        bf16=use_bf16,
-        eval_strategy="steps" if metric is not None else "no",
-        eval_steps=p.eval_steps,
-        save_strategy="steps",
-        save_steps=p.eval_steps,
-        save_total_limit=p.save_total_limit,
-        load_best_model_at_end=metric is not None,
-        metric_for_best_model=metric,
-        greater_is_better=True,
-        logging_steps=p.logging_steps,
-        seed=seed,
-        data_seed=seed,
-        report_to=[],
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        use_cpu=not device.startswith("cuda"),
-    )
-
-
-class _RunOutcome(NamedTuple):
-    """What training left: the trainer (None: no training), the dev scores before and after,
-    whether it resumed, bf16, its CPU-seconds and when it ended."""
-
-    trainer: Any
-    before: dict[str, Any]
-    final: dict[str, Any]
-    resumed: bool
-    bf16: bool
-    train_cpu: float
-    ended: float
-
-
-def _metrics(
-    p: TrainParams,
-    ctx: StageContext,
-    label_run: str,
-    pairs: TrainingPairs,
-    examples: Any,
-    dev: _DevSet | None,
-    backbone_path: str,
-    run: _RunOutcome,
-    t0: float,
-) -> dict[str, Any]:
-    """``files/metrics.json`` (and the stage's stats): what was trained on what, how it scored
-    on dev before and after, and what it cost."""
-    trainer, before, final = run.trainer, run.before, run.final
-    best = trainer.state.best_metric if trainer is not None else None
-    if trainer is None and before:
-        best = before["dev_spearman_cosine"]
-    trains = get_objective(p.objective).trains
-    info = {
-        "backbone": p.backbone,
-        "backbone_path": "files/backbone" if p.backbone == TINY else backbone_path,
-        "loss": p.loss if trains else "none",
-        "objective": p.objective,
-        "label_scale": p.label_scale,
-        "label_run": label_run,
-        "label_column": p.label_column,
-        "n_train_pairs": len(pairs),
-        "n_train_examples": len(examples),
-        "n_dev_pairs": int(len(dev[2])) if dev is not None else 0,
-        "dev_set": dev[3] if dev is not None else None,
-        "steps": int(trainer.state.global_step) if trainer is not None else 0,
-        "best_dev_spearman": float(best) * 100 if best is not None else None,
-        "final_dev_spearman": float(final["dev_spearman_cosine"]) * 100 if final else None,
-        "backbone_dev_spearman": float(before["dev_spearman_cosine"]) * 100 if before else None,
-        "resumed": bool(run.resumed),
-        "bf16": run.bf16,
-        "device": ctx.device,
-        "seconds": round(run.ended - t0, 2),
-        "label_cpu_seconds": round(examples.label_cpu_seconds, 3),
-        "train_cpu_seconds": round(run.train_cpu, 3),
-    }
-    before_dev, best_dev = info["backbone_dev_spearman"], info["best_dev_spearman"]
-    info["beats_backbone"] = (
-        None
-        if before_dev is None or best_dev is None or not trains
-        else bool(best_dev > before_dev)
-    )
-    if info["beats_backbone"] is False:
-        ctx.logger.warning(
-            "train: the surrogate's best %s Spearman %.2f is below its untrained backbone's "
-            "%.2f: the labels (or the learning rate) hurt this backbone",
-            info["dev_set"],
-            best_dev,
-            before_dev,
-        )
-    return info
-
-
-def complete_checkpoints(ckpt_dir: Path, log: Any) -> list[Path]:
-    """The checkpoints a resume can load, oldest first (by step). The trainer writes
-    ``trainer_state.json`` last, so a save cut short (a full disk, a kill) leaves a folder
-    without it, which the trainer would still pick as the latest and fail to load: such folders
-    are removed, and named in the log. A complete one must match the sha256 sealed beside it
-    when it was saved (``_seal_checkpoints``): one that does not, or has no seal (cut short
-    between the save and the seal), is moved aside to ``checkpoint-N.corrupt-<id>`` with a
-    warning (store/checked.py), and the resume takes an earlier good one, or starts over."""
-    if not ckpt_dir.exists():
-        return []
-    dirs = [d for d in ckpt_dir.glob("checkpoint-*") if d.is_dir() and d.name[11:].isdigit()]
-    good = []
-    for d in sorted(dirs, key=lambda d: int(d.name[11:])):
-        try:
-            json.loads((d / "trainer_state.json").read_text())
-        except (OSError, ValueError):
-            log.warning("train: removing the incomplete checkpoint %s (its save was cut short)", d)
-            shutil.rmtree(d, ignore_errors=True)
-            sidecar(d).unlink(missing_ok=True)
-            continue
-        if verified(d, "train: checkpoint", log):
-            good.append(d)
-    for s in ckpt_dir.glob("checkpoint-*.sha256"):  # seals of checkpoints the trainer rotated out
-        if not s.with_name(s.name[: -len(".sha256")]).exists():
-            s.unlink(missing_ok=True)
-    return good
-
-
-def _seal_checkpoints() -> Any:
-    """A trainer callback that seals each checkpoint once it is saved (``on_save`` follows the
-    whole save and the rotation of older ones): the sha256 of its files beside it."""
-    from transformers import TrainerCallback
-
-    class SealCheckpoints(TrainerCallback):
-        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            d = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if d.is_dir():
-                seal(d)
-
-    return SealCheckpoints()
-
-
-def _log_through(trainer: Any, log: Any) -> None:
-    """The trainer's log dicts as stage log lines (its PrinterCallback prints raw dicts)."""
-    from transformers import PrinterCallback, TrainerCallback
-
-    class _StageLog(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-            if logs:
-                items = ", ".join(
-                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in logs.items()
-                )
-                log.info("train: step %d: %s", state.global_step, items)
-
-    trainer.remove_callback(PrinterCallback)
-    trainer.add_callback(_StageLog())
-
-
-def _callbacks() -> list:
-    """Extra trainer callbacks (a hook for tests that interrupt training to test resume)."""
-    return []

@@ -210,44 +210,7 @@ class EvaluateStage(Stage):
         if not (model_dir / "modules.json").exists():
             raise FileNotFoundError(f"train artefact {train.path} has no files/model")
         info = json.loads((train.files_dir / "metrics.json").read_text())
-        baselines: dict[str, str | None] = {}
-        backbone = info.get("backbone_path")
-        if backbone == "files/backbone":
-            backbone = str(train.files_dir / "backbone")
-        if "backbone" in p.baselines and backbone:
-            baselines["backbone"] = backbone
-        if "minilm" in p.baselines:
-            try:
-                from ctxsim.models.registry import ModelNotAvailableError, resolve_model
-
-                try:
-                    baselines["minilm"] = str(resolve_model("minilm"))
-                except ModelNotAvailableError as e:
-                    ctx.logger.warning("evaluate: all-MiniLM-L6-v2 baseline skipped: %s", e)
-            except ImportError:
-                pass
-        if "dynamax" in p.baselines:
-            if p.dynamax_vectors == "backbone":
-                baselines["dynamax"] = backbone
-            elif p.dynamax_vectors == "wordllama":
-                baselines["dynamax"] = "wordllama"
-            else:
-                try:
-                    import wordllama  # noqa: F401
-
-                    baselines["dynamax"] = "wordllama"
-                except ImportError:
-                    baselines["dynamax"] = backbone
-        if "tfidf" in p.baselines:
-            baselines["tfidf"] = None
-        for name, path in p.extra_models.items():
-            d = Path(path).expanduser()
-            if not ((d / "modules.json").exists() or (d / "config.json").exists()):
-                raise InputError(
-                    f"evaluate.extra_models.{name}: {path} is not a model directory "
-                    "(no modules.json or config.json)"
-                )
-            baselines[name] = str(d)
+        baselines = _baselines(ctx, p, train.files_dir, info)
         if p.sts_dir is None or not Path(p.sts_dir).expanduser().is_dir():
             ctx.logger.warning(DATA_HINT.format(where=p.sts_dir))
         res = evaluate_model(
@@ -276,25 +239,78 @@ class EvaluateStage(Stage):
             (ctx.files_dir / "results.json").write_text(json.dumps(res, indent=2))
         publish_model(model_dir, ctx.files_dir / "model", model_card_section(res))
         table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
-        stats: dict[str, Any] = {"n_sets": res.get("n_sets", 0), "n_rows": len(rows)}
-        for key, v in res.get("datasets", {}).items():
-            stats[f"spearman_all.{key}"] = v.get("spearman_all")
-        for key, v in res.get("rcmd", {}).items():
-            stats[f"rcmd.spearman_all.{key}"] = v.get("spearman_all")
-        avg = res.get("avg7", {}).get("cosine", {})
-        if avg:
-            stats["avg7.spearman_all"] = avg["spearman_all"]
-            stats["avg7.n_sets"] = avg["n_sets"]
-        for dom, e in res.get("ists", {}).items():
-            for sim, v in e.items():
-                stats[f"ists.{dom}.{sim}.f1_ali_equi"] = v["f1_ali_equi"]
-        for split, v in res.get("hard", {}).items():
-            stats[f"hard.{split}.spearman"] = v["spearman"]
-        domain = res.get("domain", {})
-        for name, by_sys in domain.get("pairs", {}).items():
-            for metric in ("ap", "accuracy", "f1"):
-                stats[f"pairs.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
-        for name, by_sys in domain.get("retrieval", {}).items():
-            for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
-                stats[f"retrieval.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
-        return table, {k: v for k, v in stats.items() if v is not None}
+        stats = _flat_stats(res, len(rows))
+        return table, stats
+
+
+def _baselines(
+    ctx: StageContext, p: EvaluateParams, train_files: Path, info: dict[str, Any]
+) -> dict[str, str | None]:
+    """The systems compared with the surrogate (``evaluate.baselines`` and ``extra_models``):
+    name -> model path, or the word vectors of DynaMax, or None (TF-IDF); a baseline that is
+    not installed is skipped with a warning, an extra model that is not a model folder fails."""
+    baselines: dict[str, str | None] = {}
+    backbone = info.get("backbone_path")
+    if backbone == "files/backbone":
+        backbone = str(train_files / "backbone")
+    if "backbone" in p.baselines and backbone:
+        baselines["backbone"] = backbone
+    if "minilm" in p.baselines:
+        try:
+            from ctxsim.models.registry import ModelNotAvailableError, resolve_model
+
+            try:
+                baselines["minilm"] = str(resolve_model("minilm"))
+            except ModelNotAvailableError as e:
+                ctx.logger.warning("evaluate: all-MiniLM-L6-v2 baseline skipped: %s", e)
+        except ImportError:
+            pass
+    if "dynamax" in p.baselines:
+        if p.dynamax_vectors == "backbone":
+            baselines["dynamax"] = backbone
+        elif p.dynamax_vectors == "wordllama":
+            baselines["dynamax"] = "wordllama"
+        else:
+            try:
+                import wordllama  # noqa: F401
+
+                baselines["dynamax"] = "wordllama"
+            except ImportError:
+                baselines["dynamax"] = backbone
+    if "tfidf" in p.baselines:
+        baselines["tfidf"] = None
+    for name, path in p.extra_models.items():
+        d = Path(path).expanduser()
+        if not ((d / "modules.json").exists() or (d / "config.json").exists()):
+            raise InputError(
+                f"evaluate.extra_models.{name}: {path} is not a model directory "
+                "(no modules.json or config.json)"
+            )
+        baselines[name] = str(d)
+    return baselines
+
+
+def _flat_stats(res: dict[str, Any], n_rows: int) -> dict[str, Any]:
+    """The figures of ``evaluate_model``'s result as the stage's flat stats (None left out)."""
+    stats: dict[str, Any] = {"n_sets": res.get("n_sets", 0), "n_rows": n_rows}
+    for key, v in res.get("datasets", {}).items():
+        stats[f"spearman_all.{key}"] = v.get("spearman_all")
+    for key, v in res.get("rcmd", {}).items():
+        stats[f"rcmd.spearman_all.{key}"] = v.get("spearman_all")
+    avg = res.get("avg7", {}).get("cosine", {})
+    if avg:
+        stats["avg7.spearman_all"] = avg["spearman_all"]
+        stats["avg7.n_sets"] = avg["n_sets"]
+    for dom, e in res.get("ists", {}).items():
+        for sim, v in e.items():
+            stats[f"ists.{dom}.{sim}.f1_ali_equi"] = v["f1_ali_equi"]
+    for split, v in res.get("hard", {}).items():
+        stats[f"hard.{split}.spearman"] = v["spearman"]
+    domain = res.get("domain", {})
+    for name, by_sys in domain.get("pairs", {}).items():
+        for metric in ("ap", "accuracy", "f1"):
+            stats[f"pairs.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
+    for name, by_sys in domain.get("retrieval", {}).items():
+        for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
+            stats[f"retrieval.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
+    return {k: v for k, v in stats.items() if v is not None}

@@ -409,7 +409,7 @@ def test_a_run_whose_prefect_database_fills_the_disk_is_not_left_completed(tmp_p
 @pytest.mark.parametrize(
     "exc",
     [
-        ValueError("no labelled pairs with split in ['train'] in label/abc"),  # tasks/train.py
+        ValueError("no labelled pairs with split in ['train'] in label/abc"),  # tasks/train_data.py
         KeyboardInterrupt(),
         OSError(28, "No space left on device", "/r/x"),
     ],

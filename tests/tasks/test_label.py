@@ -193,7 +193,7 @@ def _fake_world(
 ):
     """8 sentences in two topics; a sentence 'fits' contexts of its own topic better."""
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.tasks.label import required_score_table
+    from ctxsim.tasks.label_lm import required_score_table
 
     store = ArtefactStore(tmp_path)
     n = 8
@@ -402,7 +402,7 @@ def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
 def test_without_the_only_term_is_no_view():
     """S = λ·left alone (λ recovered with float32 rounding): S without left is NaN, not a
     rescaled copy of left that would report left's Spearman under another name."""
-    from ctxsim.tasks.label import ablation_views
+    from ctxsim.tasks.label_lm import ablation_views
 
     rng = np.random.default_rng(0)
     left = rng.normal(-3, 1, 50).astype(np.float32)

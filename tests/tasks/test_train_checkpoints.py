@@ -11,6 +11,7 @@ import pytest
 from transformers import TrainerCallback
 
 import ctxsim.tasks.train as T
+import ctxsim.tasks.train_trainer as trainer
 from ctxsim.store.stage import resolve_stage, run_stage_locally
 from tests.tasks.test_train_evaluate import train_setup
 
@@ -33,10 +34,10 @@ def _train(store, run, label, params):
 
 def _crash(store, run, label, params, monkeypatch):
     """Train until a crash after step 5: checkpoints 2 and 4 are saved and sealed."""
-    monkeypatch.setattr(T, "_callbacks", lambda: [_Boom()])
+    monkeypatch.setattr(trainer, "extra_callbacks", lambda: [_Boom()])
     with pytest.raises(RuntimeError, match="simulated crash"):
         _train(store, run, label, params)
-    monkeypatch.setattr(T, "_callbacks", lambda: [])
+    monkeypatch.setattr(trainer, "extra_callbacks", lambda: [])
     (ckpt_dir,) = store.root.glob("_cache/train/*/checkpoints")
     ckpts = {d.name: d for d in ckpt_dir.glob("checkpoint-*") if d.is_dir()}
     assert set(ckpts) == {"checkpoint-2", "checkpoint-4"}

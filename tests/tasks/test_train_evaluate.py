@@ -331,6 +331,7 @@ def _train_crashing_at_step_4(trained, monkeypatch, lr: float):
     from transformers import TrainerCallback
 
     import ctxsim.tasks.train as T
+    import ctxsim.tasks.train_trainer as trainer
 
     root, store, run, _, sts, label = trained
 
@@ -348,12 +349,12 @@ def _train_crashing_at_step_4(trained, monkeypatch, lr: float):
         max_seq_length=32,
         lr=lr,  # one lr per test: its own artefact in the shared store
     )
-    monkeypatch.setattr(T, "_callbacks", lambda: [Boom()])
+    monkeypatch.setattr(trainer, "extra_callbacks", lambda: [Boom()])
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_stage_locally(resolve_stage(T.TrainStage(), params, run, store, {"label": label}))
 
     def resume() -> dict:
-        monkeypatch.setattr(T, "_callbacks", lambda: [])
+        monkeypatch.setattr(trainer, "extra_callbacks", lambda: [])
         art, _ = run_stage_locally(
             resolve_stage(T.TrainStage(), params, run, store, {"label": label})
         )
