@@ -8,7 +8,7 @@ values as one computed cold (up to float noise of batch composition, <= 1e-5).
 
 Layout: ``ROOT/_cache/scores/<scorer id>-<fp32|bf16>/<direction>/<sha256>.parquet`` (the
 folder is ``ArtefactStore.cache_dir("scores")``; the scorer id hashes templates, limits and
-weight bytes: tasks/generator.py ``scorer_identity``), rows ``(key: 16-byte blake2b of the window
+weight bytes: scores/loading.py ``scorer_identity``), rows ``(key: 16-byte blake2b of the window
 texts, value: float32)``. Each writer adds its own file through store.atomic (a temporary
 sibling renamed into place), so concurrent shards and workers never clash; a reader sees only
 whole files. A file is named by the sha256 of its bytes and checked on every read: parquet

@@ -88,7 +88,7 @@ class GeneratorScorer(ContextScorer):
 
 def _score_cache(ctx: Any, p: Any, meta: dict[str, Any], device: str) -> ScoreCache:
     """The cache of this scorer and numeric mode: keyed by what decides the scores
-    (tasks/generator.py scorer_identity); generator artefacts published before the identity was
+    (scores/loading.py scorer_identity); generator artefacts published before the identity was
     recorded keep their fingerprint, and with it their cache."""
     bf16 = (device == "cuda" and p.bf16_on_cuda) or (device == "cpu" and p.bf16_on_cpu)
     scorer_id = meta.get("scorer_id") or ctx.input("generator").fingerprint
