@@ -14,9 +14,11 @@ Usage::
     .venv/bin/python -m bench.bench_origin_domain --root /tmp/mq --run rqe-origin \\
         --name origin_medquad_rqe_dev_p100
 
-``--vs NAME=RUN`` adds another Origin run of the same pairs (other contexts, say) as a system,
-compared with this one on the pairs both labelled: how the context source is chosen by
-measurement.
+``--terms`` adds each Eq. 3 term's own Origin (the label artefact's ``label_<term>`` columns) as a
+system: a config mixing the encoder's disc term with the LM terms against each part, on the same
+pairs and contexts. ``--vs NAME=RUN`` adds another Origin run of the same pairs (other
+contexts, say) as a system, compared with this one on the pairs both labelled: how the context
+source is chosen by measurement.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ import sys
 import numpy as np
 
 from bench.harness import RESULTS_DIR, run_artefacts, write_results
+
+#: Eq. 3's terms, in the label artefact's column order (label_disc ... label_right)
+TERMS = ("disc", "fwd", "left", "right")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,6 +46,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default="origin_medquad_rqe_dev")
     ap.add_argument("--label", default="origin (Eq. 4)", help="this run's name in the tables")
     ap.add_argument("--vs", action="append", default=[], help="NAME=RUN: another Origin run")
+    ap.add_argument(
+        "--terms",
+        action="store_true",
+        help="also each Eq. 3 term's own Origin (label_disc, ...): a mix against its parts",
+    )
     args = ap.parse_args(argv)
 
     from ctxsim.models.evaluation import domain_metrics as D
@@ -49,15 +59,21 @@ def main(argv: list[str] | None = None) -> None:
     from ctxsim.tasks.evaluate import load_st
     from ctxsim.tasks.evaluate.domain import pair_set_similarities
 
-    def labelled(arts: dict) -> dict[tuple[str, str], tuple[float, int]]:
-        t = arts["label"].read_table(["s1", "s2", "label", "gold"]).to_pylist()
-        return {(r["s1"], r["s2"]): (float(r["label"]), int(r["gold"])) for r in t}
+    def labelled(arts: dict, column: str = "label") -> dict[tuple[str, str], tuple[float, int]]:
+        t = arts["label"].read_table(["s1", "s2", column, "gold"]).to_pylist()
+        return {(r["s1"], r["s2"]): (float(r[column]), int(r["gold"])) for r in t}
 
     rec, arts = run_artefacts(args.root, args.run)
     mine = labelled(arts)
     others = {
         n: labelled(run_artefacts(args.root, r)[1]) for n, r in (v.split("=", 1) for v in args.vs)
     }
+    if args.terms:
+        # a term the run did not weigh is all NaN: it is no system (dropped below)
+        for term in TERMS:
+            own = labelled(arts, f"label_{term}")
+            if any(np.isfinite(v) for v, _ in own.values()):
+                others[f"{term} term alone"] = own
     keys = [
         k
         for k, (v, _) in mine.items()
