@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import subprocess
 import sys
 import time
@@ -231,6 +232,210 @@ def bench_score(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
     return rows
 
 
+def k_windows(paras: list[list[str]], n_windows: int, k: int, seed: int = 0) -> tuple:
+    """books_generated's right-term shape: each sentence with ``k`` right contexts of its own
+    (there, its generated continuations), no left context, so the sentence is the prompt its
+    ``k`` windows share."""
+    sents = [s for p in paras for s in p]
+    n_sent = -(-n_windows // k)
+    if n_sent * 2 > len(sents):
+        raise ValueError(f"{len(sents)} sentences cannot make {n_windows} windows of {k} each")
+    pool = sents[n_sent:]
+    pick = np.random.default_rng(seed).integers(0, len(pool), size=n_sent * k)
+    return (
+        [""] * (n_sent * k),
+        [s for s in sents[:n_sent] for _ in range(k)],
+        [pool[j] for j in pick],
+    )
+
+
+def counted_flops(sc: CausalPrefixScorer, eng_cfg: EngineConfig, wl: tuple, dirs: tuple) -> tuple:
+    """(FLOPs, tokens run) of one engine run on ``wl``, counted by FlopCounterMode (eager
+    attention: the counter cannot size SDPA with grouped key/value heads)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sc.model.set_attn_implementation("eager")
+    try:
+        eng = ScoringEngine(sc, eng_cfg)
+        with FlopCounterMode(display=False) as fc:
+            eng.score(*wl, dirs)
+    finally:
+        sc.model.set_attn_implementation("sdpa")
+    return float(fc.get_total_flops()), eng.stats.run_tokens
+
+
+def profiled(sc: CausalPrefixScorer, eng_cfg: EngineConfig, wl: tuple, out: Path | None) -> dict:
+    """torch.profiler over one engine run: the top operators by device and by host time (to
+    ``out``), and the share of the wall time the GPU spent in kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU]
+    cuda = sc.device.type == "cuda"
+    if cuda:
+        acts.append(ProfilerActivity.CUDA)
+    sync(sc.device.type)
+    t0 = time.perf_counter()
+    with profile(activities=acts) as prof:
+        ScoringEngine(sc, eng_cfg).score(*wl, ("right",))
+        sync(sc.device.type)
+    wall = time.perf_counter() - t0
+    ka = prof.key_averages()
+    kernel_us = sum(
+        getattr(e, "self_device_time_total", 0.0) for e in ka if str(e.device_type).endswith("CUDA")
+    )
+    tables = ka.table(sort_by="self_cpu_time_total", row_limit=20)
+    if cuda:
+        tables = ka.table(sort_by="self_device_time_total", row_limit=20) + "\n\n" + tables
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(tables, encoding="utf-8")
+    print(tables[:6000], flush=True)
+    return {"profiled_wall_s": round(wall, 3), "gpu_kernel_share": round(kernel_us / 1e6 / wall, 3)}
+
+
+#: the right-term variants run on the >= 100,000-window workload: name -> (engine label,
+#: group_prompts, weights dtype, autocast, head_chunk, cuDNN attention); a bfloat16-weights
+#: variant runs after every float32 one (casting back would round the weights)
+RIGHT_VARIANTS: dict[str, tuple[str, bool, str, bool, int, bool]] = {
+    "grouped-chunk128": ("grouped", True, "float32", True, 128, True),
+    "grouped": ("grouped", True, "float32", True, 0, True),
+    "padded": ("padded (old)", False, "float32", True, 0, True),
+    "grouped-nocudnn": ("grouped", True, "float32", True, 0, False),
+    "grouped-bf16w": ("grouped", True, "bfloat16", False, 0, True),
+    "grouped-bf16w-nocudnn": ("grouped", True, "bfloat16", False, 0, False),
+}
+
+
+def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[str, Any]]:
+    """The books_generated right term at scale: old (padded) engine vs new (grouped prompts),
+    bf16 autocast vs bf16 weights, vocabulary head in chunks of 128 (the CPU default) vs whole;
+    FLOPs counted on the first ``--flop-windows`` and scaled by tokens run; one profile."""
+    paras = load_paragraphs(args.sentences, 100_000)
+    rows = []
+    for arch, n_win in zip(ARCHS, args.right_windows, strict=False):
+        wl = k_windows(paras, n_win, args.k)
+        sub = tuple(x[: args.flop_windows] for x in wl)
+        model = arch_model(args.arch_dir, arch, args.device, 2 if args.smoke else None)
+        ref = None
+        for variant in args.variants:
+            label, grouped, wdtype, autocast, chunk, cudnn = RIGHT_VARIANTS[variant]
+            model.to(getattr(torch, wdtype))
+            sc = CausalPrefixScorer(model, tok, device=args.device)
+            cfg = EngineConfig(
+                token_budget=args.budgets[-1],
+                max_batch=args.max_batch,
+                max_logit_elems=args.max_logit_elems,
+                bf16_on_cuda=autocast,
+                group_prompts=grouped,
+                head_chunk=chunk,
+                cudnn_attention=cudnn,
+            )
+            ScoringEngine(sc, cfg).score(*(x[:256] for x in wl), ("right",))  # warm-up
+            sync(args.device)
+            eng = ScoringEngine(sc, cfg)
+            t0 = time.perf_counter()
+            got = eng.score(*wl, ("right",))["right"]
+            sync(args.device)
+            secs = time.perf_counter() - t0
+            st = eng.stats
+            flops_sub, run_sub = counted_flops(sc, cfg, sub, ("right",))
+            flops = flops_sub * st.run_tokens / max(run_sub, 1)
+            ref = got if ref is None else ref
+            row = {
+                "section": "right_term_at_scale",
+                "model": f"{arch} (random init)",
+                "engine": label,
+                "weights": wdtype,
+                "autocast_bf16": autocast,
+                "head_chunk": chunk,
+                "cudnn_attention": cudnn,
+                "token_budget": cfg.token_budget,
+                "windows": len(got),
+                "k": args.k,
+                "seconds": round(secs, 3),
+                "windows_per_s": round(len(got) / secs, 1),
+                "target_tok_per_s": round(st.target_tokens / secs),
+                "run_per_target_tok": round(st.run_tokens / max(1, st.target_tokens), 3),
+                "padded_per_target_tok": round(st.padded_tokens / max(1, st.target_tokens), 3),
+                "forward_calls": st.forward_calls,
+                "tflop_per_s": round(flops / secs / 1e12, 2),
+                "mfu_vs_bf16_peak": round(flops / secs / 1e12 / peak, 4),
+                "max_abs_diff_vs_first": round(float(np.max(np.abs(got - ref))), 5),
+                "spearman_vs_first": round(float(spearmanr(got, ref).statistic), 5),
+            }
+            print(row, flush=True)
+            rows.append(row)
+            if variant == args.profile_variant and arch == ARCHS[0]:
+                prof_wl = tuple(x[: args.profile_windows] for x in wl)
+                prof_out = args.profile_out and Path(args.profile_out)
+                rows.append(
+                    {"section": "profile", "model": arch, **row_keys(row)}
+                    | profiled(sc, cfg, prof_wl, prof_out)
+                )
+                print(rows[-1], flush=True)
+        del model, sc
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return rows
+
+
+def row_keys(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in ("engine", "weights", "head_chunk", "cudnn_attention")}
+
+
+def bench_encode(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The encoder route's corpus pass (``embed``): paragraphs truncated at 64 tokens through
+    all-MiniLM-L6-v2's architecture (random init), sentences per second by batch and dtype."""
+    import shutil
+    import tempfile
+
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoConfig, AutoModel
+
+    from ctxsim.tasks.embed import encode
+
+    paras = load_paragraphs(args.sentences, 100_000)
+    texts = [" ".join(p) for p in paras]
+    texts = (texts * (args.encode_texts // max(1, len(texts)) + 1))[: args.encode_texts]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp) / "minilm"
+        shutil.copytree(args.arch_dir / "minilm", d)
+        torch.manual_seed(0)
+        AutoModel.from_config(AutoConfig.from_pretrained(d)).save_pretrained(d)
+        combos = [(dt, par) for dt in ("float32", "float16") for par in args.encode_parallel]
+        for dtype, par in combos:
+            # the Rust tokenizer reads this on each batch call: its threads on or off
+            os.environ["TOKENIZERS_PARALLELISM"] = par
+            model = SentenceTransformer(str(d), device=args.device)
+            model.max_seq_length = 64
+            model.to(getattr(torch, dtype))
+            for batch in args.encode_batches:
+                encode(model, texts[: batch * 2], batch)  # warm-up
+                sync(args.device)
+                t0 = time.perf_counter()
+                emb = encode(model, texts, batch)
+                sync(args.device)
+                secs = time.perf_counter() - t0
+                rows.append(
+                    {
+                        "section": "embed_corpus_pass",
+                        "model": "all-MiniLM-L6-v2 (random init)",
+                        "dtype": dtype,
+                        "tokenizer_parallelism": par,
+                        "max_seq_length": 64,
+                        "batch_size": batch,
+                        "texts": len(texts),
+                        "seconds": round(secs, 3),
+                        "texts_per_s": round(len(texts) / secs, 1),
+                        "all_finite": bool(np.isfinite(emb).all()),
+                    }
+                )
+                print(rows[-1], flush=True)
+            del model
+    return rows
+
+
 def oom_drill(
     args: argparse.Namespace, sc: CausalPrefixScorer, arch: str, paras: list, ref_cfg: EngineConfig
 ) -> dict[str, Any]:
@@ -267,7 +472,7 @@ def bench_sampling(args: argparse.Namespace, tok: Any) -> list[dict[str, Any]]:
     seeds = list(range(len(prompts)))
     settings = SamplingSettings(max_new_tokens=24)  # configs/books_generated.yaml
     rows = []
-    for arch in ARCHS:
+    for arch in args.sample_archs:
         model = arch_model(args.arch_dir, arch, args.device, 2 if args.smoke else None)
         for batch in args.sample_batches:
             for bf16 in (False, True):
@@ -306,13 +511,19 @@ def pairs_per_gpu_hour(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for arch in ARCHS:
         mine = [r for r in rows if r["model"].startswith(arch)]
-        win = [r for r in mine if r["section"] == "score_right_only"]
+        win = [
+            r["windows_per_s"]
+            for r in mine
+            if r["section"] in ("score_right_only", "right_term_at_scale")
+        ]
         smp = [r for r in mine if r["section"] == "gencontexts_sampling"]
         if not win or not smp:
             continue
         best_smp = max(r["samples_per_s"] for r in smp)
-        gpu_s = WINDOWS_PER_PAIR / win[0]["windows_per_s"] + SAMPLES_PER_PAIR / best_smp
+        gpu_s = WINDOWS_PER_PAIR / max(win) + SAMPLES_PER_PAIR / best_smp
         pairs = 3600 / (gpu_s + OTHER_CPU_S_PER_PAIR)
+        # the lent machine's own cores (16) running the CPU stages, if they scaled linearly
+        pairs16 = 3600 / (gpu_s + OTHER_CPU_S_PER_PAIR * 2 / 16)
         out.append(
             {
                 "section": "labelled_pairs_per_gpu_hour",
@@ -323,6 +534,8 @@ def pairs_per_gpu_hour(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "pairs_per_gpu_hour_gpu_stages_only": round(3600 / gpu_s),
                 "x_vs_2core_cpu_int8": round(pairs / CPU_PAIRS_PER_HOUR["int8"], 1),
                 "x_vs_2core_cpu_fp32": round(pairs / CPU_PAIRS_PER_HOUR["fp32"], 1),
+                "all_in_cpu_stages_on_16_cores_linear": round(pairs16),
+                "x16_vs_2core_cpu_int8": round(pairs16 / CPU_PAIRS_PER_HOUR["int8"], 1),
             }
         )
         print(out[-1], flush=True)
@@ -392,7 +605,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sample-batches", type=int, nargs="+", default=[32, 256])
     ap.add_argument("--peak-n", type=int, default=8192)
     ap.add_argument("--name", default="gpu")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["score", "sampling"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=list(SECTIONS))
+    ap.add_argument("--right-windows", type=int, nargs="+", default=[100_000, 20_000])
+    ap.add_argument("--k", type=int, default=9, help="right contexts per sentence")
+    ap.add_argument("--variants", nargs="+", default=list(RIGHT_VARIANTS), choices=RIGHT_VARIANTS)
+    ap.add_argument("--profile-variant", default="grouped-bf16w-nocudnn")
+    ap.add_argument("--encode-parallel", nargs="+", default=["false"], choices=["false", "true"])
+    ap.add_argument("--flop-windows", type=int, default=4096)
+    ap.add_argument("--profile-windows", type=int, default=8192)
+    ap.add_argument("--profile-out", default=None, help="the profile's tables (text)")
+    ap.add_argument("--encode-texts", type=int, default=32_768)
+    ap.add_argument("--encode-batches", type=int, nargs="+", default=[64, 512])
+    ap.add_argument("--sample-archs", nargs="+", default=list(ARCHS))
     ap.add_argument("--note", default="", help="recorded in the results (e.g. the device calls)")
     args = ap.parse_args(argv)
     if args.from_log:
@@ -413,14 +637,22 @@ def main(argv: list[str] | None = None) -> None:
     print(info, flush=True)
     rows: list[dict[str, Any]] = []
     meta = {**meta_text(args), **info}
-    for section in ("score", "sampling"):  # results written after each: a timeout keeps them
+    for section, run in SECTIONS.items():  # results written after each: a timeout keeps them
         if section in args.skip:
             continue
-        rows += bench_score(args, tok, peak) if section == "score" else bench_sampling(args, tok)
+        rows += run(args, tok, peak)
         write_sections(args.name, rows, meta | {"wall_s": round(time.perf_counter() - t_start, 1)})
     rows += pairs_per_gpu_hour(rows)
     write_sections(args.name, rows, meta | {"wall_s": round(time.perf_counter() - t_start, 1)})
 
+
+#: the sections in the order they run (the issue's first questions first)
+SECTIONS: dict[str, Any] = {
+    "right": bench_right,
+    "encode": lambda args, tok, peak: bench_encode(args),
+    "score": bench_score,
+    "sampling": lambda args, tok, peak: bench_sampling(args, tok),
+}
 
 if __name__ == "__main__":
     main()

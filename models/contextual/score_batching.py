@@ -41,8 +41,26 @@ class EngineConfig:
     # (Spearman 0.97 between the two paths on books_generated, bench/results/score_lm_route.md):
     # it keeps the padded path and with it the int8 labels and score cache of earlier runs
     group_prompts: bool | None = None
-    head_chunk: int = 128  # target tokens per vocabulary-head call (grouped path; 0: all)
+    # target tokens per vocabulary-head call (grouped path; 0: all at once). None: 128 on a CPU
+    # (the logits stay in its caches), all on CUDA (one large product: 1.27x the windows/s of
+    # 128 for SmolLM2 on an H100, 1.75x for Gemma's 262k vocabulary, same scores;
+    # bench/results/gpu_h100_lm_route.md)
+    head_chunk: int | None = None
+    # cuDNN's attention on CUDA (torch's own choice on Hopper). It builds an execution plan per
+    # new shape, and the engine's batches change shape every call: 1.9 ms of host time per call
+    # on an H100. Off (flash / memory-efficient attention instead), SmolLM2's right term ran
+    # 1.34x the windows/s under bf16 autocast but 0.87x with bf16 weights, one run each with
+    # ~10% noise between runs (bench/results/gpu_h100_lm_route_2.md): no clear winner, so
+    # torch's choice stays the default
+    cudnn_attention: bool = True
     prefetch: bool = True  # lay out the next batch in a thread while the current one runs
+
+
+def head_chunk_for(cfg: EngineConfig, device_type: str) -> int:
+    """The vocabulary head's chunk on ``device_type`` (``cfg.head_chunk`` None: by device)."""
+    if cfg.head_chunk is not None:
+        return cfg.head_chunk
+    return 0 if device_type == "cuda" else 128
 
 
 def dynamic_int8(scorer: GenerativeScorer) -> bool:
@@ -136,8 +154,10 @@ def continuation_batches(
     cfg: EngineConfig,
     scale: float,
     vocab: int,
+    head_chunk: int,
 ) -> list[tuple[list[int], list[int]]]:
-    """Greedy cut of length-sorted continuations under the token, size and logit budgets."""
+    """Greedy cut of length-sorted continuations under the token, size and logit budgets (the
+    logit budget only when the vocabulary head runs whole: ``head_chunk`` 0)."""
     out: list[tuple[list[int], list[int]]] = []
     cur_i: list[int] = []
     cur_r: list[int] = []
@@ -148,7 +168,7 @@ def continuation_batches(
         fits = (
             nb <= max(1, int(cfg.max_batch * scale))
             and nb * w <= cfg.token_budget * scale
-            and (cfg.head_chunk > 0 or nb * nt * vocab <= cfg.max_logit_elems * scale)
+            and (head_chunk > 0 or nb * nt * vocab <= cfg.max_logit_elems * scale)
         )
         if cur_i and not fits:
             out.append((cur_i, cur_r))

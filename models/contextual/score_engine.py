@@ -42,6 +42,7 @@ from ctxsim.models.contextual.score_batching import (
     EngineConfig,
     continuation_batches,
     dynamic_int8,
+    head_chunk_for,
     padded_batches,
     prefix_pass_groups,
     shared_prefixes,
@@ -265,6 +266,7 @@ class ScoringEngine:
             self.config,
             self._scale,
             max(self.scorer.vocab_size, 1),
+            head_chunk_for(self.config, self.scorer.device.type),
         )
 
         def prepare(b: tuple[list[int], list[int]]) -> Any:
@@ -301,7 +303,8 @@ class ScoringEngine:
             if self.oom_hook is not None:
                 self.oom_hook(len(ids))
             sc: Any = self.scorer
-            lp, n = sc.run_continuation(enc, ready, self.config.head_chunk)
+            chunk = head_chunk_for(self.config, self.scorer.device.type)
+            lp, n = sc.run_continuation(enc, ready, chunk)
         except OOM_ERRORS:
             if len(ids) == 1:
                 raise
@@ -337,6 +340,11 @@ class ScoringEngine:
             dev == "cpu" and self.config.bf16_on_cpu
         ):
             stack.enter_context(torch.autocast(dev, dtype=torch.bfloat16))
+        if dev == "cuda" and not self.config.cudnn_attention:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+            stack.enter_context(sdpa_kernel(backends))
         return stack
 
     def _run(

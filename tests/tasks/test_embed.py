@@ -131,3 +131,22 @@ def test_nonfinite_shard_scatter_is_refused(spine, encoder, tmp_path, monkeypatc
     with pytest.raises(EncoderInputError, match="not finite"):
         _run(spine, tmp_path, model=str(encoder), n_shards=2)
     assert ArtefactStore(tmp_path).latest("embed") is None
+
+
+def test_tokenizer_threads_are_on_only_inside_and_restored(monkeypatch) -> None:
+    """On a GPU the corpus pass turns the Rust tokenizer's threads on for its duration and puts
+    back what the user (or flows/prefect_env.py) had set; off, nothing changes."""
+    import os
+
+    from ctxsim.tasks.embed import tokenizer_threads
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    with tokenizer_threads(True):
+        assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    with tokenizer_threads(False):
+        assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM")
+    with tokenizer_threads(True):
+        assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+    assert "TOKENIZERS_PARALLELISM" not in os.environ

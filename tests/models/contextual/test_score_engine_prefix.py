@@ -257,3 +257,14 @@ def test_int8_scorers_keep_the_padded_path_unless_asked(tok):
     # a float32 scorer is grouped by default
     _, eng_fp32 = scores(CausalPrefixScorer(tiny_causal(tok, TINY), tok), w, ["right"])
     assert eng_fp32.stats.padded_tokens == eng_fp32.stats.run_tokens
+
+
+def test_the_vocabulary_head_chunk_follows_the_device_unless_set() -> None:
+    """None: chunks of 128 on a CPU (the logits stay in its caches), the whole head at once on
+    CUDA (one large product); a chunk the user sets is kept on both."""
+    from ctxsim.models.contextual.score_batching import head_chunk_for
+
+    assert head_chunk_for(EngineConfig(), "cpu") == 128
+    assert head_chunk_for(EngineConfig(), "cuda") == 0
+    assert head_chunk_for(EngineConfig(head_chunk=64), "cuda") == 64
+    assert head_chunk_for(EngineConfig(head_chunk=0), "cpu") == 0
