@@ -1,7 +1,9 @@
-"""Benchmark the CUDA paths in one call on a lent GPU: the score engine (bf16, token budgets,
-model FLOP utilisation, the OOM back-off), gencontexts sampling, and what they make of the
-labelled pairs per GPU-hour. Also runs on CPU (``--device cpu --smoke``) so the script is tested
-before device time is spent on it.
+"""Benchmark the CUDA paths in one call on a lent GPU: the right term at scale (books_generated's
+shape, >= 100,000 windows: old padded engine vs grouped prompts, bf16 autocast vs bf16 weights,
+vocabulary head chunked or whole, cuDNN attention on or off, one torch.profiler table), the
+encoder route's corpus pass (``embed``), the score engine's three terms (token budgets, the OOM
+back-off), gencontexts sampling, and what they make of the labelled pairs per GPU-hour. Also runs
+on CPU (``--device cpu --smoke``) so the script is tested before device time is spent on it.
 
 Why one script: a lent GPU comes with minutes, not hours, and each call starts a machine; every
 check that needs the GPU runs here, in one process, and writes one results file.
