@@ -41,3 +41,17 @@ def test_rows_from_a_device_log_and_pairs_per_gpu_hour(tmp_path: Path) -> None:
 def test_no_rate_no_estimate() -> None:
     rows = [{"section": "score_right_only", "model": "gemma-270m (x)", "windows_per_s": 1.0}]
     assert pairs_per_gpu_hour(rows) == []
+
+
+def test_k_windows_give_each_sentence_k_right_contexts_of_its_own() -> None:
+    """books_generated's right-term shape: no left context, a sentence repeated over its k
+    windows (the prompt they share), right contexts drawn from the other sentences."""
+    from bench.bench_gpu import k_windows
+
+    paras = [[f"p{i} s{j}" for j in range(5)] for i in range(10)]  # 50 sentences
+    lefts, sents, rights = k_windows(paras, 20, 4)
+    assert lefts == [""] * 20
+    assert sents[:4] == ["p0 s0"] * 4 and len(set(sents)) == 5
+    assert not set(rights) & set(sents)  # rights come from the pool after the sentences
+    with pytest.raises(ValueError, match="cannot make"):
+        k_windows(paras, 200, 4)
