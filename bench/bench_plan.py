@@ -79,6 +79,19 @@ def reference_stages(path: Path) -> dict[str, dict[str, float]]:
     }
 
 
+def run_record_stages(path: Path) -> dict[str, dict[str, float]]:
+    """A finished run's stages as measured: rows and CPU seconds from each artefact's manifest
+    (a reused artefact reports what computing it cost)."""
+    record = json.loads(path.read_text())
+    out = {}
+    for name, st in record["stages"].items():
+        manifest = json.loads((Path(st["path"]) / "_MANIFEST.json").read_text())
+        cpu = manifest.get("stats", {}).get("cpu_seconds")
+        if cpu is not None:
+            out[name] = {"rows": int(manifest.get("num_rows") or 0), "cpu_s": float(cpu)}
+    return out
+
+
 def own_cost(config: str, sets: list[str], runs: int = 2) -> list[dict[str, Any]]:
     """`ctxsim plan --json` as a child process ``runs`` times on one fresh unit-cost cache."""
     rows = []
@@ -124,6 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pilot-queries", type=int, default=8)
     ap.add_argument("--reference", type=Path, help="a bench_pipeline JSON to compare with")
     ap.add_argument(
+        "--reference-runs",
+        type=Path,
+        nargs="+",
+        help="run records (ROOT/runs/ID.json) to compare with, each stage from its manifest",
+    )
+    ap.add_argument(
         "--pilot-json", type=Path, help="a saved `ctxsim plan --save-pilot` (re-predict, no pilot)"
     )
     ap.add_argument("--name", default="plan_quickstart")
@@ -162,6 +181,27 @@ def main(argv: list[str] | None = None) -> None:
         cfg, pilot = run_pilot(a.config, a.sets, a.sample_fraction, a.pilot_queries, until=a.until)
         plan = predict(cfg, pilot)
     pilot_cpu = time.process_time() - c0
+    if a.reference_runs:
+        rows = []
+        for path in a.reference_runs:
+            rows += [{"run": path.stem, **r} for r in compare(plan, run_record_stages(path))]
+        command = "python -m bench.bench_plan " + " ".join(argv or sys.argv[1:])
+        for path in a.reference_runs:
+            command = command.replace(str(path.parent.parent), "ROOT")
+        write_results(
+            a.name,
+            rows,
+            meta={
+                "command": command,
+                "measured": "the recorded runs' manifests (each stage's CPU seconds when it was "
+                "computed); stages a run does not have are left out of its TOTAL",
+                "pilot_cpu_s": round(time.process_time() - c0, 1),
+                "plan_total": plan["total"],
+            },
+        )
+        for r in rows:
+            print(r)
+        return
     if a.reference:
         measured = reference_stages(a.reference)
         source = f"recorded run {a.reference}"
