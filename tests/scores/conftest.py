@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ctxsim.models.contextual.generator import train_wordpiece_tokenizer
-from tests.models.contextual.test_score_engine import WORDS
+from tests.models.contextual.tiny_scoring import WORDS
 from tests.scores.score_stage_helpers import tiny_generator_params
 
 

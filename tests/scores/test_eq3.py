@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ctxsim.models.contextual.score_engine import naive_score
-from tests.models.contextual.test_score_engine import WORDS
+from tests.models.contextual.tiny_scoring import WORDS
 from tests.scores.score_stage_helpers import publish_table, score_inputs
 
 

@@ -14,7 +14,7 @@ from ctxsim.models.contextual.generator import (
     tiny_causal,
 )
 from ctxsim.models.contextual.score_engine import ScoringEngine
-from tests.models.contextual.test_score_engine import TINY, windows
+from tests.models.contextual.tiny_scoring import TINY, windows
 
 
 def test_generator_stage_publishes_a_loadable_scorer(generator_art):

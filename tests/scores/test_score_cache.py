@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ctxsim.models.contextual.generator import tiny_causal
-from tests.models.contextual.test_score_engine import TINY
+from tests.models.contextual.tiny_scoring import TINY
 from tests.scores.score_stage_helpers import score_inputs
 
 

@@ -12,7 +12,6 @@ from ctxsim.models.contextual.generator import (
     DIRECTIONS,
     CausalPrefixScorer,
     Seq2SeqScorer,
-    TinyConfig,
     tiny_causal,
     tiny_seq2seq,
     train_wordpiece_tokenizer,
@@ -25,9 +24,7 @@ from ctxsim.models.contextual.score_engine import (
     log_sigmoid,
     naive_score,
 )
-
-TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
-WORDS = "the cat sat on a mat while dog ran far away from home it was dark and stormy night".split()
+from tests.models.contextual.tiny_scoring import TINY, WORDS, windows
 
 
 @pytest.fixture(scope="module")
@@ -43,22 +40,6 @@ def scorer(request, tok):
         sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
     sc.train(False)
     return sc
-
-
-def windows(n: int, seed: int = 0):
-    """Windows of very different lengths, with contexts shared by several sentences."""
-    rng = np.random.default_rng(seed)
-
-    def sent() -> str:
-        return " ".join(rng.choice(WORDS, size=int(rng.integers(1, 14))))
-
-    ctxs = [(sent(), sent()) for _ in range(max(2, n // 4))]
-    sents = [sent() for _ in range(max(2, n // 3))]
-    out = []
-    for _ in range(n):
-        lft, r = ctxs[int(rng.integers(len(ctxs)))]
-        out.append((lft, sents[int(rng.integers(len(sents)))], r))
-    return [list(x) for x in zip(*out, strict=True)]
 
 
 @pytest.mark.parametrize("budget,max_batch", [(10_000, 256), (60, 3), (1, 1)])
