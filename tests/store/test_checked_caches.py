@@ -59,7 +59,7 @@ def test_the_discriminator_does_not_resume_from_a_corrupt_checkpoint(spine, tmp_
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
     from ctxsim.tasks import load_stage
-    from tests.models.contextual.test_discriminator import TINY
+    from tests.models.contextual.tiny_scoring import TINY_DISCRIMINATOR as TINY
 
     stage = load_stage("discriminator")
     store = ArtefactStore(tmp_path)

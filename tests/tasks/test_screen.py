@@ -9,7 +9,7 @@ import torch
 
 from ctxsim.models.contextual.discriminator import encode_texts, pad_batch
 from ctxsim.scores.loading import load_discriminator
-from tests.models.contextual.test_discriminator import TINY
+from tests.models.contextual.tiny_scoring import TINY_DISCRIMINATOR as TINY
 from tests.models.corpus.test_retrieval import run_stages
 
 KEEP = 8

@@ -20,6 +20,7 @@ from ctxsim.models.contextual.discriminator import (
     sample_negatives,
     train_discriminator,
 )
+from tests.models.contextual.tiny_scoring import TINY_DISCRIMINATOR
 
 
 def topic_corpus(n_docs: int = 24, sents: int = 40, topics: int = 4, seed: int = 0):
@@ -134,14 +135,7 @@ def test_window_data_rejects_a_single_candidate() -> None:
 
 
 # ---- the stage ------------------------------------------------------------------------------
-TINY = {
-    "epochs": 1,
-    "hidden": 8,
-    "emb_dim": 8,
-    "head_hidden": 8,
-    "max_windows_per_epoch": 300,
-    "max_val_windows": 200,
-}
+TINY = TINY_DISCRIMINATOR
 
 
 def test_discriminator_stage_publishes_weights_and_metrics(spine, tmp_path) -> None:

@@ -9,6 +9,15 @@ import numpy as np
 from ctxsim.models.contextual.generator import TinyConfig
 
 TINY = TinyConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
+#: a tiny discriminator stage's params (the BiLSTM coherence model): seconds, not minutes
+TINY_DISCRIMINATOR = {
+    "epochs": 1,
+    "hidden": 8,
+    "emb_dim": 8,
+    "head_hidden": 8,
+    "max_windows_per_epoch": 300,
+    "max_val_windows": 200,
+}
 WORDS = "the cat sat on a mat while dog ran far away from home it was dark and stormy night".split()
 
 
