@@ -90,3 +90,23 @@ def verified(path: Path, what: str, logger: Any) -> bool:
         os.replace(sidecar(path), sidecar(dest))
     logger.warning("%s %s: %s; moved to %s, it will be computed again", what, path, problem, dest)
     return False
+
+
+def torch_checkpoint(
+    path: Path, what: str, logger: Any
+) -> tuple[dict[str, Any] | None, Callable[[dict[str, Any]], None]]:
+    """A training loop's resumable state at ``path``: (the state, when its seal matches; else
+    None, a bad one moved aside by :func:`verified`) and the function that saves the next one
+    sealed, so a crash mid-write never leaves a checkpoint that loads."""
+    import torch
+
+    state = (
+        torch.load(path, map_location="cpu", weights_only=True)
+        if verified(path, what, logger)
+        else None
+    )
+
+    def save(new: dict[str, Any]) -> None:
+        write_checked(path, lambda tmp: torch.save(new, tmp))
+
+    return state, save

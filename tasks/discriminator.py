@@ -38,7 +38,7 @@ from ctxsim.models.contextual.discriminator import (
     safe_float,
     train_discriminator,
 )
-from ctxsim.store.checked import verified, write_checked
+from ctxsim.store.checked import torch_checkpoint
 from ctxsim.store.cost_model import TrainedWindows
 from ctxsim.store.stage import Stage, StageContext, StageParams
 from ctxsim.tasks.discriminator_data import build_vocabulary, read_windows, split_windows
@@ -255,15 +255,10 @@ class DiscriminatorStage(Stage):
             seed=ctx.run.seed,
             device=ctx.device,
         )
-        ckpt_path = ctx.cache_dir / "checkpoint.pt"
-        resume = None
-        if verified(ckpt_path, "discriminator checkpoint", ctx.logger):  # sha256 beside it
-            resume = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        ckpt_path = ctx.cache_dir / "checkpoint.pt"  # sealed: a sha256 beside it
+        resume, save_ckpt = torch_checkpoint(ckpt_path, "discriminator checkpoint", ctx.logger)
+        if resume is not None:
             ctx.logger.info(f"discriminator: resuming after epoch {resume['epoch']}")
-
-        def save_ckpt(ck: dict[str, Any]) -> None:
-            write_checked(ckpt_path, lambda tmp: torch.save(ck, tmp))
-
         return train_discriminator(
             model, train, val, tcfg, checkpoint=resume, on_epoch_end=save_ckpt, log=ctx.logger.info
         )

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from ctxsim.models.contextual.generator import GenerativeScorer
 from ctxsim.models.contextual.generator.distill import teacher_agreement
 from ctxsim.models.contextual.generator_training import (
@@ -16,7 +14,7 @@ from ctxsim.models.contextual.generator_training import (
     train_generator,
     validation_perplexity,
 )
-from ctxsim.store.checked import verified, write_checked
+from ctxsim.store.checked import torch_checkpoint
 from ctxsim.store.stage import StageContext
 
 if TYPE_CHECKING:
@@ -47,15 +45,10 @@ def train(
         distill_alpha=p.distill_alpha,
         distill_temperature=p.distill_temperature,
     )
-    ckpt = ctx.cache_dir / "checkpoint.pt"
-    state = None
-    if verified(ckpt, "generator checkpoint", ctx.logger):  # sha256 beside it
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    ckpt = ctx.cache_dir / "checkpoint.pt"  # sealed: a sha256 beside it
+    state, save = torch_checkpoint(ckpt, "generator checkpoint", ctx.logger)
+    if state is not None:
         ctx.logger.info(f"generator: resuming from step {state['step']} ({ckpt})")
-
-    def save(s: dict[str, Any]) -> None:
-        write_checked(ckpt, lambda tmp: torch.save(s, tmp))
-
     return train_generator(scorer, train_ex, cfg, state, save, ctx.logger.info, teacher)
 
 

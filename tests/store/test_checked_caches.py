@@ -112,3 +112,25 @@ def test_the_generator_checks_its_tokenizer_and_checkpoint_before_resuming(spine
     assert f"tokenizer {cache / 'tokenizer'}: sha256 mismatch" in warned
     assert f"generator checkpoint {cache / 'checkpoint.pt'}: sha256 mismatch" in warned
     assert again.read_table().equals(clean)
+
+
+def test_a_torch_checkpoint_resumes_only_when_its_seal_matches(tmp_path, caplog) -> None:
+    """torch_checkpoint: absent -> None; saved -> the same state back; a changed file -> moved
+    aside with a warning and None (the loop starts over instead of loading a torn state)."""
+    import logging
+
+    import torch
+
+    from ctxsim.store.checked import torch_checkpoint
+
+    log = logging.getLogger("t")
+    path = tmp_path / "checkpoint.pt"
+    state, save = torch_checkpoint(path, "test checkpoint", log)
+    assert state is None
+    save({"step": 3, "w": torch.ones(2)})
+    state, _ = torch_checkpoint(path, "test checkpoint", log)
+    assert state is not None and state["step"] == 3 and torch.equal(state["w"], torch.ones(2))
+    path.write_bytes(path.read_bytes()[:-1] + b"x")
+    with caplog.at_level(logging.WARNING):
+        state, _ = torch_checkpoint(path, "test checkpoint", log)
+    assert state is None and not path.exists() and "sha256 mismatch" in caplog.text
