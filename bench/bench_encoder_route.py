@@ -51,14 +51,10 @@ ARMS: dict[str, list[str] | None] = {
 def stage_cpu(record: dict[str, Any]) -> dict[str, float]:
     """CPU-seconds of each stage of a run record, from the artefacts' manifests (a reused
     artefact reports what computing it cost)."""
-    out: dict[str, float] = {}
-    for name, st in record["stages"].items():
-        m = Path(st["path"]) / "_MANIFEST.json"
-        if m.exists():
-            stats = json.loads(m.read_text()).get("stats", {})
-            if stats.get("cpu_seconds") is not None:
-                out[name] = round(float(stats["cpu_seconds"]), 1)
-    return out
+    from bench.harness import manifest_stages
+
+    stages = manifest_stages(record)
+    return {k: round(m["cpu_s"], 1) for k, m in stages.items() if m["cpu_s"] is not None}
 
 
 def adapted_encoder(embed_path: Path, cache: Path) -> Path:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import write_results
+from bench.harness import manifest_stages, write_results
 
 
 def compare(plan: dict[str, Any], measured: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
@@ -82,14 +82,8 @@ def reference_stages(path: Path) -> dict[str, dict[str, float]]:
 def run_record_stages(path: Path) -> dict[str, dict[str, float]]:
     """A finished run's stages as measured: rows and CPU seconds from each artefact's manifest
     (a reused artefact reports what computing it cost)."""
-    record = json.loads(path.read_text())
-    out = {}
-    for name, st in record["stages"].items():
-        manifest = json.loads((Path(st["path"]) / "_MANIFEST.json").read_text())
-        cpu = manifest.get("stats", {}).get("cpu_seconds")
-        if cpu is not None:
-            out[name] = {"rows": int(manifest.get("num_rows") or 0), "cpu_s": float(cpu)}
-    return out
+    stages = manifest_stages(json.loads(path.read_text()))
+    return {k: m for k, m in stages.items() if m["cpu_s"] is not None}
 
 
 def own_cost(config: str, sets: list[str], runs: int = 2) -> list[dict[str, Any]]:

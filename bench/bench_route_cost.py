@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.harness import write_results
+from bench.harness import manifest_stages, write_results
 
 #: the stage whose row count is the number of labelled pairs
 LABEL_STAGE = "label"
@@ -24,16 +24,14 @@ LABEL_STAGE = "label"
 
 def run_cost(record: dict[str, Any]) -> dict[str, Any]:
     """CPU-seconds per stage, the labelled pairs, and pairs per CPU-hour all in, of one run."""
+    stages = manifest_stages(record)
     cpu: dict[str, float] = {}
-    pairs = 0
-    for name, st in record["stages"].items():
-        manifest = json.loads((Path(st["path"]) / "_MANIFEST.json").read_text())
-        stats = manifest.get("stats", {})
-        if stats.get("cpu_seconds") is None:
-            raise SystemExit(f"{st['path']}/_MANIFEST.json: stage {name} recorded no cpu_seconds")
-        cpu[name] = round(float(stats["cpu_seconds"]), 1)
-        if name == LABEL_STAGE:
-            pairs = int(manifest.get("num_rows") or stats.get("pairs") or 0)
+    for name, m in stages.items():
+        if m["cpu_s"] is None:
+            path = record["stages"][name]["path"]
+            raise SystemExit(f"{path}/_MANIFEST.json: stage {name} recorded no cpu_seconds")
+        cpu[name] = round(m["cpu_s"], 1)
+    pairs = stages.get(LABEL_STAGE, {}).get("rows", 0)
     if not pairs:
         raise SystemExit(f"run {record.get('run_id')}: no {LABEL_STAGE} stage with rows")
     total = sum(cpu.values())

@@ -336,3 +336,19 @@ def run_artefacts(root: Path | str, run_id: str) -> tuple[dict[str, Any], dict[s
     rec = json.loads((Path(root) / "runs" / f"{run_id}.json").read_text())
     store = ArtefactStore(root)
     return rec, {n: store.require(n, rec["stages"][n]["fingerprint"]) for n in rec["stages"]}
+
+
+def manifest_stages(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each stage of a run record as its artefact's manifest measured it: ``rows`` and
+    ``cpu_s`` (None where the manifest is missing or recorded no CPU seconds). A reused
+    artefact reports what computing it cost, so a run is charged its whole pipeline."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, st in record["stages"].items():
+        path = Path(st["path"]) / "_MANIFEST.json"
+        manifest = json.loads(path.read_text()) if path.exists() else {}
+        cpu = manifest.get("stats", {}).get("cpu_seconds")
+        out[name] = {
+            "rows": int(manifest.get("num_rows") or 0),
+            "cpu_s": None if cpu is None else float(cpu),
+        }
+    return out
