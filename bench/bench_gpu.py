@@ -137,8 +137,6 @@ def timed_score(
 ) -> tuple[dict[str, np.ndarray], float, Any, float]:
     """One warm-up, one timed run, then the same run again under a FLOP counter (untimed: the
     counter's Python hook on every op would slow the GPU's small kernels)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     ScoringEngine(sc, eng_cfg).score(*(x[:64] for x in wl), directions)
     device = sc.device.type
     sync(device)
@@ -147,14 +145,8 @@ def timed_score(
     got = eng.score(*wl, directions)
     sync(device)
     secs = time.perf_counter() - t0
-    # eager attention for the count: the counter cannot size SDPA with grouped key/value heads
-    sc.model.set_attn_implementation("eager")
-    try:
-        with FlopCounterMode(display=False) as fc:
-            ScoringEngine(sc, eng_cfg).score(*wl, directions)
-    finally:
-        sc.model.set_attn_implementation("sdpa")
-    return got, secs, eng.stats, float(fc.get_total_flops())
+    flops, _ = counted_flops(sc, eng_cfg, wl, directions)
+    return got, secs, eng.stats, flops
 
 
 def bench_score(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[str, Any]]:

@@ -164,20 +164,18 @@ def tokenizer_threads(on: bool) -> Iterator[None]:
     with them off and 4,530 with them on (bench/results/gpu_h100_lm_route_2.md). The project
     turns them off by default (flows/prefect_env.py: forked workers); a forked child turns
     them off again itself, so leaving them on here costs at most that warning."""
-    old = os.environ.get(_TOK_THREADS)
-    if on:
-        os.environ[_TOK_THREADS] = "true"
+    if not on:
+        yield
+        return
+    old = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
     try:
         yield
     finally:
-        if on:
-            if old is None:
-                os.environ.pop(_TOK_THREADS, None)
-            else:
-                os.environ[_TOK_THREADS] = old
-
-
-_TOK_THREADS = "TOKENIZERS_PARALLELISM"
+        if old is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = old
 
 
 def encode(
@@ -286,9 +284,6 @@ class EmbedStage(Stage):
         take = np.array_split(np.arange(len(ids)), p.n_shards)[shard]
         ids, texts = ids[take], [texts[i] for i in take]
         model = load_encoder(p.model, p.max_seq_length, ctx.device)
-        with tokenizer_threads(str(ctx.device).startswith("cuda")):
-            n_tokens = token_counts(model, texts)
-        t0 = time.perf_counter()
         bar = tqdm(
             total=len(texts),
             desc=f"embed shard {shard}",
@@ -296,9 +291,12 @@ class EmbedStage(Stage):
             mininterval=30.0,
             disable=ctx.run.no_progress,
         )
-        with bar, tokenizer_threads(str(ctx.device).startswith("cuda")):
-            emb = encode(model, texts, p.batch_size, bar)
-        seconds = time.perf_counter() - t0
+        with tokenizer_threads(str(ctx.device).startswith("cuda")):
+            n_tokens = token_counts(model, texts)
+            t0 = time.perf_counter()
+            with bar:
+                emb = encode(model, texts, p.batch_size, bar)
+            seconds = time.perf_counter() - t0
         emb_path, stats_path = shard_files(ctx.files_dir, shard)
         with atomic_path(emb_path, suffix=".npy") as tmp:
             np.save(tmp, emb)

@@ -87,6 +87,7 @@ class ScoringEngine:
         self.stats = EngineStats()
         self._scale = 1.0  # shrinks after an OOM
         self._ids: dict[str, Ids] = {}  # every text tokenised once for the engine's lifetime
+        self._head_chunk = head_chunk_for(self.config, scorer.device.type)
         if self.config.num_threads > 0 and scorer.device.type == "cpu":
             torch.set_num_threads(self.config.num_threads)
 
@@ -266,7 +267,7 @@ class ScoringEngine:
             self.config,
             self._scale,
             max(self.scorer.vocab_size, 1),
-            head_chunk_for(self.config, self.scorer.device.type),
+            self._head_chunk,
         )
 
         def prepare(b: tuple[list[int], list[int]]) -> Any:
@@ -303,8 +304,7 @@ class ScoringEngine:
             if self.oom_hook is not None:
                 self.oom_hook(len(ids))
             sc: Any = self.scorer
-            chunk = head_chunk_for(self.config, self.scorer.device.type)
-            lp, n = sc.run_continuation(enc, ready, chunk)
+            lp, n = sc.run_continuation(enc, ready, self._head_chunk)
         except OOM_ERRORS:
             if len(ids) == 1:
                 raise
