@@ -209,20 +209,19 @@ def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
     return _digest(SCORES_VERSION, model_digest(model_dir), _digest(sets), int(max_seq))
 
 
-def arm_similarities(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int) -> dict:
+def model_similarities(model: Any, pair_sets, qa_sets, sts, batch_size: int = 64) -> dict:
     """Per-pair cosines, per-query retrieval metrics (through the evaluate stage's
-    ``evaluate_domain``) and STS cosines of one model ("tfidf": TF-IDF 1-2 grams), cached under
-    ``arm_cache_key``."""
-    from ctxsim.tasks.evaluate import load_st, pair_similarities
+    ``evaluate_domain``) and STS cosines of one loaded model (None: TF-IDF 1-2 grams)."""
+    from ctxsim.tasks.evaluate import pair_similarities
     from ctxsim.tasks.evaluate.domain import evaluate_domain
 
-    path = cache / f"{arm_cache_key(model_dir, pair_sets, qa_sets, sts, max_seq)}.npz"
-    if path.exists():
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files}
-    model = load_st(model_dir, "cpu", max_seq) if model_dir != "tfidf" else None
     dom = evaluate_domain(
-        {"arm": model}, pair_sets, qa_sets, batch_size=64, bootstrap_resamples=0, per_item=True
+        {"arm": model},
+        pair_sets,
+        qa_sets,
+        batch_size=batch_size,
+        bootstrap_resamples=0,
+        per_item=True,
     )
     out: dict[str, np.ndarray] = {}
     for name, by_system in dom["per_item"]["pairs"].items():
@@ -236,7 +235,24 @@ def arm_similarities(model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_s
 
             out[f"sts/{s.name}"] = tfidf_cosine(s.s1, s.s2)
         else:
-            out[f"sts/{s.name}"] = pair_similarities(model, s.s1, s.s2, 64, ("cosine",))["cosine"]
+            sims = pair_similarities(model, s.s1, s.s2, batch_size, ("cosine",))
+            out[f"sts/{s.name}"] = sims["cosine"]
+    return out
+
+
+def arm_similarities(
+    model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int, device: str = "cpu"
+) -> dict:
+    """``model_similarities`` of a saved model ("tfidf": TF-IDF 1-2 grams), cached under
+    ``arm_cache_key`` (scores do not depend on the device beyond float rounding)."""
+    from ctxsim.tasks.evaluate import load_st
+
+    path = cache / f"{arm_cache_key(model_dir, pair_sets, qa_sets, sts, max_seq)}.npz"
+    if path.exists():
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    model = load_st(model_dir, device, max_seq) if model_dir != "tfidf" else None
+    out = model_similarities(model, pair_sets, qa_sets, sts)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
     np.savez(tmp, **out)

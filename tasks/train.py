@@ -61,7 +61,14 @@ from ctxsim.tasks.train_trainer import (
     use_bf16,
 )
 
-__all__ = ["TINY", "TrainParams", "TrainStage", "build_model", "build_tiny_backbone"]
+__all__ = [
+    "TINY",
+    "TrainParams",
+    "TrainStage",
+    "build_model",
+    "build_tiny_backbone",
+    "objective_examples",
+]
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -347,6 +354,19 @@ def resolve_backbone(name: str) -> str:
     return str(resolve_model(name))
 
 
+def objective_examples(cols: Any, oc: ObjectiveContext, source: str) -> tuple[Any, Any, Any, int]:
+    """The objective ``oc.params`` names, its training pairs, its examples and its step budget:
+    what the stage trains on, also packed by bench/bench_student_grid.py to train elsewhere."""
+    p = oc.params
+    objective = get_objective(p.objective)
+    pairs = training_pairs(cols, p, source)
+    examples = objective.examples(pairs, oc)
+    max_steps = p.max_steps
+    if objective.pair_budget and max_steps <= 0:
+        max_steps = steps_for(len(pairs), p.batch_size, p.epochs)  # the pair objectives' steps
+    return objective, pairs, examples, max_steps
+
+
 class TrainStage(Stage):
     name = "train"
     version = "2"  # 2: max_dev_pairs samples the dev set (was its first rows)
@@ -378,17 +398,12 @@ class TrainStage(Stage):
         p: TrainParams = ctx.params
         log = ctx.logger
         t0 = time.perf_counter()
-        objective = get_objective(p.objective)
         label_art = ctx.input("label")
         cols = label_columns(label_art.read_table(), p, str(label_art.path))
-        pairs = training_pairs(cols, p, str(label_art.path))
         oc = ObjectiveContext(
             p, ctx.device, ctx.run.seed, log, lambda st, c: ctx.input(st).read_table(c)
         )
-        examples = objective.examples(pairs, oc)
-        max_steps = p.max_steps
-        if objective.pair_budget and max_steps <= 0:
-            max_steps = steps_for(len(pairs), p.batch_size, p.epochs)  # the pair objectives' steps
+        objective, pairs, examples, max_steps = objective_examples(cols, oc, str(label_art.path))
 
         dev = dev_set(ctx, p, cols)
         torch.manual_seed(ctx.run.seed)

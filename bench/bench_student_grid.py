@@ -1,0 +1,558 @@
+"""Every peer arm at one budget, each arm's learning rate chosen on the dev tasks, on one device:
+the encoder route's students against the label-free peers, a larger encoder's labels (teacher)
+and the LM route's labels (issue 38, item 6).
+
+Three steps, so that the training can run where a GPU is lent (whose carry holds a pack):
+
+- ``pack`` (where the artefacts are): for each arm the pipeline through `label` (artefacts
+  reused), then the train stage's own ``objective_examples``: the arm's training data as Parquet
+  and its train settings; the dev files; the backbone, exact on every packed text (only the
+  embedding rows those texts use travel: the others are zeros when unpacked, which changes no
+  output or gradient of a sentence-embedding loss on these texts).
+- ``run`` (any device): each arm x learning rate, then more seeds for the best arms, through the
+  train stage's trainer (``training_args``, ``make_trainer``) and the domain bench's scorer
+  (``model_similarities``); per-item scores and one JSON line per model, written as they come
+  (a run cut short by ``--budget-s`` or a timeout keeps what it finished).
+- ``report`` (anywhere): each arm's learning rate chosen on dev (the mean of the pair AP and the
+  retrieval nDCG@10, the two dev tasks of the goal; ties to the lower rate), the arms at their
+  chosen rate with paired bootstrap intervals against the download and the teacher, the seeds,
+  and reference models scored as they are (``--reference NAME=DIR``: the closed form, mpnet).
+
+TSDAE is not an arm here: its loss is a softmax over the whole vocabulary, so the trimmed
+backbone would not be exact for it (bench_domain_adapt.py measures it).
+
+Usage::
+
+    .venv/bin/python -m bench.bench_student_grid pack --config configs/medquad.yaml \\
+        --set run.root=/tmp/mq_enc --out .grid
+    python -m bench.bench_student_grid run --pack .grid --out OUT --lrs 1e-5 2e-5 4e-5
+    .venv/bin/python -m bench.bench_student_grid report --pack .grid --runs OUT \\
+        --name student_grid_medquad
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+#: arm -> (its config, None: --config; its overrides). Every arm gets the bench's step budget.
+ARMS: dict[str, tuple[str | None, list[str]]] = {
+    "none": (None, ["train.objective=none"]),
+    "simcse": (None, ["train.objective=simcse"]),
+    "context": (None, ["train.objective=context"]),
+    "teacher": (None, ["train.objective=teacher", "train.teacher=mpnet"]),
+    "lm-labels": ("configs/medquad_lm.yaml", ["train.objective=ctxsim"]),
+    "minilm-labels": (None, ["train.objective=ctxsim"]),
+    "recipe": (None, []),
+    "recipe-angle": (None, ["train.loss=angle"]),
+    "recipe-mse": (None, ["train.loss=cosine", "train.label_scale=none"]),
+    "mpnet-recipe": (None, ["embed.model=mpnet"]),
+}
+DEFAULT_ARMS = ["none", "simcse", "context", "teacher", "minilm-labels", "recipe"]
+PACK_MANIFEST = "MANIFEST.json"
+TRIM_FILE = "trim.json"
+RESULTS_FILE = "results.jsonl"
+#: what a packed backbone's word-embedding matrix is called in its safetensors file
+EMBEDDING_SUFFIX = "word_embeddings.weight"
+
+
+def parse_arm(spec: str) -> tuple[str, tuple[str | None, list[str]]]:
+    """``NAME[@CONFIG]:KEY=VALUE[,KEY=VALUE...]`` (or ``NAME[@CONFIG]``) -> an arm."""
+    head, _, kvs = spec.partition(":")
+    name, _, config = head.partition("@")
+    sets = [kv for kv in kvs.split(",") if kv]
+    if not name or not all("=" in kv for kv in sets):
+        raise ValueError(f"--arm {spec!r}: use NAME[@CONFIG]:KEY=VALUE[,KEY=VALUE...]")
+    return name, (config or None, sets)
+
+
+# ---------------------------------------------------------------------------------------- pack
+
+
+def _texts_of(table: Any) -> list[str]:
+    return [
+        str(x)
+        for name in table.column_names
+        if str(table.schema.field(name).type) in ("string", "large_string")
+        for x in table.column(name).to_pylist()
+        if x is not None
+    ]
+
+
+def trim_backbone(src: Path, texts: list[str], out: Path, dtype: str = "float32") -> dict[str, Any]:
+    """Copy the sentence-transformers model ``src`` to ``out`` keeping only the word-embedding
+    rows the tokenizer gives ``texts`` (and its special tokens); ``unpack_backbone`` restores the
+    full matrix with zeros elsewhere. Exact for any output computed from those texts; ``dtype``
+    float16 also rounds every weight (half the bytes: all-MiniLM-L6-v2 trimmed to MedQuAD and
+    STSb dev is 66 MB in float32, more than a lent GPU's 64 MiB carry with the rest of a pack)."""
+    from safetensors.numpy import load_file, save_file
+    from transformers import AutoTokenizer
+
+    shutil.copytree(src, out, dirs_exist_ok=True)
+    weights = sorted(out.rglob("model.safetensors"))
+    if len(weights) != 1:
+        raise SystemExit(f"{src}: expected one model.safetensors, found {len(weights)}")
+    tok = AutoTokenizer.from_pretrained(str(weights[0].parent))
+    used = set(tok.all_special_ids)
+    for i in range(0, len(texts), 4096):
+        for ids in tok(texts[i : i + 4096], add_special_tokens=True)["input_ids"]:
+            used.update(ids)
+    tensors = load_file(str(weights[0]))
+    keys = [k for k in tensors if k.endswith(EMBEDDING_SUFFIX)]
+    if len(keys) != 1:
+        raise SystemExit(f"{weights[0]}: no single *{EMBEDDING_SUFFIX} tensor ({keys})")
+    full = tensors[keys[0]]
+    ids = np.array(sorted(used), dtype=np.int64)
+    tensors[keys[0]] = np.ascontiguousarray(full[ids])
+    if dtype != "float32":
+        tensors = {k: v.astype(dtype) if v.dtype == np.float32 else v for k, v in tensors.items()}
+    tensors["trim.ids"] = ids
+    save_file(tensors, str(weights[0]))
+    info = {
+        "key": keys[0],
+        "vocab": int(full.shape[0]),
+        "rows_kept": len(ids),
+        "texts": len(texts),
+        "dtype": dtype,
+    }
+    (out / TRIM_FILE).write_text(json.dumps(info))
+    return info
+
+
+def unpack_backbone(packed: Path, out: Path) -> Path:
+    """The packed backbone with its full word-embedding matrix (zeros for the rows not kept)."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(packed, out, dirs_exist_ok=True)
+    info = json.loads((out / TRIM_FILE).read_text())
+    weights = next(iter(sorted(out.rglob("model.safetensors"))))
+    tensors = load_file(str(weights))
+    ids = tensors.pop("trim.ids")
+    rows = tensors[info["key"]]
+    full = np.zeros((info["vocab"], rows.shape[1]), dtype=rows.dtype)
+    full[ids] = rows
+    tensors[info["key"]] = full
+    # a float16 pack trains in float32 from the rounded weights, as the train stage would
+    tensors = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in tensors.items()}
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    (out / TRIM_FILE).unlink()
+    return out
+
+
+def pack_arm(config: str, sets: list[str], run_id: str, out: Path) -> dict[str, Any]:
+    """The arm's pipeline through `label`, then its training data exactly as `train` builds it:
+    Parquet files under ``out/data`` named by content (one per dataset of a multi-dataset
+    objective) and its settings."""
+    import logging
+
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.pipeline import execute
+    from ctxsim.models.training.objectives import ObjectiveContext
+    from ctxsim.store.artefacts import artefact_at, content_digest
+    from ctxsim.tasks.train import objective_examples
+    from ctxsim.tasks.train_data import label_columns
+
+    cfg = load_config(config, sets)
+    p = cfg.stages["train"]
+    rec = execute(cfg, until="label", run_id=run_id, use_prefect=False)
+    paths = {k: v["path"] for k, v in rec["stages"].items()}
+    label = artefact_at(paths["label"], verify=True)
+    cols = label_columns(label.read_table(), p, str(label.path))
+
+    def read_input(stage: str, columns: list[str]) -> Any:
+        return artefact_at(paths[stage], verify=True).read_table(columns)
+
+    oc = ObjectiveContext(p, "cpu", cfg.run.seed, logging.getLogger("bench"), read_input)
+    objective, pairs, examples, max_steps = objective_examples(cols, oc, str(label.path))
+    data = examples.data if isinstance(examples.data, dict) else {"train": examples.data}
+    files = {}
+    if objective.trains:
+        (out / "data").mkdir(parents=True, exist_ok=True)
+        for part, ds in data.items():
+            tmp = out / "data" / f".{part}.parquet"
+            ds.to_parquet(str(tmp))
+            # arms sharing a dataset (the recipe's right contexts) carry it once
+            rel = f"data/{content_digest(tmp)[:16]}.parquet"
+            tmp.replace(out / rel)
+            files[part] = rel
+    return {
+        "objective": objective.name,
+        "multi": isinstance(examples.data, dict),
+        "files": files,
+        "params": p.model_dump(mode="json"),
+        "seed": cfg.run.seed,
+        "max_steps": max_steps,
+        "examples": len(examples),
+        "pairs": len(pairs),
+        "label": label.path.name,
+        "label_cpu_seconds": round(float(examples.label_cpu_seconds), 1),
+    }
+
+
+def pack(args: argparse.Namespace, arms: dict[str, tuple[str | None, list[str]]]) -> None:
+    import pyarrow.parquet as pq
+
+    from ctxsim.flows.config import load_config
+    from ctxsim.models.registry import resolve_model
+    from ctxsim.readers.domain import discover_domain
+    from ctxsim.readers.sts import discover
+
+    out = Path(args.out)
+    if (out / PACK_MANIFEST).exists():
+        raise SystemExit(f"{out}: a pack is already there (remove it first)")
+    tmp = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    budget = [f"train.max_steps={args.steps}", f"train.batch_size={args.batch_size}"]
+    manifest: dict[str, Any] = {"arms": {}, "steps": args.steps, "batch_size": args.batch_size}
+    texts: list[str] = []
+    for arm in args.arms:
+        config, sets = arms[arm]
+        t0 = time.perf_counter()
+        spec = pack_arm(
+            config or args.config, [*args.sets, *sets, *budget], f"{args.run_prefix}-{arm}", tmp
+        )
+        spec |= {"config": config or args.config, "overrides": sets}
+        manifest["arms"][arm] = spec
+        for f in spec["files"].values():
+            texts += _texts_of(pq.read_table(tmp / f))
+        print(f"packed {arm}: {spec['examples']} examples ({time.perf_counter() - t0:.0f} s)")
+    # the dev files, as the readers find them
+    eval_dir = tmp / "eval"
+    pair_sets, qa_sets = discover_domain(args.eval_dir)
+    for s in [*pair_sets, *qa_sets]:
+        rel = Path(s.path).resolve().relative_to(Path(args.eval_dir).resolve())
+        (eval_dir / "domain" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(s.path, eval_dir / "domain" / rel)
+        texts += [t for t in getattr(s, "s1", []) + getattr(s, "s2", []) if t]
+        texts += list(getattr(s, "questions", [])) + list(getattr(s, "answers", []))
+    for s in discover(args.sts_dir):
+        if s.name in set(args.sts_sets):
+            (eval_dir / "sts" / s.dataset).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(s.path, eval_dir / "sts" / s.dataset / Path(s.path).name)
+            texts += s.s1 + s.s2
+    backbone = load_config(args.config, args.sets).stages["train"].backbone
+    src = Path(resolve_model(backbone))
+    trim = trim_backbone(src, texts, tmp / "backbone", args.dtype)
+    manifest["backbone"] = {"name": backbone} | trim
+    manifest["sts_sets"] = list(args.sts_sets)
+    (tmp / PACK_MANIFEST).write_text(json.dumps(manifest, indent=1))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)  # a pack is whole or absent
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
+    print(f"pack {out}: {len(manifest['arms'])} arms, {size:.1f} MiB")
+
+
+# ----------------------------------------------------------------------------------------- run
+
+
+def load_eval(pack_dir: Path, sts_sets: list[str]) -> tuple[list, list, list]:
+    from ctxsim.readers.domain import discover_domain
+    from ctxsim.readers.sts import discover
+
+    pair_sets, qa_sets = discover_domain(pack_dir / "eval" / "domain")
+    sts_root = pack_dir / "eval" / "sts"
+    sts = [s for s in discover(sts_root) if s.name in set(sts_sets)] if sts_root.is_dir() else []
+    return pair_sets, qa_sets, sts
+
+
+def train_one(
+    spec: dict[str, Any], pack_dir: Path, backbone: Path, lr: float, seed: int, device: str, work
+) -> tuple[Any, float, int]:
+    """One arm at one learning rate and seed, as the train stage trains it; (model, wall s,
+    steps)."""
+    import logging
+
+    import torch
+    from datasets import Dataset, DatasetDict
+
+    from ctxsim.models.training.objectives import ObjectiveContext, get_objective
+    from ctxsim.models.training.sentence_encoder import build_model
+    from ctxsim.tasks.train import TrainParams
+    from ctxsim.tasks.train_trainer import make_trainer, training_args, use_bf16
+
+    p = TrainParams.model_validate(spec["params"] | {"lr": lr})
+    objective = get_objective(spec["objective"])
+    log = logging.getLogger("bench")
+    torch.manual_seed(seed)
+    model = build_model(str(backbone), p.max_seq_length, device, p.dropout)
+    model.model_card_data.generate_widget_examples = False  # as the train stage does
+    if p.freeze_embeddings:
+        model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
+    if not objective.trains:
+        return model, 0.0, 0
+    parts = {k: Dataset.from_parquet(str(pack_dir / f)) for k, f in spec["files"].items()}
+    data = DatasetDict(parts) if spec["multi"] else parts["train"]
+
+    def refuse(stage: str, columns: list[str]) -> Any:
+        raise RuntimeError(f"a packed arm reads no stage input ({stage})")
+
+    oc = ObjectiveContext(p, device, seed, log, refuse)
+    loss = objective.loss(model, oc, str(backbone))
+    ctx = SimpleNamespace(device=device, run=SimpleNamespace(seed=seed))
+    args = training_args(p, work, spec["max_steps"], ctx, use_bf16(p, device), None)
+    trainer = make_trainer(model, args, data, loss, None, log)
+    t0 = time.perf_counter()
+    trainer.train()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    shutil.rmtree(work, ignore_errors=True)
+    return model, wall, int(trainer.state.global_step)
+
+
+def criterion(scores: dict[str, np.ndarray], pair_sets, qa_sets) -> float:
+    """The dev figure a learning rate is chosen by: the mean of each pair set's AP and each QA
+    set's nDCG@10 (x100)."""
+    from ctxsim.models.evaluation import domain_metrics as D
+
+    vals = [
+        D.pair_classification_scores(scores[f"pairs/{s.name}"], s.labels)["ap"] for s in pair_sets
+    ]
+    vals += [float(np.mean(scores[f"qa/{q.name}/ndcg_at_10"])) for q in qa_sets]
+    return float(np.mean(vals))
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+
+    from bench.bench_domain_adapt import model_similarities
+    from ctxsim.tasks.evaluate import load_st
+
+    pack_dir = Path(args.pack)
+    manifest = json.loads((pack_dir / PACK_MANIFEST).read_text())
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    work = Path(args.work)
+    backbone = unpack_backbone(pack_dir / "backbone", work / "backbone")
+    pair_sets, qa_sets, sts = load_eval(pack_dir, manifest["sts_sets"])
+    arms = args.arms or list(manifest["arms"])
+    info = {
+        "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+        "torch": torch.__version__,
+    }
+    (out / "device.json").write_text(json.dumps(info))
+    t_start = time.perf_counter()
+    done: dict[tuple[str, float, int], float] = {}
+    spent: list[float] = []
+
+    def one(arm: str, lr: float, seed: int) -> bool:
+        if args.budget_s and spent:
+            if time.perf_counter() - t_start + max(spent) > args.budget_s:
+                return False
+        t0 = time.perf_counter()
+        spec = manifest["arms"][arm]
+        model, wall, steps = train_one(spec, pack_dir, backbone, lr, seed, device, work / "ckpt")
+        model.save(str(work / "model"))  # scored as the CPU benches score a saved model
+        del model
+        model = load_st(work / "model", device, args.max_seq_length)
+        t1 = time.perf_counter()
+        scores = model_similarities(model, pair_sets, qa_sets, sts, args.eval_batch)
+        tag = f"{arm}__lr{lr:g}__s{seed}"
+        np.savez(out / f"{tag}.npz", **scores)
+        row = {
+            "arm": arm,
+            "lr": lr,
+            "seed": seed,
+            "steps": steps,
+            "train_s": round(wall, 1),
+            "eval_s": round(time.perf_counter() - t1, 1),
+            "criterion": round(criterion(scores, pair_sets, qa_sets), 3),
+            "scores": f"{tag}.npz",
+        }
+        with open(out / RESULTS_FILE, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        done[(arm, lr, seed)] = row["criterion"]
+        spent.append(time.perf_counter() - t0)
+        print(json.dumps(row), flush=True)
+        return True
+
+    lrs = [float(x) for x in args.lrs]
+    trained = [a for a in arms if manifest["arms"][a]["objective"] != "none"]
+    seed_runs = min(args.seed_arms, len(trained)) * (args.seeds - 1)
+    for i, lr in enumerate(lrs):  # every arm at one rate before the next: a cut keeps whole rates
+        if i and args.budget_s and spent:
+            # a further rate only while it and the seeds of the best arms still fit the budget
+            per_run = float(np.mean(spent[-len(trained) :]))
+            left = args.budget_s - (time.perf_counter() - t_start)
+            if (len(trained) + seed_runs) * per_run > left:
+                print(f"budget: rates {lrs[i:]} skipped for the seeds", flush=True)
+                break
+        for arm in arms:
+            if (arm in trained or i == 0) and not one(arm, lr, 0):
+                return
+    best: dict[str, tuple[float, float]] = {}
+    for (arm, lr, _), c in done.items():
+        if manifest["arms"][arm]["objective"] != "none" and c > best.get(arm, (-1e9, 0.0))[0]:
+            best[arm] = (c, lr)
+    top = sorted(best, key=lambda a: -best[a][0])[: args.seed_arms]
+    for seed in range(1, args.seeds):
+        for arm in top:
+            if not one(arm, best[arm][1], seed):
+                return
+
+
+# -------------------------------------------------------------------------------------- report
+
+
+def report(args: argparse.Namespace) -> None:
+    from bench.bench_domain_adapt import arm_similarities, intervals, summarise
+    from bench.harness import RESULTS_DIR, write_results
+
+    pack_dir, runs = Path(args.pack), Path(args.runs)
+    manifest = json.loads((pack_dir / PACK_MANIFEST).read_text())
+    pair_sets, qa_sets, sts = load_eval(pack_dir, manifest["sts_sets"])
+    rows = [json.loads(x) for x in (runs / RESULTS_FILE).read_text().splitlines() if x.strip()]
+    if not rows:
+        raise SystemExit(f"{runs / RESULTS_FILE}: no finished model")
+    device = json.loads((runs / "device.json").read_text())
+
+    def scores_of(r: dict[str, Any]) -> dict[str, np.ndarray]:
+        with np.load(runs / r["scores"]) as z:
+            return {k: z[k] for k in z.files}
+
+    grid = [
+        {"arm": r["arm"], "lr": r["lr"], "seed": r["seed"]}
+        | summarise(scores_of(r), pair_sets, qa_sets, sts)
+        | {"criterion": r["criterion"], "train s": r["train_s"], "steps": r["steps"]}
+        for r in rows
+    ]
+    chosen: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r["seed"] != 0:
+            continue
+        c = chosen.get(r["arm"])
+        if (
+            c is None
+            or r["criterion"] > c["criterion"]
+            or (r["criterion"] == c["criterion"] and r["lr"] < c["lr"])
+        ):
+            chosen[r["arm"]] = r
+    scores = {a: scores_of(r) for a, r in chosen.items()}
+    refs = dict(kv.split("=", 1) for kv in args.reference)
+    for name, model_dir in refs.items():
+        cache = Path(args.cache)
+        scores[name] = arm_similarities(
+            model_dir, pair_sets, qa_sets, sts, cache, args.max_seq_length
+        )
+    main_rows = []
+    for a, s in scores.items():
+        r = chosen.get(a)
+        spec = manifest["arms"].get(a, {})
+        main_rows.append(
+            {"arm": a}
+            | summarise(s, pair_sets, qa_sets, sts)
+            | {
+                "lr (chosen on dev)": r["lr"] if r and r["steps"] else "-",
+                "objective": spec.get("objective", "as downloaded"),
+                "overrides": " ".join(spec.get("overrides", [])) or "-",
+                "training examples": spec.get("examples", 0),
+                "label": spec.get("label", "-"),
+            }
+        )
+    ci_rows = []
+    for ref in [x for x in ("none", "teacher") if x in scores]:
+        for a in scores:
+            if a != ref:
+                ci = intervals(scores[a], scores[ref], pair_sets, qa_sets, sts, args.resamples, 0)
+                ci_rows.append({"arm": a, "vs": ref} | ci)
+    seed_rows = []
+    for r in rows:
+        c = chosen.get(r["arm"])
+        if (
+            "none" in scores
+            and c
+            and r["lr"] == c["lr"]
+            and any(q["arm"] == r["arm"] and q["seed"] != 0 for q in rows)
+        ):
+            ci = intervals(scores_of(r), scores["none"], pair_sets, qa_sets, sts, args.resamples, 0)
+            seed_rows.append({"arm": r["arm"], "lr": r["lr"], "seed": r["seed"]} | ci)
+    meta = {
+        "command": "python -m bench.bench_student_grid " + " ".join(sys.argv[1:]),
+        "device": device,
+        "steps": manifest["steps"],
+        "batch_size": manifest["batch_size"],
+        "backbone": manifest["backbone"],
+        "choice": "each arm's lr: the highest mean of dev pair AP and dev QA nDCG@10 (seed 0)",
+        "eval": {p.name: len(p) for p in pair_sets}
+        | {q.name: f"{len(q)} questions, {len(q.answers)} answers" for q in qa_sets}
+        | {s.name: len(s) for s in sts},
+    }
+    write_results(
+        args.name,
+        main_rows,
+        meta,
+        args.out_dir or RESULTS_DIR,
+        tables={
+            "paired bootstrap 95% CI (chosen lr, seed 0)": ci_rows,
+            "seeds (chosen lr) against the download": seed_rows,
+            "every model trained (the lr grid and the seeds)": grid,
+        },
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pk = sub.add_parser("pack", help="the arms' training data, the dev files, the backbone")
+    pk.add_argument("--config", default="configs/medquad.yaml")
+    pk.add_argument("--set", dest="sets", action="append", default=[], help="config override")
+    pk.add_argument("--arms", nargs="+", default=DEFAULT_ARMS)
+    pk.add_argument("--arm", dest="extra_arms", action="append", default=[], metavar="SPEC")
+    pk.add_argument("--steps", type=int, default=250, help="every arm's optimizer steps")
+    pk.add_argument("--batch-size", type=int, default=32)
+    pk.add_argument("--run-prefix", default="grid")
+    pk.add_argument("--eval-dir", default="../shared/data/domain")
+    pk.add_argument("--sts-dir", default="../shared/data/sts")
+    pk.add_argument("--sts-sets", nargs="*", default=["STSb.dev"])
+    pk.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    pk.add_argument("--out", required=True)
+    rn = sub.add_parser("run", help="train and score every arm x lr, then seeds")
+    rn.add_argument("--pack", required=True)
+    rn.add_argument("--out", required=True)
+    rn.add_argument("--work", default="/tmp/student_grid")
+    rn.add_argument("--arms", nargs="*", default=None)
+    rn.add_argument("--lrs", nargs="+", default=["1e-5", "2e-5", "4e-5"])
+    rn.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 for the best arms")
+    rn.add_argument("--seed-arms", type=int, default=2)
+    rn.add_argument("--budget-s", type=float, default=0.0, help="stop before passing it")
+    rn.add_argument("--device", default=None)
+    rn.add_argument("--max-seq-length", type=int, default=256)
+    rn.add_argument("--eval-batch", type=int, default=64)
+    rp = sub.add_parser("report", help="choose each arm's lr on dev; intervals; seeds")
+    rp.add_argument("--pack", required=True)
+    rp.add_argument("--runs", required=True)
+    rp.add_argument("--reference", action="append", default=[], metavar="NAME=MODEL_DIR")
+    rp.add_argument("--cache", default="data/cache/encoder_route/scores")
+    rp.add_argument("--max-seq-length", type=int, default=256)
+    rp.add_argument("--resamples", type=int, default=1000)
+    rp.add_argument("--out-dir", default=None)
+    rp.add_argument("--name", default="student_grid_medquad")
+    args = ap.parse_args(argv)
+    if args.cmd == "pack":
+        arms = dict(ARMS)
+        try:
+            arms |= dict(parse_arm(s) for s in args.extra_arms)
+        except ValueError as e:
+            ap.error(str(e))
+        args.arms += [parse_arm(s)[0] for s in args.extra_arms if parse_arm(s)[0] not in args.arms]
+        unknown = [a for a in args.arms if a not in arms]
+        if unknown:
+            ap.error(f"unknown arms {unknown}: use {list(arms)} or --arm NAME[@CONFIG]:K=V,..")
+        pack(args, arms)
+    elif args.cmd == "run":
+        run(args)
+    else:
+        report(args)
+
+
+if __name__ == "__main__":
+    main()
