@@ -54,6 +54,7 @@ ARMS: dict[str, tuple[str | None, list[str]]] = {
     "recipe": (None, []),
     "recipe-angle": (None, ["train.loss=angle"]),
     "recipe-mse": (None, ["train.loss=cosine", "train.label_scale=none"]),
+    "softmax-recipe": (None, ["label.encoder_form=softmax"]),
     "mpnet-recipe": (None, ["embed.model=mpnet"]),
 }
 DEFAULT_ARMS = ["none", "simcse", "context", "teacher", "minilm-labels", "recipe"]
@@ -451,7 +452,10 @@ def report(args: argparse.Namespace) -> None:
             {"arm": a}
             | summarise(s, pair_sets, qa_sets, sts)
             | {
-                "lr (chosen on dev)": r["lr"] if r and r["steps"] else "-",
+                "lr (best on dev)": r["lr"] if r and r["steps"] else "-",
+                "rates tried": len({q["lr"] for q in rows if q["arm"] == a and q["seed"] == 0})
+                if r and r["steps"]
+                else 0,
                 "objective": spec.get("objective", "as downloaded"),
                 "overrides": " ".join(spec.get("overrides", [])) or "-",
                 "training examples": spec.get("examples", 0),
@@ -459,7 +463,7 @@ def report(args: argparse.Namespace) -> None:
             }
         )
     ci_rows = []
-    for ref in [x for x in ("none", "teacher") if x in scores]:
+    for ref in [x for x in args.vs if x in scores]:
         for a in scores:
             if a != ref:
                 ci = intervals(scores[a], scores[ref], pair_sets, qa_sets, sts, args.resamples, 0)
@@ -481,7 +485,8 @@ def report(args: argparse.Namespace) -> None:
         "steps": manifest["steps"],
         "batch_size": manifest["batch_size"],
         "backbone": manifest["backbone"],
-        "choice": "each arm's lr: the highest mean of dev pair AP and dev QA nDCG@10 (seed 0)",
+        "choice": "each arm's lr: the highest mean of dev pair AP and dev QA nDCG@10 (seed 0)"
+        " among the rates it was trained with",
         "eval": {p.name: len(p) for p in pair_sets}
         | {q.name: f"{len(q)} questions, {len(q.answers)} answers" for q in qa_sets}
         | {s.name: len(s) for s in sts},
@@ -492,8 +497,8 @@ def report(args: argparse.Namespace) -> None:
         meta,
         args.out_dir or RESULTS_DIR,
         tables={
-            "paired bootstrap 95% CI (chosen lr, seed 0)": ci_rows,
-            "seeds (chosen lr) against the download": seed_rows,
+            "paired bootstrap 95% CI (best lr, seed 0)": ci_rows,
+            "seeds (best lr) against the download": seed_rows,
             "every model trained (the lr grid and the seeds)": grid,
         },
     )
@@ -531,6 +536,9 @@ def main(argv: list[str] | None = None) -> None:
     rp.add_argument("--pack", required=True)
     rp.add_argument("--runs", required=True)
     rp.add_argument("--reference", action="append", default=[], metavar="NAME=MODEL_DIR")
+    rp.add_argument(
+        "--vs", nargs="+", default=["none", "teacher"], help="arms or references to compare with"
+    )
     rp.add_argument("--cache", default="data/cache/encoder_route/scores")
     rp.add_argument("--max-seq-length", type=int, default=256)
     rp.add_argument("--resamples", type=int, default=1000)
@@ -538,12 +546,12 @@ def main(argv: list[str] | None = None) -> None:
     rp.add_argument("--name", default="student_grid_medquad")
     args = ap.parse_args(argv)
     if args.cmd == "pack":
-        arms = dict(ARMS)
         try:
-            arms |= dict(parse_arm(s) for s in args.extra_arms)
+            extra = dict(parse_arm(s) for s in args.extra_arms)
         except ValueError as e:
             ap.error(str(e))
-        args.arms += [parse_arm(s)[0] for s in args.extra_arms if parse_arm(s)[0] not in args.arms]
+        arms = ARMS | extra
+        args.arms = [*args.arms, *(a for a in extra if a not in args.arms)]
         unknown = [a for a in args.arms if a not in arms]
         if unknown:
             ap.error(f"unknown arms {unknown}: use {list(arms)} or --arm NAME[@CONFIG]:K=V,..")

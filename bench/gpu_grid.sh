@@ -3,11 +3,12 @@
 # from `bench_student_grid pack --dtype float16 --out .grid/pack` (float16: a float32 MiniLM with
 # the rest does not fit the 64 MiB carry) and .grid/whl, the cp312 wheels of what the run imports
 # that the machine's image lacks (pydantic, datasets and their own; fetched as bench/gpu_lease.sh's .whl).
-# Results land in $OUT/grid (one JSON line and one .npz of per-item scores per model), the log in
-# $OUT/grid.log; `bench_student_grid report --runs <them>` makes the tables here.
+# Results come back as $OUT/grid.tgz (grid/: one JSON line and one .npz of per-item scores per
+# model; a call returns only a few files, so they travel as one) and $OUT/grid.log;
+# `tar xzf grid.tgz` here, then `bench_student_grid report --runs grid` makes the tables.
 #   GRID_S=560 bash bench/gpu_grid.sh [run options]
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .grid/whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .grid/whl/*.whl || exit 1
 mkdir -p /tmp/pkg/ctxsim
 for d in flows tasks models store readers scores product; do ln -sfn "$PWD/$d" "/tmp/pkg/ctxsim/$d"; done
 export PYTHONPATH="/tmp/pkg:$PWD:/tmp/site" PYTHONUNBUFFERED=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
@@ -17,4 +18,5 @@ GRID_S="${GRID_S:-560}"
 timeout "$GRID_S" python3 -m bench.bench_student_grid run --pack .grid/pack --out "$OUT/grid" \
   --budget-s $((GRID_S - 30)) "$@" 2>&1 \
   | grep --line-buffered -v -e Warning -e "Loading weights" -e "Writing model" -e "Generating train" \
-  | tee "$OUT/grid.log" | grep '^{'
+  | tee "$OUT/grid.log" | grep -e '^{' -e '^budget'
+tar czf "$OUT/grid.tgz" -C "$OUT" grid && rm -rf "$OUT/grid"

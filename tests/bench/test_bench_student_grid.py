@@ -168,6 +168,7 @@ def test_a_pack_runs_every_arm_and_rate_then_seeds_and_reports_the_chosen_rate(t
             pack=str(tmp_path / "pack"),
             runs=str(tmp_path / "runs"),
             reference=[],
+            vs=["none", "teacher"],
             cache=str(tmp_path / "cache"),
             max_seq_length=32,
             resamples=50,
@@ -177,10 +178,11 @@ def test_a_pack_runs_every_arm_and_rate_then_seeds_and_reports_the_chosen_rate(t
     )
     res = json.loads((tmp_path / "res" / "grid.json").read_text())
     chosen = {r["arm"]: r for r in res["rows"]}
-    assert chosen["labels"]["lr (chosen on dev)"] == best["lr"]
-    assert chosen["none"]["lr (chosen on dev)"] == "-"
+    assert chosen["labels"]["lr (best on dev)"] == best["lr"]
+    assert chosen["labels"]["rates tried"] == 2
+    assert chosen["none"]["lr (best on dev)"] == "-" and chosen["none"]["rates tried"] == 0
     md = (tmp_path / "res" / "grid.md").read_text()
-    assert "every model trained" in md and "seeds (chosen lr)" in md
+    assert "every model trained" in md and "seeds (best lr)" in md
 
 
 def test_a_budget_cut_keeps_the_models_it_finished(tiny_st, tmp_path):
