@@ -1,6 +1,6 @@
 """Every peer arm at one budget, each arm's learning rate chosen on the dev tasks, on one device:
 the encoder route's students against the label-free peers, a larger encoder's labels (teacher)
-and the LM route's labels (issue 38, item 6).
+and the LM route's labels.
 
 Three steps, so that the training can run where a GPU is lent (whose carry holds a pack):
 
@@ -232,8 +232,8 @@ def pack(args: argparse.Namespace, arms: dict[str, tuple[str | None, list[str]]]
         rel = Path(s.path).resolve().relative_to(Path(args.eval_dir).resolve())
         (eval_dir / "domain" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(s.path, eval_dir / "domain" / rel)
-        texts += [t for t in getattr(s, "s1", []) + getattr(s, "s2", []) if t]
-        texts += list(getattr(s, "questions", [])) + list(getattr(s, "answers", []))
+    texts += [t for ps in pair_sets for t in ps.s1 + ps.s2]
+    texts += [t for qa in qa_sets for t in qa.questions + qa.answers]
     for s in discover(args.sts_dir):
         if s.name in set(args.sts_sets):
             (eval_dir / "sts" / s.dataset).mkdir(parents=True, exist_ok=True)
@@ -321,6 +321,19 @@ def criterion(scores: dict[str, np.ndarray], pair_sets, qa_sets) -> float:
     return float(np.mean(vals))
 
 
+def best_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each arm's seed-0 model with the highest ``criterion`` (ties: the lower rate): the rate
+    the seeds and the report take."""
+    best: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        b = best.get(r["arm"])
+        if r["seed"] == 0 and (
+            b is None or (r["criterion"], -r["lr"]) > (b["criterion"], -b["lr"])
+        ):
+            best[r["arm"]] = r
+    return best
+
+
 def run(args: argparse.Namespace) -> None:
     import torch
 
@@ -342,7 +355,7 @@ def run(args: argparse.Namespace) -> None:
     }
     (out / "device.json").write_text(json.dumps(info))
     t_start = time.perf_counter()
-    done: dict[tuple[str, float, int], float] = {}
+    finished: list[dict[str, Any]] = []
     spent: list[float] = []
 
     def one(arm: str, lr: float, seed: int) -> bool:
@@ -371,7 +384,7 @@ def run(args: argparse.Namespace) -> None:
         }
         with open(out / RESULTS_FILE, "a") as f:
             f.write(json.dumps(row) + "\n")
-        done[(arm, lr, seed)] = row["criterion"]
+        finished.append(row)
         spent.append(time.perf_counter() - t0)
         print(json.dumps(row), flush=True)
         return True
@@ -390,14 +403,11 @@ def run(args: argparse.Namespace) -> None:
         for arm in arms:
             if (arm in trained or i == 0) and not one(arm, lr, 0):
                 return
-    best: dict[str, tuple[float, float]] = {}
-    for (arm, lr, _), c in done.items():
-        if manifest["arms"][arm]["objective"] != "none" and c > best.get(arm, (-1e9, 0.0))[0]:
-            best[arm] = (c, lr)
-    top = sorted(best, key=lambda a: -best[a][0])[: args.seed_arms]
+    best = {a: r for a, r in best_rows(finished).items() if a in trained}
+    top = sorted(best, key=lambda a: -best[a]["criterion"])[: args.seed_arms]
     for seed in range(1, args.seeds):
         for arm in top:
-            if not one(arm, best[arm][1], seed):
+            if not one(arm, best[arm]["lr"], seed):
                 return
 
 
@@ -426,17 +436,7 @@ def report(args: argparse.Namespace) -> None:
         | {"criterion": r["criterion"], "train s": r["train_s"], "steps": r["steps"]}
         for r in rows
     ]
-    chosen: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["seed"] != 0:
-            continue
-        c = chosen.get(r["arm"])
-        if (
-            c is None
-            or r["criterion"] > c["criterion"]
-            or (r["criterion"] == c["criterion"] and r["lr"] < c["lr"])
-        ):
-            chosen[r["arm"]] = r
+    chosen = best_rows(rows)
     scores = {a: scores_of(r) for a, r in chosen.items()}
     refs = dict(kv.split("=", 1) for kv in args.reference)
     for name, model_dir in refs.items():

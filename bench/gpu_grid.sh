@@ -8,12 +8,8 @@
 # `tar xzf grid.tgz` here, then `bench_student_grid report --runs grid` makes the tables.
 #   GRID_S=560 bash bench/gpu_grid.sh [run options]
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .grid/whl/*.whl || exit 1
-mkdir -p /tmp/pkg/ctxsim
-for d in flows tasks models store readers scores product; do ln -sfn "$PWD/$d" "/tmp/pkg/ctxsim/$d"; done
-export PYTHONPATH="/tmp/pkg:$PWD:/tmp/site" PYTHONUNBUFFERED=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
-export TOKENIZERS_PARALLELISM=true PREFECT_HOME=/tmp/prefect
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia_smi.txt"
+source bench/gpu_env.sh .grid/whl
+export TOKENIZERS_PARALLELISM=true  # safe: the trainer forks no data workers (num_workers 0)
 GRID_S="${GRID_S:-560}"
 timeout "$GRID_S" python3 -m bench.bench_student_grid run --pack .grid/pack --out "$OUT/grid" \
   --budget-s $((GRID_S - 30)) "$@" 2>&1 \

@@ -5,13 +5,9 @@
 # Results land in $OUT: the bench's results (md, json), its log, the profile, the CUDA test log.
 #   BENCH_S=330 TEST_S=120 bash bench/gpu_lease.sh [bench_gpu options]
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-mkdir -p /tmp/pkg/ctxsim
-for d in flows tasks models store readers scores product; do ln -sfn "$PWD/$d" "/tmp/pkg/ctxsim/$d"; done
 # .whl/extra: blingfire without its 95 MB of tokenizer models (the splitter needs none)
-export PYTHONPATH="/tmp/pkg:$PWD:/tmp/site:$PWD/.whl/extra" PYTHONUNBUFFERED=1 DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
-export PREFECT_HOME=/tmp/prefect HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia_smi.txt"
+source bench/gpu_env.sh .whl "$PWD/.whl/extra"
+export TOKENIZERS_PARALLELISM=false
 NAME="${NAME:-gpu}"
 [ "${BENCH_S:-330}" = 0 ] || timeout "${BENCH_S:-330}" python3 -m bench.bench_gpu --arch-dir .gpu/arch --sentences .gpu/sentences.jsonl \
   --name "$NAME" --profile-out "$OUT/profile.txt" "$@" 2>&1 \

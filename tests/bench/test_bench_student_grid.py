@@ -135,11 +135,11 @@ def _write_pack(root, backbone):
     (root / PACK_MANIFEST).write_text(json.dumps(manifest))
 
 
-def test_a_pack_runs_every_arm_and_rate_then_seeds_and_reports_the_chosen_rate(tiny_st, tmp_path):
-    from bench.bench_student_grid import RESULTS_FILE, report, run
-
-    _write_pack(tmp_path / "pack", tiny_st)
-    run_args = Namespace(
+def _run_args(tmp_path, backbone, budget_s: float) -> Namespace:
+    """A hand pack under ``tmp_path`` and `run`'s arguments over it: two rates, two seeds for
+    the best arm, on the CPU."""
+    _write_pack(tmp_path / "pack", backbone)
+    return Namespace(
         pack=str(tmp_path / "pack"),
         out=str(tmp_path / "runs"),
         work=str(tmp_path / "work"),
@@ -147,12 +147,17 @@ def test_a_pack_runs_every_arm_and_rate_then_seeds_and_reports_the_chosen_rate(t
         lrs=["1e-3", "1e-2"],
         seeds=2,
         seed_arms=1,
-        budget_s=0.0,
+        budget_s=budget_s,
         device="cpu",
         max_seq_length=32,
         eval_batch=4,
     )
-    run(run_args)
+
+
+def test_a_pack_runs_every_arm_and_rate_then_seeds_and_reports_the_chosen_rate(tiny_st, tmp_path):
+    from bench.bench_student_grid import RESULTS_FILE, report, run
+
+    run(_run_args(tmp_path, tiny_st, budget_s=0.0))
     rows = [json.loads(x) for x in (tmp_path / "runs" / RESULTS_FILE).read_text().splitlines()]
     # the download once; the labelled arm at both rates, then its second seed at its best rate
     assert [(r["arm"], r["lr"], r["seed"]) for r in rows][:3] == [
@@ -188,21 +193,8 @@ def test_a_pack_runs_every_arm_and_rate_then_seeds_and_reports_the_chosen_rate(t
 def test_a_budget_cut_keeps_the_models_it_finished(tiny_st, tmp_path):
     from bench.bench_student_grid import RESULTS_FILE, run
 
-    _write_pack(tmp_path / "pack", tiny_st)
-    args = Namespace(
-        pack=str(tmp_path / "pack"),
-        out=str(tmp_path / "runs"),
-        work=str(tmp_path / "work"),
-        arms=None,
-        lrs=["1e-3", "1e-2"],
-        seeds=2,
-        seed_arms=1,
-        budget_s=1e-9,  # spent after the first model: no second one starts
-        device="cpu",
-        max_seq_length=32,
-        eval_batch=4,
-    )
-    run(args)
+    # spent after the first model: no second one starts
+    run(_run_args(tmp_path, tiny_st, budget_s=1e-9))
     rows = (tmp_path / "runs" / RESULTS_FILE).read_text().splitlines()
     assert [json.loads(r)["arm"] for r in rows] == ["none"]
     assert (tmp_path / "runs" / json.loads(rows[0])["scores"]).exists()
