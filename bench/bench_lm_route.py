@@ -99,14 +99,34 @@ def load_capture(path: Path) -> dict[str, Any]:
     return cap
 
 
-def run_engine(calls: list[dict[str, Any]], group: bool) -> dict[str, Any]:
-    """Every captured call again with a fresh engine of the stage's settings; CPU-s and stats."""
+def bf16_scorer(generator_dir: Path) -> Any:
+    """The run's float32 scorer with its weights cast to bfloat16 (score.bf16_weights_on_cpu)."""
+    from ctxsim.scores.loading import load_scorer
+
+    sc, _ = load_scorer(generator_dir, "cpu")
+    sc.model.to(torch.bfloat16)
+    return sc
+
+
+#: the engines replayed: name -> (label, grouped prompts, scorer: the stage's or bf16 weights)
+ENGINES: dict[str, tuple[str, bool, str]] = {
+    "old": ("old (padded batches)", False, "stage"),
+    "new": ("new (grouped prompts)", True, "stage"),
+    "bf16w": ("bf16 weights (grouped prompts)", True, "bf16"),
+}
+
+
+def run_engine(
+    calls: list[dict[str, Any]], group: bool, scorer: Any | None = None
+) -> dict[str, Any]:
+    """Every captured call again with a fresh engine of the stage's settings (on ``scorer``
+    instead of the stage's where given); CPU-s and stats."""
     out: dict[str, Any] = {"cpu_s": 0.0, "scores": [], "stats": se.EngineStats()}
     reset_peak_rss()
     base = peak_rss_mb()
     for c in calls:
         cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
-        eng = se.ScoringEngine(c["scorer"], cfg)
+        eng = se.ScoringEngine(scorer if scorer is not None else c["scorer"], cfg)
         t0 = time.process_time()
         got = eng.score(*c["windows"], c["directions"])
         out["cpu_s"] += time.process_time() - t0
@@ -118,9 +138,15 @@ def run_engine(calls: list[dict[str, Any]], group: bool) -> dict[str, Any]:
     return out
 
 
-def fp32_agreement(calls: list[dict[str, Any]], generator_dir: Path, n: int) -> dict[str, Any]:
+def fp32_agreement(
+    calls: list[dict[str, Any]],
+    generator_dir: Path,
+    n: int,
+    others: dict[str, np.ndarray] | None = None,
+) -> dict[str, Any]:
     """Old vs new engine with the float32 scorer on the first ``n`` windows (the exactness
-    check: the int8 scores move with the batch, since activations are quantised per batch)."""
+    check: the int8 scores move with the batch, since activations are quantised per batch), and
+    each of ``others`` (an engine's scores on every window) against float32 on those windows."""
     from ctxsim.scores.loading import load_scorer
 
     scorer, _ = load_scorer(generator_dir, "cpu")
@@ -131,14 +157,27 @@ def fp32_agreement(calls: list[dict[str, Any]], generator_dir: Path, n: int) -> 
         cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
         res = se.ScoringEngine(scorer, cfg).score(*w, c["directions"])
         got[group] = np.concatenate([res[d] for d in c["directions"]])
-    return {
+    out = {
         "fp32_windows": len(w[0]),
         "fp32_max_abs_diff": float(np.max(np.abs(got[True] - got[False]))),
         "fp32_spearman": float(spearmanr(got[True], got[False]).statistic),
     }
+    if len(c["directions"]) == 1:  # an engine's scores line up with the first call's windows
+        for name, scores in (others or {}).items():
+            mine = scores[: len(w[0])]
+            out[f"{name}_vs_fp32_max_abs_diff"] = float(np.max(np.abs(mine - got[True])))
+            out[f"{name}_vs_fp32_spearman"] = float(spearmanr(mine, got[True]).statistic)
+    return out
 
 
-def profile(calls: list[dict[str, Any]], group: bool, n: int, top: int = 8) -> list[dict[str, Any]]:
+def profile(
+    calls: list[dict[str, Any]],
+    group: bool,
+    n: int,
+    top: int = 8,
+    scorer: Any | None = None,
+    engine: str | None = None,
+) -> list[dict[str, Any]]:
     """torch.profiler's top operators (self CPU) of one engine on the first ``n`` windows."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as tprofile
@@ -147,12 +186,14 @@ def profile(calls: list[dict[str, Any]], group: bool, n: int, top: int = 8) -> l
     w = tuple(x[:n] for x in c["windows"])
     cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
     with tprofile(activities=[ProfilerActivity.CPU]) as pr:
-        se.ScoringEngine(c["scorer"], cfg).score(*w, c["directions"])
+        se.ScoringEngine(scorer if scorer is not None else c["scorer"], cfg).score(
+            *w, c["directions"]
+        )
     ev = sorted(pr.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in ev) or 1.0
     return [
         {
-            "engine": "new" if group else "old",
+            "engine": engine or ("new" if group else "old"),
             "op": e.key,
             "self_cpu_share": round(e.self_cpu_time_total / total, 3),
             "self_cpu_s": round(e.self_cpu_time_total / 1e6, 2),
@@ -181,19 +222,22 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
     # everything but the engine's own work: the other stages and the score stage's overheads
     # (loading and quantising the scorer, building texts)
     rest = sum(stage_cpu.values()) - in_stage_engine
-    runs: dict[bool, list[dict[str, Any]]] = {False: [], True: []}
+    gen_dir = Path(cap["record"]["stages"]["generator"]["path"]) / "files"
+    scorers = {"stage": None, "bf16": bf16_scorer(gen_dir) if "bf16w" in args.engines else None}
+    runs: dict[str, list[dict[str, Any]]] = {e: [] for e in args.engines}
     for _ in range(args.repeat):
-        for group in (False, True):
-            runs[group].append(run_engine(calls, group))
+        for e in args.engines:
+            _, group, which = ENGINES[e]
+            runs[e].append(run_engine(calls, group, scorers[which]))
     rows = []
-    for group in (False, True):
-        rs = runs[group]
+    for e in args.engines:
+        rs = runs[e]
         cpu = float(np.median([r["cpu_s"] for r in rs]))
         st = rs[0]["stats"]
         rows.append(
             {
                 "config": name,
-                "engine": "new (grouped prompts)" if group else "old (padded batches)",
+                "engine": ENGINES[e][0],
                 "windows": sum(len(c["windows"][0]) for c in calls),
                 "engine_cpu_s": round(cpu, 1),
                 "engine_cpu_s_runs": ", ".join(f"{r['cpu_s']:.1f}" for r in rs),
@@ -206,18 +250,25 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
                 "pairs_per_cpu_hour_all_in": round(3600 * pairs / max(rest + cpu, 1e-9), 1),
             }
         )
-    old, new = runs[False][0]["scores"], runs[True][0]["scores"]
-    agree = {
-        "config": name,
-        "int8_windows": len(new),
-        "int8_max_abs_diff": float(np.max(np.abs(new - old))),
-        "int8_spearman": float(spearmanr(new, old).statistic),
-        # the same engine twice: how far int8 scores move between runs of one batching
-        "int8_old_vs_old_max_abs_diff": float(np.max(np.abs(runs[False][-1]["scores"] - old))),
-    }
-    gen_dir = Path(cap["record"]["stages"]["generator"]["path"]) / "files"
-    agree |= fp32_agreement(calls, gen_dir, args.fp32_windows)
-    prof = profile(calls, False, args.profile_windows) + profile(calls, True, args.profile_windows)
+    agree: dict[str, Any] = {"config": name}
+    if "old" in runs and "new" in runs:
+        old, new = runs["old"][0]["scores"], runs["new"][0]["scores"]
+        agree |= {
+            "int8_windows": len(new),
+            "int8_max_abs_diff": float(np.max(np.abs(new - old))),
+            "int8_spearman": float(spearmanr(new, old).statistic),
+            # the same engine twice: how far int8 scores move between runs of one batching
+            "int8_old_vs_old_max_abs_diff": float(np.max(np.abs(runs["old"][-1]["scores"] - old))),
+        }
+    if "bf16w" in runs and "new" in runs:
+        bf, new = runs["bf16w"][0]["scores"], runs["new"][0]["scores"]
+        agree["bf16w_vs_stage_spearman"] = float(spearmanr(bf, new).statistic)
+    others = {e: runs[e][0]["scores"] for e in runs}
+    agree |= fp32_agreement(calls, gen_dir, args.fp32_windows, others)
+    prof = []
+    for e in args.engines:
+        _, group, which = ENGINES[e]
+        prof += profile(calls, group, args.profile_windows, scorer=scorers[which], engine=e)
     stages = [
         {"config": name, "stage": s, "cpu_s": round(v, 1)} for s, v in sorted(stage_cpu.items())
     ]
@@ -239,6 +290,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reuse", action="store_true", help="replay a saved capture, no run")
     ap.add_argument("--name", default="score_lm_route")
+    ap.add_argument(
+        "--engines",
+        nargs="+",
+        choices=list(ENGINES),
+        default=["old", "new"],
+        help="bf16w: the run's scorer with bfloat16 weights, grouped (score.bf16_weights_on_cpu)",
+    )
     args = ap.parse_args(argv)
     from ctxsim.flows.prefect_env import configure_prefect
 

@@ -32,7 +32,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ctxsim.models.contextual.generator import DIRECTIONS
 from ctxsim.models.contextual.score_engine import Lambdas, combine_eq3
@@ -140,6 +140,15 @@ class ScoreParams(StageParams):
             "bf16_on_cpu; its own score-cache namespace."
         ),
     )
+    bf16_weights_on_cpu: bool = Field(
+        False,
+        description=(
+            "Causal scorer's weights cast to bfloat16 on CPU (no autocast; log-softmax in float32)"
+            " and its prompts grouped: on CPUs with AMX (Sapphire Rapids and later) 3-4x float32 "
+            "and faster than int8_on_cpu (bench/results/score_lm_route_bf16.md); on CPUs without "
+            "bf16 units slower than float32. Not with int8_on_cpu; its own score-cache namespace."
+        ),
+    )
     disc_batch: int = knob(
         256,
         ge=1,
@@ -164,6 +173,7 @@ class ScoreParams(StageParams):
     added_defaults: ClassVar[dict[str, Any]] = {
         "disc_scorer": "discriminator",
         "disc_encoder": "minilm",
+        "bf16_weights_on_cpu": False,
     }
     skip_zero_lambda: bool = Field(
         True,
@@ -211,6 +221,15 @@ class ScoreParams(StageParams):
             "Cs and costs more."
         ),
     )
+
+    @model_validator(mode="after")
+    def _one_cpu_precision(self) -> ScoreParams:
+        if self.int8_on_cpu and self.bf16_weights_on_cpu:
+            raise ValueError(
+                "score.int8_on_cpu and score.bf16_weights_on_cpu are exclusive: pick one CPU "
+                "precision for the causal scorer"
+            )
+        return self
 
     def directions(self) -> list[str]:
         lam = {"fwd": self.lambda_fwd, "left": self.lambda_left, "right": self.lambda_right}

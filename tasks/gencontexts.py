@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -127,6 +127,14 @@ class GenContextsParams(StageParams):
             " samples do not depend on it: speed and memory only, out of the fingerprint."
         ),
     )
+    bf16_weights_on_cpu: bool = Field(
+        False,
+        description=(
+            "The sampler's weights in bfloat16 on CPU: on CPUs with AMX about 3x float32 "
+            "(bench/results/score_lm_route_bf16.md); other samples than float32's (the logits "
+            "round), so its own sample-cache namespace; on CPUs without bf16 units slower."
+        ),
+    )
     cache: bool = Field(
         True,
         description=(
@@ -134,6 +142,8 @@ class GenContextsParams(StageParams):
             "or labelling other sentences pays only for new samples."
         ),
     )
+
+    added_defaults: ClassVar[dict[str, Any]] = {"bf16_weights_on_cpu": False}
 
     def link(self, sections: dict[str, StageParams]) -> None:
         """A continuation is scored by the right term only, a preceding sentence by the left
@@ -172,13 +182,17 @@ def _model_identity(model: str) -> tuple[str, str]:
     return path, ident
 
 
-def _load_lm(path: str, device: str) -> tuple[Any, Any]:
-    """(causal LM, tokenizer), loaded only when a sample is not in the cache."""
+def _load_lm(path: str, device: str, bf16_weights: bool = False) -> tuple[Any, Any]:
+    """(causal LM, tokenizer), loaded only when a sample is not in the cache; with
+    ``bf16_weights`` on CPU its weights cast to bfloat16 (the sampler takes float32 logits)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device), tok
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    if bf16_weights and torch.device(device).type == "cpu":
+        lm.to(torch.bfloat16)
+    return lm, tok
 
 
 class GenContextsStage(Stage):
@@ -214,6 +228,9 @@ class GenContextsStage(Stage):
         sampling = json.dumps(settings.__dict__, sort_keys=True)
         cols: dict[str, list] = {f.name: [] for f in GEN_SCHEMA}
         path, ident = _model_identity(p.model)
+        bf16 = p.bf16_weights_on_cpu and torch.device(ctx.device).type == "cpu"
+        if bf16:
+            ident += "|bf16-weights"  # other samples than float32's
         cache = SampleCache(ctx.store.root, ident) if p.cache else None
         lm = tok = None
         n_new = n_cached = 0
@@ -233,7 +250,7 @@ class GenContextsStage(Stage):
             got = cache.get(keys) if cache is not None else {}
             todo = [r for r, key in enumerate(keys) if key not in got]
             if todo and lm is None:
-                lm, tok = _load_lm(path, ctx.device)
+                lm, tok = _load_lm(path, ctx.device, bf16)
             bar = tqdm(
                 total=len(todo),
                 desc=f"gencontexts {template}",

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 
 from ctxsim.models.contextual.generator import DIRECTIONS
 from ctxsim.models.contextual.quantize import quantize_int8
@@ -46,6 +47,13 @@ class GeneratorScorer(ContextScorer):
         int8 = p.int8_on_cpu and scorer.device.type == "cpu"
         if int8:
             scorer = quantize_int8(scorer, skip=INT8_FLOAT_LAYERS)
+        elif bf16_weights(p, scorer.device.type):
+            if meta["backend"] != "causal":
+                raise ValueError(
+                    f"score.bf16_weights_on_cpu supports the causal backend; the generator "
+                    f"artefact {ctx.input('generator').fingerprint} is {meta['backend']}"
+                )
+            scorer.model.to(torch.bfloat16)
         engine = ScoringEngine(
             scorer,
             EngineConfig(
@@ -86,6 +94,11 @@ class GeneratorScorer(ContextScorer):
         return Scored(columns, stats)
 
 
+def bf16_weights(p: Any, device: str) -> bool:
+    """Whether the scorer runs with bfloat16 weights (CPU only: on CUDA autocast decides)."""
+    return device == "cpu" and bool(getattr(p, "bf16_weights_on_cpu", False))
+
+
 def _score_cache(ctx: Any, p: Any, meta: dict[str, Any], device: str) -> ScoreCache:
     """The cache of this scorer and numeric mode: keyed by what decides the scores
     (scores/loading.py scorer_identity); generator artefacts published before the identity was
@@ -94,6 +107,8 @@ def _score_cache(ctx: Any, p: Any, meta: dict[str, Any], device: str) -> ScoreCa
     scorer_id = meta.get("scorer_id") or ctx.input("generator").fingerprint
     int8 = device == "cpu" and p.int8_on_cpu
     mode = "int8-channel-fp32head-fp32down" if int8 else ("bf16" if bf16 else "fp32")
+    if bf16_weights(p, device):
+        mode = "bf16-weights"
     return ScoreCache(ctx.store.root, f"{scorer_id}-{mode}")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.stats import spearmanr
 
 from ctxsim.models.contextual.generator import tiny_causal
 from tests.models.contextual.tiny_scoring import TINY
@@ -154,3 +155,56 @@ def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok
     first = score(first_gen)
     assert first["cache_hits"] == 0
     assert score(eval_only)["cache_hits"] == 2 * first["pairs"]  # fwd and left of every window
+
+
+def test_bf16_weights_score_in_their_own_cache_close_to_float32(
+    spine, generator_art, tok, tmp_path
+):
+    """score.bf16_weights_on_cpu: the causal scorer's weights in bfloat16 give scores near
+    float32's (ranks kept) but not equal, so they neither read nor fill float32's cache entries; a
+    second bf16 run reads all of its own; a seq2seq generator and both CPU precisions at once are
+    refused."""
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
+    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
+
+    backbone = tmp_path / "backbone"
+    tiny_causal(tok, TINY).save_pretrained(backbone)
+    tok.save_pretrained(backbone)
+
+    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
+    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
+    rng = np.random.default_rng(4)
+    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 4, replace=False)] for a in qids}
+    root = tmp_path / "root"
+    run = RunParams(root=str(root), torch_threads=1)
+    store = ArtefactStore(root)
+    gp = GeneratorParams(backend="causal", backbone=str(backbone), train_steps=0, n_eval=0)
+    up = {k: spine[k] for k in ("shard", "contexts")}
+    causal = run_stage_locally(resolve_stage(GeneratorStage(), gp, run, store, up))[0]
+
+    def score(gen=(causal, None), **changes):
+        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, **changes)
+        up = score_inputs(spine, gen, root, cs, qids)
+        art, _ = run_stage_locally(
+            resolve_stage(ScoreStage(), params, run, ArtefactStore(root), up)
+        )
+        t = art.read_table().sort_by([("query_id", "ascending"), ("context_id", "ascending")])
+        return art, np.concatenate([t.column(c).to_numpy() for c in ("gen_fwd", "gen_left")])
+
+    fp32_art, fp32 = score()
+    bf16_art, bf16 = score(bf16_weights_on_cpu=True)
+    assert bf16_art.fingerprint != fp32_art.fingerprint
+    assert bf16_art.stats["cache_hits"] == 0  # float32's entries are not read
+    assert not np.allclose(bf16, fp32, atol=1e-6)  # really another computation
+    assert np.max(np.abs(bf16 - fp32)) < 0.2  # nats per token
+    assert spearmanr(bf16, fp32).statistic > 0.95
+    again_art, again = score(bf16_weights_on_cpu=True, lambda_fwd=0.5)  # another artefact
+    assert again_art.stats["cache_hits"] == len(bf16)
+    np.testing.assert_array_equal(again, bf16)
+    assert "bf16_weights_on_cpu" not in ScoreParams().model_dump()  # old fingerprints kept
+    with pytest.raises(ValueError, match="exclusive"):
+        ScoreParams(int8_on_cpu=True, bf16_weights_on_cpu=True)
+    with pytest.raises(Exception, match="supports the causal backend"):
+        score(generator_art, bf16_weights_on_cpu=True)

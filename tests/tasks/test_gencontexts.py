@@ -220,3 +220,21 @@ def test_a_corrupt_sample_cache_file_is_moved_aside_not_trusted(tmp_path, caplog
     legacy = cache.dir / "0123abcd.parquet"
     os.replace(aside, legacy)
     assert cache.get(keys) == {} and list(cache.dir.glob(f"{legacy.name}.corrupt-*"))
+
+
+def test_bf16_weights_sample_into_their_own_cache(spine, backbone, tmp_path) -> None:
+    """gencontexts.bf16_weights_on_cpu: another fingerprint and sample-cache namespace than
+    float32 (rounded logits draw other tokens), the same provenance; the default leaves the
+    fingerprint of earlier runs as it was."""
+    from ctxsim.tasks.gencontexts import GenContextsParams
+
+    fp32 = _gen_stage(spine, tmp_path, backbone)
+    bf16 = _gen_stage(spine, tmp_path, backbone, bf16_weights_on_cpu=True)
+    assert bf16.fingerprint != fp32.fingerprint
+    assert bf16.stats["from_cache"] == 0 and bf16.stats["sampled"] == fp32.stats["sampled"]
+    a, b = fp32.read_table(), bf16.read_table()
+    assert a.column("context_id").to_pylist() == b.column("context_id").to_pylist()
+    assert a.column("seed").to_pylist() == b.column("seed").to_pylist()
+    again = _gen_stage(spine, tmp_path, backbone, bf16_weights_on_cpu=True, k_right=3)
+    assert again.stats["from_cache"] == b.num_rows  # its own samples are reused
+    assert "bf16_weights_on_cpu" not in GenContextsParams().model_dump()
