@@ -130,9 +130,11 @@ class GenContextsParams(StageParams):
     bf16_weights_on_cpu: bool = Field(
         False,
         description=(
-            "The sampler's weights in bfloat16 on CPU: on CPUs with AMX about 3x float32 "
-            "(bench/results/score_lm_route_bf16.md); other samples than float32's (the logits "
-            "round), so its own sample-cache namespace; on CPUs without bf16 units slower."
+            "The sampler's weights in bfloat16 on CPU: on CPUs with AMX 2.4x float32 at batch 384"
+            " (bench/results/sampler_bf16.md); on CPUs without bf16 units slower. bf16 logits "
+            "move with the batch (its padding and size), so a sample depends on the batch it was "
+            "drawn in: batch_size joins the fingerprint and the sample cache is neither read nor "
+            "written (a cached sample would differ from a fresh draw)."
         ),
     )
     cache: bool = Field(
@@ -204,6 +206,11 @@ class GenContextsStage(Stage):
     per_query = True
     labelling = True
 
+    def fingerprint_extra(self, params: GenContextsParams) -> dict[str, Any]:
+        """With bfloat16 weights the batch decides the samples (float32 samples do not depend
+        on it: batch_size is a knob there)."""
+        return {"bf16_batch_size": params.batch_size} if params.bf16_weights_on_cpu else {}
+
     def num_shards(self, ctx: StageContext) -> int:
         return int(ctx.input("queries").stats.get("n_shards", 1))
 
@@ -229,9 +236,8 @@ class GenContextsStage(Stage):
         cols: dict[str, list] = {f.name: [] for f in GEN_SCHEMA}
         path, ident = _model_identity(p.model)
         bf16 = p.bf16_weights_on_cpu and torch.device(ctx.device).type == "cpu"
-        if bf16:
-            ident += "|bf16-weights"  # other samples than float32's
-        cache = SampleCache(ctx.store.root, ident) if p.cache else None
+        # bf16 samples depend on their batch: a cached one is not what this batch would draw
+        cache = SampleCache(ctx.store.root, ident) if p.cache and not bf16 else None
         lm = tok = None
         n_new = n_cached = 0
         for side, k, template in ((1, p.k_right, "right"), (0, p.k_left, p.left_template)):

@@ -222,19 +222,26 @@ def test_a_corrupt_sample_cache_file_is_moved_aside_not_trusted(tmp_path, caplog
     assert cache.get(keys) == {} and list(cache.dir.glob(f"{legacy.name}.corrupt-*"))
 
 
-def test_bf16_weights_sample_into_their_own_cache(spine, backbone, tmp_path) -> None:
-    """gencontexts.bf16_weights_on_cpu: another fingerprint and sample-cache namespace than
-    float32 (rounded logits draw other tokens), the same provenance; the default leaves the
-    fingerprint of earlier runs as it was."""
-    from ctxsim.tasks.gencontexts import GenContextsParams
+def test_bf16_weights_samples_depend_on_the_batch_and_skip_the_cache(spine, backbone, tmp_path):
+    """gencontexts.bf16_weights_on_cpu: bf16 logits move with the batch, so the batch size joins
+    the fingerprint and the sample cache is neither read nor written (float32's entries would not
+    be what a bf16 batch draws); the same settings draw the same samples again; the default
+    leaves the fingerprint of earlier runs as it was."""
+    from ctxsim.tasks.gencontexts import GenContextsParams, GenContextsStage
 
     fp32 = _gen_stage(spine, tmp_path, backbone)
-    bf16 = _gen_stage(spine, tmp_path, backbone, bf16_weights_on_cpu=True)
+    bf16 = _gen_stage(spine, tmp_path / "b", backbone, bf16_weights_on_cpu=True)
     assert bf16.fingerprint != fp32.fingerprint
     assert bf16.stats["from_cache"] == 0 and bf16.stats["sampled"] == fp32.stats["sampled"]
     a, b = fp32.read_table(), bf16.read_table()
     assert a.column("context_id").to_pylist() == b.column("context_id").to_pylist()
     assert a.column("seed").to_pylist() == b.column("seed").to_pylist()
-    again = _gen_stage(spine, tmp_path, backbone, bf16_weights_on_cpu=True, k_right=3)
-    assert again.stats["from_cache"] == b.num_rows  # its own samples are reused
+    assert not (tmp_path / "b" / "_cache" / "gencontexts").exists()  # nothing cached
+    again = _gen_stage(spine, tmp_path / "c", backbone, bf16_weights_on_cpu=True)
+    assert again.fingerprint == bf16.fingerprint
+    assert again.read_table().column("text").to_pylist() == b.column("text").to_pylist()
+    other = _gen_stage(spine, tmp_path / "c", backbone, bf16_weights_on_cpu=True, batch_size=3)
+    assert other.fingerprint != bf16.fingerprint and other.stats["from_cache"] == 0
+    stage = GenContextsStage()
+    assert stage.fingerprint_extra(GenContextsParams(batch_size=3)) == {}  # a knob in float32
     assert "bf16_weights_on_cpu" not in GenContextsParams().model_dump()
