@@ -224,6 +224,7 @@ class GenContextsStage(Stage):
             sample_texts,
             stops_at_quote,
         )
+        from ctxsim.models.contextual.quantize import BF16_SLOW_WARNING, cpu_has_bf16
 
         p: GenContextsParams = ctx.params
         if ctx.run.torch_threads > 0:
@@ -256,6 +257,10 @@ class GenContextsStage(Stage):
             got = cache.get(keys) if cache is not None else {}
             todo = [r for r, key in enumerate(keys) if key not in got]
             if todo and lm is None:
+                if bf16 and not cpu_has_bf16():
+                    ctx.logger.warning(
+                        BF16_SLOW_WARNING, "gencontexts", "gencontexts.bf16_weights_on_cpu"
+                    )
                 lm, tok = _load_lm(path, ctx.device, bf16)
             bar = tqdm(
                 total=len(todo),

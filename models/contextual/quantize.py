@@ -57,3 +57,19 @@ def quantize_int8(
         warnings.simplefilter("ignore", DeprecationWarning)
         scorer.model = quantize_dynamic(model, spec, dtype=torch.qint8)
     return scorer
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bfloat16 units (AVX512-BF16 or AMX): without them bfloat16 weights
+    run emulated, slower than float32. True when torch cannot tell (its probes are private)."""
+    probes = [
+        getattr(torch.cpu, n, None) for n in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    ]
+    probes = [p for p in probes if p is not None]
+    return not probes or any(p() for p in probes)
+
+
+BF16_SLOW_WARNING = (
+    "%s: this CPU has no bf16 units (AVX512-BF16 / AMX): bf16 weights run emulated, slower than "
+    "float32; set %s=false here"
+)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ctxsim.models.contextual.generator import DIRECTIONS
-from ctxsim.models.contextual.quantize import quantize_int8
+from ctxsim.models.contextual.quantize import BF16_SLOW_WARNING, cpu_has_bf16, quantize_int8
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import load_scorer
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
@@ -53,6 +53,8 @@ class GeneratorScorer(ContextScorer):
                     f"score.bf16_weights_on_cpu supports the causal backend; the generator "
                     f"artefact {ctx.input('generator').fingerprint} is {meta['backend']}"
                 )
+            if not cpu_has_bf16():
+                ctx.logger.warning(BF16_SLOW_WARNING, "score", "score.bf16_weights_on_cpu")
             scorer.model.to(torch.bfloat16)
         engine = ScoringEngine(
             scorer,

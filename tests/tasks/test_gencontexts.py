@@ -245,3 +245,25 @@ def test_bf16_weights_samples_depend_on_the_batch_and_skip_the_cache(spine, back
     stage = GenContextsStage()
     assert stage.fingerprint_extra(GenContextsParams(batch_size=3)) == {}  # a knob in float32
     assert "bf16_weights_on_cpu" not in GenContextsParams().model_dump()
+
+
+def test_bf16_weights_warn_on_a_cpu_without_bf16_units(spine, backbone, tmp_path, monkeypatch):
+    import logging
+
+    from ctxsim.models.contextual import quantize
+
+    monkeypatch.setattr(quantize, "cpu_has_bf16", lambda: False)
+    seen: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("ctxsim.gencontexts")
+    handler = Catch(level=logging.WARNING)
+    log.addHandler(handler)
+    try:
+        _gen_stage(spine, tmp_path, backbone, bf16_weights_on_cpu=True, batch_size=5)
+    finally:
+        log.removeHandler(handler)
+    assert any("no bf16 units" in m and "gencontexts.bf16_weights_on_cpu=false" in m for m in seen)

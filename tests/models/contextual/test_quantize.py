@@ -73,3 +73,16 @@ def test_int8_skip_keeps_named_layers_float32(tok):
     kept = {n for n, m in part.model.named_modules() if type(m) is torch.nn.Linear}
     assert kept and all(n.endswith("down_proj") or n == "lm_head" for n in kept)
     assert any(n.endswith("down_proj") for n in kept)
+
+
+def test_cpu_has_bf16_reads_torchs_probes(monkeypatch):
+    from ctxsim.models.contextual import quantize
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert quantize.cpu_has_bf16() is False
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert quantize.cpu_has_bf16() is True
+    monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
+    assert quantize.cpu_has_bf16() is True  # cannot tell: no warning
