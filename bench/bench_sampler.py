@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> None:
             }
         )
     meta = {
-        "command": "python -m bench.bench_sampler " + " ".join(argv or []),
+        "command": "python -m bench.bench_sampler "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "workload": f"{len(texts)} book sentences x K {args.k}, max_new_tokens 24, top_p 0.95, "
         f"top_k 100, the `right` template; {args.threads} thread(s)",
         "reference": f"ctxsim float32 batch {args.batches[0]}",
