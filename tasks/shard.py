@@ -258,7 +258,9 @@ class ShardStage(Stage):
 
     def fingerprint_extra(self, params: ShardParams) -> dict[str, Any]:
         """Input files by content (sha256) and name below their common folder: an edited
-        corpus gets a new fingerprint, a copied or moved one keeps it."""
+        corpus gets a new fingerprint even under the same ``paths``. ``paths`` as written is a
+        param too, so the same files named by another pattern get another fingerprint (kept so:
+        dropping it would give every existing shard artefact a new one)."""
         files = [f.resolve() for f in expand_paths(params.paths)]
         base = Path(os.path.commonpath([str(f.parent) for f in files]))
         rows = [[str(f.relative_to(base)), f.stat().st_size, content_digest(f)] for f in files]
