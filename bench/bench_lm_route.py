@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import pickle
 import shutil
 import time
@@ -101,10 +102,11 @@ def load_capture(path: Path) -> dict[str, Any]:
 
 def bf16_scorer(generator_dir: Path) -> Any:
     """The run's float32 scorer with its weights cast to bfloat16 (score.bf16_weights_on_cpu)."""
+    from ctxsim.models.contextual.quantize import to_bf16_weights
     from ctxsim.scores.loading import load_scorer
 
     sc, _ = load_scorer(generator_dir, "cpu")
-    sc.model.to(torch.bfloat16)
+    to_bf16_weights(sc.model, "score.bf16_weights_on_cpu", logging.getLogger(__name__).warning)
     return sc
 
 

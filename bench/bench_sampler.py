@@ -14,6 +14,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
 import time
@@ -101,7 +102,10 @@ def main(argv: list[str] | None = None) -> None:
     seeds = list(range(len(prompts)))
     s = SamplingSettings(24, 1.0, 0.95, 100)
     path = str(resolve_model(args.model))
-    models = {w: _load_lm(path, "cpu", w == "bfloat16") for w in ("float32", "bfloat16")}
+    warn = logging.getLogger(__name__).warning
+    models = {
+        w: _load_lm(path, "cpu", warn if w == "bfloat16" else None) for w in ("float32", "bfloat16")
+    }
 
     # name -> (weights, n prompts, run): interleaved repeats, so load drifts hit every variant
     variants: dict[str, tuple[str, int, Callable[[int], list[str]]]] = {}

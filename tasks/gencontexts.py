@@ -184,16 +184,19 @@ def _model_identity(model: str) -> tuple[str, str]:
     return path, ident
 
 
-def _load_lm(path: str, device: str, bf16_weights: bool = False) -> tuple[Any, Any]:
-    """(causal LM, tokenizer), loaded only when a sample is not in the cache; with
-    ``bf16_weights`` on CPU its weights cast to bfloat16 (the sampler takes float32 logits)."""
+def _load_lm(path: str, device: str, bf16_warn: Any | None = None) -> tuple[Any, Any]:
+    """(causal LM, tokenizer), loaded only when a sample is not in the cache; given
+    ``bf16_warn`` (bf16 weights on CPU: a logger's ``warning``) its weights cast to bfloat16
+    (the sampler takes float32 logits)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ctxsim.models.contextual.quantize import to_bf16_weights
+
     tok = AutoTokenizer.from_pretrained(path)
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
-    if bf16_weights and torch.device(device).type == "cpu":
-        lm.to(torch.bfloat16)
+    if bf16_warn is not None:
+        to_bf16_weights(lm, "gencontexts.bf16_weights_on_cpu", bf16_warn)
     return lm, tok
 
 
@@ -224,7 +227,6 @@ class GenContextsStage(Stage):
             sample_texts,
             stops_at_quote,
         )
-        from ctxsim.models.contextual.quantize import BF16_SLOW_WARNING, cpu_has_bf16
 
         p: GenContextsParams = ctx.params
         if ctx.run.torch_threads > 0:
@@ -257,11 +259,7 @@ class GenContextsStage(Stage):
             got = cache.get(keys) if cache is not None else {}
             todo = [r for r, key in enumerate(keys) if key not in got]
             if todo and lm is None:
-                if bf16 and not cpu_has_bf16():
-                    ctx.logger.warning(
-                        BF16_SLOW_WARNING, "gencontexts", "gencontexts.bf16_weights_on_cpu"
-                    )
-                lm, tok = _load_lm(path, ctx.device, bf16)
+                lm, tok = _load_lm(path, ctx.device, ctx.logger.warning if bf16 else None)
             bar = tqdm(
                 total=len(todo),
                 desc=f"gencontexts {template}",

@@ -11,6 +11,7 @@ S against float32) and how much CPU time it saves.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 
@@ -69,7 +70,15 @@ def cpu_has_bf16() -> bool:
     return not probes or any(p() for p in probes)
 
 
-BF16_SLOW_WARNING = (
-    "%s: this CPU has no bf16 units (AVX512-BF16 / AMX): bf16 weights run emulated, slower than "
-    "float32; set %s=false here"
-)
+def to_bf16_weights(model: torch.nn.Module, setting: str, warn: Any) -> torch.nn.Module:
+    """``model`` with its weights cast to bfloat16 in place, for CPU inference (the callers take
+    float32 log-probabilities of its logits); ``warn`` (a logger's ``warning``) is told when this
+    CPU has no bf16 units, naming ``setting`` as the switch back."""
+    if not cpu_has_bf16():
+        warn(
+            "%s: this CPU has no bf16 units (AVX512-BF16 / AMX): bf16 weights run emulated, "
+            "slower than float32; set %s=false here",
+            setting.split(".")[0],
+            setting,
+        )
+    return model.to(torch.bfloat16)

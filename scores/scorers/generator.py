@@ -14,10 +14,9 @@ import time
 from typing import Any
 
 import numpy as np
-import torch
 
 from ctxsim.models.contextual.generator import DIRECTIONS
-from ctxsim.models.contextual.quantize import BF16_SLOW_WARNING, cpu_has_bf16, quantize_int8
+from ctxsim.models.contextual.quantize import quantize_int8, to_bf16_weights
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import load_scorer
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
@@ -53,9 +52,7 @@ class GeneratorScorer(ContextScorer):
                     f"score.bf16_weights_on_cpu supports the causal backend; the generator "
                     f"artefact {ctx.input('generator').fingerprint} is {meta['backend']}"
                 )
-            if not cpu_has_bf16():
-                ctx.logger.warning(BF16_SLOW_WARNING, "score", "score.bf16_weights_on_cpu")
-            scorer.model.to(torch.bfloat16)
+            to_bf16_weights(scorer.model, "score.bf16_weights_on_cpu", ctx.logger.warning)
         engine = ScoringEngine(
             scorer,
             EngineConfig(
@@ -98,7 +95,7 @@ class GeneratorScorer(ContextScorer):
 
 def bf16_weights(p: Any, device: str) -> bool:
     """Whether the scorer runs with bfloat16 weights (CPU only: on CUDA autocast decides)."""
-    return device == "cpu" and bool(getattr(p, "bf16_weights_on_cpu", False))
+    return device == "cpu" and p.bf16_weights_on_cpu
 
 
 def _score_cache(ctx: Any, p: Any, meta: dict[str, Any], device: str) -> ScoreCache:
@@ -108,8 +105,10 @@ def _score_cache(ctx: Any, p: Any, meta: dict[str, Any], device: str) -> ScoreCa
     bf16 = (device == "cuda" and p.bf16_on_cuda) or (device == "cpu" and p.bf16_on_cpu)
     scorer_id = meta.get("scorer_id") or ctx.input("generator").fingerprint
     int8 = device == "cpu" and p.int8_on_cpu
-    mode = "int8-channel-fp32head-fp32down" if int8 else ("bf16" if bf16 else "fp32")
-    if bf16_weights(p, device):
+    mode = "bf16" if bf16 else "fp32"
+    if int8:
+        mode = "int8-channel-fp32head-fp32down"
+    elif bf16_weights(p, device):
         mode = "bf16-weights"
     return ScoreCache(ctx.store.root, f"{scorer_id}-{mode}")
 
