@@ -110,11 +110,24 @@ def bf16_scorer(generator_dir: Path) -> Any:
     return sc
 
 
+def compiled_bf16_scorer(generator_dir: Path, call: dict[str, Any]) -> tuple[Any, float]:
+    """bf16 weights with the decoder under ``torch.compile`` (inductor, dynamic shapes), and the
+    CPU-s of its first pass over ``call``'s windows: tracing and compiling, paid once per
+    process (so once per shard in a run), which the timed replays then leave out."""
+    sc = bf16_scorer(generator_dir)
+    sc.model.model = torch.compile(sc.model.model, dynamic=True)
+    t0 = time.process_time()
+    cfg = se.EngineConfig(**{**call["config"].__dict__, "group_prompts": True, "progress": False})
+    se.ScoringEngine(sc, cfg).score(*call["windows"], call["directions"])
+    return sc, time.process_time() - t0
+
+
 #: the engines replayed: name -> (label, grouped prompts, scorer: the stage's or bf16 weights)
 ENGINES: dict[str, tuple[str, bool, str]] = {
     "old": ("old (padded batches)", False, "stage"),
     "new": ("new (grouped prompts)", True, "stage"),
     "bf16w": ("bf16 weights (grouped prompts)", True, "bf16"),
+    "bf16c": ("bf16 weights, torch.compile (grouped prompts)", True, "bf16c"),
 }
 
 
@@ -226,6 +239,9 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
     rest = sum(stage_cpu.values()) - in_stage_engine
     gen_dir = Path(cap["record"]["stages"]["generator"]["path"]) / "files"
     scorers = {"stage": None, "bf16": bf16_scorer(gen_dir) if "bf16w" in args.engines else None}
+    warmup = {e: 0.0 for e in args.engines}
+    if "bf16c" in args.engines:
+        scorers["bf16c"], warmup["bf16c"] = compiled_bf16_scorer(gen_dir, calls[0])
     runs: dict[str, list[dict[str, Any]]] = {e: [] for e in args.engines}
     for _ in range(args.repeat):
         for e in args.engines:
@@ -243,6 +259,7 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
                 "windows": sum(len(c["windows"][0]) for c in calls),
                 "engine_cpu_s": round(cpu, 1),
                 "engine_cpu_s_runs": ", ".join(f"{r['cpu_s']:.1f}" for r in rs),
+                "compile_cpu_s": round(warmup[e], 1),
                 "tokens_run_per_target_tok": round(st.run_tokens / max(st.target_tokens, 1), 3),
                 "padded_per_target_tok": round(st.padded_tokens / max(st.target_tokens, 1), 3),
                 "target_tok_per_cpu_s": round(st.target_tokens / max(cpu, 1e-9), 1),

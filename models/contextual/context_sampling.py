@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ctxsim.models.contextual.generator.protocol import output_cache, with_cache
+
 #: prompt templates by name: ``{sentence}`` is the sentence; the sample is what follows.
 #: right: the sentence as running text, the continuation is the next sentence (the scoring
 #: template of the right term, models/contextual/generator.py DEFAULT_TEMPLATES["right"], with c<
@@ -162,7 +164,7 @@ def _sample_batch(
     res = model(
         input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1
     )
-    past, logits = res.past_key_values, res.logits[:, -1, :]
+    past, logits = output_cache(res), res.logits[:, -1, :]
     if len(prompts) < n:  # one row per sample from here on
         row = torch.tensor(index, dtype=torch.long, device=device)
         past.reorder_cache(row)
@@ -184,10 +186,10 @@ def _sample_batch(
             input_ids=nxt[:, None],
             attention_mask=attn,
             position_ids=pos,
-            past_key_values=past,
+            **with_cache(model, past),
             use_cache=True,
         )
-        past, logits = res.past_key_values, res.logits[:, -1, :]
+        past, logits = output_cache(res), res.logits[:, -1, :]
     if not steps:
         return [[] for _ in range(n)]
     mat = torch.stack(steps, dim=1).cpu().tolist()

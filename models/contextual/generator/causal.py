@@ -20,6 +20,8 @@ from ctxsim.models.contextual.generator.protocol import (
     _place,
     _target_logprobs,
     check_direction,
+    output_cache,
+    with_cache,
 )
 
 
@@ -220,7 +222,7 @@ class CausalPrefixScorer(GenerativeScorer):
             use_cache=True,
             return_dict=True,
         )
-        return PrefixCache(first.past_key_values, first.last_hidden_state[:, -1:], p_mask)
+        return PrefixCache(output_cache(first), first.last_hidden_state[:, -1:], p_mask)
 
     def prepare_continuation(
         self,
@@ -262,7 +264,7 @@ class CausalPrefixScorer(GenerativeScorer):
             input_ids=batch.ids.to(dev, non_blocking=True),
             attention_mask=batch.attn.to(dev, non_blocking=True),
             position_ids=batch.pos.to(dev, non_blocking=True),
-            past_key_values=cache,
+            **with_cache(self.model.base_model, cache),
             use_cache=True,
             return_dict=True,
         )

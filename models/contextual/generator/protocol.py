@@ -3,6 +3,7 @@ base class whose ``log_prob`` gives one Eq. (3) term per target."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,21 @@ DEFAULT_TEMPLATES: dict[str, str] = {
     "left": "Passage: ___ {sentence} {right}\nThe missing sentence ___ is: {target}",
     "right": "{left} {sentence} {target}",
 }
+
+
+def with_cache(model: Any, cache: Any) -> dict[str, Any]:
+    """The keyword that hands ``cache`` to a transformers model's forward: ``cache`` since
+    transformers 5.2x (``past_key_values`` still works there but warns), ``past_key_values``
+    before."""
+    model = getattr(model, "_orig_mod", model)  # a torch.compile wrapper: the model's own forward
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
+def output_cache(out: Any) -> Any:
+    """The keys/values a forward returned, under either name (see ``with_cache``)."""
+    got = out.get("cache")
+    return got if got is not None else out.get("past_key_values")
 
 
 def check_direction(direction: str) -> str:

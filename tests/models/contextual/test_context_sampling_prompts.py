@@ -45,7 +45,7 @@ def test_prompt_pass_runs_each_distinct_prompt_once(lm, monkeypatch) -> None:
     real = model.forward
 
     def spy(*args, **kw):
-        if kw.get("past_key_values") is None:  # the prompt pass
+        if kw.get("cache", kw.get("past_key_values")) is None:  # the prompt pass
             rows.append(int(kw["input_ids"].shape[0]))
             assert kw.get("logits_to_keep") == 1
         return real(*args, **kw)

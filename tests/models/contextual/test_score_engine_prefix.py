@@ -268,3 +268,30 @@ def test_the_vocabulary_head_chunk_follows_the_device_unless_set() -> None:
     assert head_chunk_for(EngineConfig(), "cuda") == 0
     assert head_chunk_for(EngineConfig(head_chunk=64), "cuda") == 64
     assert head_chunk_for(EngineConfig(head_chunk=0), "cpu") == 0
+
+
+def test_cache_keyword_follows_the_models_forward(causal) -> None:
+    """transformers renamed ``past_key_values`` to ``cache`` (the old name warns on every run):
+    the keys/values go under whichever name the model's forward takes, and come back either way."""
+    import inspect
+
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    from ctxsim.models.contextual.generator.protocol import output_cache, with_cache
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids=None, past_key_values=None):  # noqa: ANN001, ANN202
+            return input_ids
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids=None, cache=None):  # noqa: ANN001, ANN202
+            return input_ids
+
+    assert with_cache(Old(), "kv") == {"past_key_values": "kv"}
+    assert with_cache(New(), "kv") == {"cache": "kv"}
+    model = causal.model.base_model
+    (key,) = with_cache(model, None)
+    assert key in inspect.signature(model.forward).parameters
+    out = model(input_ids=torch.tensor([[4, 5, 6]]), use_cache=True, return_dict=True)
+    assert output_cache(out) is not None
+    assert output_cache(BaseModelOutputWithPast(last_hidden_state=torch.zeros(1))) is None
