@@ -257,9 +257,12 @@ def _run_pilots(
     runs: list[dict[str, StageMeasure]] = []
     piloted: list[str] = []
     from_cache: list[str] = []
-    with_queries = query_source(full, names) is not None
+    source = query_source(full, names)
+    with_queries = source is not None
+    full_q = cost_model(full, source).query_count(full.stages[source]) if source else None
     for k, q in enumerate((first.queries, 2 * first.queries) if with_queries else (0,)):
-        s = PilotSettings(k, q, first.eval, first.train_steps, first.corpus)
+        share = min(q / full_q, 1.0) if full_q else 1.0
+        s = PilotSettings(k, q, first.eval, first.train_steps, first.corpus, share)
         sets = [*overrides, *pilot_settings(full, names, s)]
         # the pilot config keeps the full config's sections, also those it has only by default
         # (a file without stage sections runs every stage; the overrides above name a few)

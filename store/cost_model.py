@@ -51,13 +51,15 @@ class PilotView:
 @dataclass(frozen=True)
 class PilotSettings:
     """What the pilots shrink: pilot ``index`` (0 or 1) labels ``queries`` queries, evaluates
-    ``eval`` items and trains ``train_steps`` steps, on the sampled ``corpus`` files."""
+    ``eval`` items and trains ``train_steps`` steps, on the sampled ``corpus`` files; ``share``
+    is ``queries`` over the full config's (1.0 without a query stage)."""
 
     index: int
     queries: int
     eval: int
     train_steps: int
     corpus: list[str]
+    share: float = 1.0
 
 
 def fit_line(x1: float, y1: float, x2: float, y2: float) -> tuple[float, float]:
@@ -457,11 +459,15 @@ class InputRowsPerQuery(CostModel):
 class OptimizerSteps(CostModel):
     """A fixed step budget (param ``steps``): the pilots run a few steps (pilot k: (k + 1) x
     the plan's train steps, never past the budget; ``eval_steps`` set alike), fitted as a fixed
-    part plus a cost per step (stat ``steps_stat``)."""
+    part plus a cost per step (stat ``steps_stat``). ``per_query``: params that add examples
+    beside the labelled pairs (a corpus-sentence budget), scaled in the pilots by their share of
+    the queries, so a pilot's batches mix the datasets as the full run's do: a step on long
+    context examples costs more than one on short pairs (MedQuAD: 5.7 against 4.2 CPU-s)."""
 
     steps: str
     eval_steps: str
     steps_stat: str
+    per_query: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -476,4 +482,8 @@ class OptimizerSteps(CostModel):
 
     def pilot_settings(self, name: str, params: Any, s: PilotSettings) -> list[str]:
         n = min(getattr(params, self.steps), (s.index + 1) * s.train_steps)
-        return [f"{name}.{self.steps}={n}", f"{name}.{self.eval_steps}={n}"]
+        out = [f"{name}.{self.steps}={n}", f"{name}.{self.eval_steps}={n}"]
+        for p in self.per_query:
+            if (full := getattr(params, p)) > 0:
+                out.append(f"{name}.{p}={max(1, round(full * s.share))}")
+        return out

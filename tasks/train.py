@@ -389,7 +389,12 @@ class TrainStage(Stage):
     def cost_model(self, params: TrainParams) -> CostModel:
         """A fixed step budget is priced by steps: the pilots run a few of them."""
         if params.max_steps > 0:
-            return OptimizerSteps(steps="max_steps", eval_steps="eval_steps", steps_stat="steps")
+            return OptimizerSteps(
+                steps="max_steps",
+                eval_steps="eval_steps",
+                steps_stat="steps",
+                per_query=("context_corpus_sentences",),
+            )
         return self.cost
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:

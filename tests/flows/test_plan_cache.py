@@ -138,6 +138,21 @@ def test_a_fixed_step_train_is_piloted_for_a_few_steps_and_scaled_by_steps() -> 
         "labelled pairs"
     )
 
+    # examples added beside the labels follow the pilot's share of the queries, so its batches
+    # mix the two datasets as the full run's do (a context-heavy pilot over-priced steps 1.35x)
+    mixed = load_config(
+        QUICKSTART,
+        [
+            "train.max_steps=200",
+            "train.objective=ctxsim-context",
+            "train.context_corpus_sentences=8000",
+        ],
+    )
+    got = pilot_settings(mixed, ["train"], PilotSettings(1, 16, 8, 20, [], share=16 / 2000))
+    assert got == ["train.max_steps=40", "train.eval_steps=40", "train.context_corpus_sentences=64"]
+    tiny = PilotSettings(0, 1, 8, 20, [], share=1 / 10**6)
+    assert pilot_settings(mixed, ["train"], tiny)[-1] == "train.context_corpus_sentences=1"
+
     measure = StageMeasure("train", 9.0, 9.0, 1, 0, 0.0, stats={"steps": 20})
     view = PilotView({"train": measure}, cfg.stages, 1.0, 1, 1, 8, 1.0, 0.0)
     model = load_stage("train").cost_model(cfg.stages["train"])
