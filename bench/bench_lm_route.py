@@ -110,6 +110,11 @@ def bf16_scorer(generator_dir: Path) -> Any:
     return sc
 
 
+def engine_config(call: dict[str, Any], group: bool) -> se.EngineConfig:
+    """The score stage's engine settings of a captured call, prompts grouped or not, no bar."""
+    return se.EngineConfig(**{**call["config"].__dict__, "group_prompts": group, "progress": False})
+
+
 def compiled_bf16_scorer(generator_dir: Path, call: dict[str, Any]) -> tuple[Any, float]:
     """bf16 weights with the decoder under ``torch.compile`` (inductor, dynamic shapes), and the
     CPU-s of its first pass over ``call``'s windows: tracing and compiling, paid once per
@@ -117,8 +122,7 @@ def compiled_bf16_scorer(generator_dir: Path, call: dict[str, Any]) -> tuple[Any
     sc = bf16_scorer(generator_dir)
     sc.model.model = torch.compile(sc.model.model, dynamic=True)
     t0 = time.process_time()
-    cfg = se.EngineConfig(**{**call["config"].__dict__, "group_prompts": True, "progress": False})
-    se.ScoringEngine(sc, cfg).score(*call["windows"], call["directions"])
+    se.ScoringEngine(sc, engine_config(call, True)).score(*call["windows"], call["directions"])
     return sc, time.process_time() - t0
 
 
@@ -140,7 +144,7 @@ def run_engine(
     reset_peak_rss()
     base = peak_rss_mb()
     for c in calls:
-        cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
+        cfg = engine_config(c, group)
         eng = se.ScoringEngine(scorer if scorer is not None else c["scorer"], cfg)
         t0 = time.process_time()
         got = eng.score(*c["windows"], c["directions"])
@@ -169,7 +173,7 @@ def fp32_agreement(
     w = tuple(x[:n] for x in c["windows"])
     got = {}
     for group in (False, True):
-        cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
+        cfg = engine_config(c, group)
         res = se.ScoringEngine(scorer, cfg).score(*w, c["directions"])
         got[group] = np.concatenate([res[d] for d in c["directions"]])
     out = {
@@ -199,7 +203,7 @@ def profile(
 
     c = calls[0]
     w = tuple(x[:n] for x in c["windows"])
-    cfg = se.EngineConfig(**{**c["config"].__dict__, "group_prompts": group, "progress": False})
+    cfg = engine_config(c, group)
     with tprofile(activities=[ProfilerActivity.CPU]) as pr:
         se.ScoringEngine(scorer if scorer is not None else c["scorer"], cfg).score(
             *w, c["directions"]

@@ -3,6 +3,7 @@ base class whose ``log_prob`` gives one Eq. (3) term per target."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import Iterable, Sequence
@@ -25,13 +26,18 @@ DEFAULT_TEMPLATES: dict[str, str] = {
 }
 
 
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    params = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def with_cache(model: Any, cache: Any) -> dict[str, Any]:
     """The keyword that hands ``cache`` to a transformers model's forward: ``cache`` since
     transformers 5.2x (``past_key_values`` still works there but warns), ``past_key_values``
-    before."""
+    before. Looked up once per model class: the sampler calls it on every generated token."""
     model = getattr(model, "_orig_mod", model)  # a torch.compile wrapper: the model's own forward
-    params = inspect.signature(model.forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache}
+    return {_cache_keyword(type(model)): cache}
 
 
 def output_cache(out: Any) -> Any:
