@@ -18,11 +18,8 @@ trained again at the same path gets new embeddings, never the old ones.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +29,7 @@ from pydantic import Field, field_validator
 
 from ctxsim.models.contextual.encoder_origin import ScatterStats
 from ctxsim.models.registry import REGISTRY, resolve_model
+from ctxsim.models.tokenizer_threads import tokenizer_threads
 from ctxsim.store.artefacts import Artefact, content_digest
 from ctxsim.store.atomic import atomic_path
 from ctxsim.store.cost_model import CorpusBytes
@@ -155,27 +153,6 @@ def token_counts(model: Any, texts: list[str]) -> np.ndarray:
         enc = tok(batch, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
         out[lo : lo + len(enc)] = [len(e) for e in enc]
     return out
-
-
-@contextlib.contextmanager
-def tokenizer_threads(on: bool) -> Iterator[None]:
-    """The Rust tokenizer's own threads, on for the duration when ``on``. On a GPU the corpus
-    pass waits on tokenisation: MiniLM at 64 tokens on an H100 encoded 1,460 paragraphs/s
-    with them off and 4,530 with them on (bench/results/gpu_h100_lm_route_2.md). The project
-    turns them off by default (flows/prefect_env.py: forked workers); a forked child turns
-    them off again itself, so leaving them on here costs at most that warning."""
-    if not on:
-        yield
-        return
-    old = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = old
 
 
 def encode(

@@ -47,13 +47,26 @@ class EngineConfig:
     # bench/results/gpu_h100_lm_route.md)
     head_chunk: int | None = None
     # cuDNN's attention on CUDA (torch's own choice on Hopper). It builds an execution plan per
-    # new shape, and the engine's batches change shape every call: 1.9 ms of host time per call
-    # on an H100. Off (flash / memory-efficient attention instead), SmolLM2's right term ran
-    # 1.34x the windows/s under bf16 autocast but 0.87x with bf16 weights, one run each with
-    # ~10% noise between runs (bench/results/gpu_h100_lm_route_2.md): no clear winner, so
-    # torch's choice stays the default
+    # new shape, and the engine's batches change shape every call: 1.7-1.9 ms of host time per
+    # call on an H100. Off (flash / memory-efficient attention instead), SmolLM2's right term
+    # ran 1.34x the windows/s under bf16 autocast but 0.87x with bf16 weights, one run each
+    # (bench/results/gpu_h100_lm_route_2.md); the 1.34x compared a process's first full run
+    # with its second, and a first run is 1.45-1.49x slower by itself
+    # (bench/results/gpu_h100_compile.md): no gain shown, so torch's choice stays the default
     cudnn_attention: bool = True
     prefetch: bool = True  # lay out the next batch in a thread while the current one runs
+    # the Rust tokenizer's threads while the engine tokenises its texts. None: on CUDA only,
+    # where the GPU waits on the host (a 100,000-window books_generated run tokenises 37,132
+    # texts: 2.2 s on one thread of this CPU); measured on an H100, 1.02x, within noise
+    # (bench/results/gpu_h100_compile.md)
+    tokenizer_threads: bool | None = None
+    # torch.compile a causal scorer's decoder and head (CausalPrefixScorer.compile). Off: on a
+    # CPU the compile costs more than it saves below ~80,000 windows a process
+    # (bench/results/score_lm_route_compile.md); on an H100 the decoder was still compiling
+    # after 290-350 s (about 100 s of inductor per graph, a graph per kwargs set, batch of one
+    # and cache length) and the head's log-softmax alone gave 1.02x
+    # (bench/results/gpu_h100_compile.md)
+    compile: bool = False
 
 
 def head_chunk_for(cfg: EngineConfig, device_type: str) -> int:

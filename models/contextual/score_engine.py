@@ -37,7 +37,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ctxsim.models.contextual.generator import DIRECTIONS, GenerativeScorer, Ids, eq3_example
+from ctxsim.models.contextual.generator import (
+    DIRECTIONS,
+    TARGET_SLOT,
+    GenerativeScorer,
+    Ids,
+    check_direction,
+    eq3_example,
+)
 from ctxsim.models.contextual.score_batching import (
     EngineConfig,
     continuation_batches,
@@ -47,8 +54,14 @@ from ctxsim.models.contextual.score_batching import (
     prefix_pass_groups,
     shared_prefixes,
 )
+from ctxsim.models.tokenizer_threads import tokenizer_threads
 
 OOM_ERRORS: tuple[type[BaseException], ...] = (torch.OutOfMemoryError,)
+
+
+def _none(_: str) -> None:
+    """The generated slot's source part (``eq3_example``'s None)."""
+    return None
 
 
 @dataclass
@@ -88,6 +101,10 @@ class ScoringEngine:
         self._scale = 1.0  # shrinks after an OOM
         self._ids: dict[str, Ids] = {}  # every text tokenised once for the engine's lifetime
         self._head_chunk = head_chunk_for(self.config, scorer.device.type)
+        if self.config.compile and hasattr(scorer, "compile"):
+            scorer.compile()
+        threads = self.config.tokenizer_threads
+        self._tokenizer_threads = scorer.device.type == "cuda" if threads is None else threads
         if self.config.num_threads > 0 and scorer.device.type == "cpu":
             torch.set_num_threads(self.config.num_threads)
 
@@ -105,16 +122,21 @@ class ScoringEngine:
         t0 = time.perf_counter()
         texts = list(dict.fromkeys([*lefts, *sentences, *rights]))
         new = [t for t in texts if t not in self._ids]
-        self._ids.update(zip(new, self.scorer.tokenize(new), strict=True))
-        cache = self._ids
+        with tokenizer_threads(self._tokenizer_threads):
+            self._ids.update(zip(new, self.scorer.tokenize(new), strict=True))
+        ids = self._ids
         self.stats.distinct_texts += len(texts)
         out: dict[str, np.ndarray] = {}
         for d in directions:
             td = time.perf_counter()
-            reqs = []
-            for lft, s, r in zip(lefts, sentences, rights, strict=True):
-                src, tgt = eq3_example(d, lft, s, r)
-                reqs.append(self.scorer.example_ids(d, src, tgt, cache))
+            slot = TARGET_SLOT[check_direction(d)]
+            parts = (lefts, sentences, rights)
+            given = [ids.get if k != slot else _none for k in range(3)]
+            sources = [
+                (given[0](lft), given[1](s), given[2](r))
+                for lft, s, r in zip(lefts, sentences, rights, strict=True)
+            ]
+            reqs = self.scorer.build_requests(d, sources, [ids[t] for t in parts[slot]])
             out[d] = self.score_ids(d, reqs)
             self.stats.per_direction_seconds[d] = self.stats.per_direction_seconds.get(d, 0.0) + (
                 time.perf_counter() - td

@@ -138,7 +138,7 @@ def test_tokenizer_threads_are_on_only_inside_and_restored(monkeypatch) -> None:
     back what the user (or flows/prefect_env.py) had set; off, nothing changes."""
     import os
 
-    from ctxsim.tasks.embed import tokenizer_threads
+    from ctxsim.models.tokenizer_threads import tokenizer_threads
 
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     with tokenizer_threads(True):

@@ -20,6 +20,7 @@ from ctxsim.models.contextual.generator.protocol import (
     _place,
     _target_logprobs,
     check_direction,
+    label_logprobs,
     output_cache,
     with_cache,
 )
@@ -91,6 +92,7 @@ class CausalPrefixScorer(GenerativeScorer):
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
         self.pad = int(pad)
         self._lit_cache: dict[str, Ids] = {}
+        self._tail: Any = label_logprobs  # compiled by ``compile``
         #: tokens the decoder stack has run (padding and prompts included): the engine's measure
         #: of work per scored token
         self.tokens_run = 0
@@ -117,6 +119,35 @@ class CausalPrefixScorer(GenerativeScorer):
 
     def modules(self) -> list[torch.nn.Module]:
         return [self.model]
+
+    @property
+    def compiled(self) -> bool:
+        return hasattr(self.model.base_model, "_orig_mod")
+
+    def compile(self, backend: str = "inductor", decoder: bool = True) -> None:
+        """The decoder stack and the head's log-softmax under ``torch.compile`` (inductor,
+        dynamic shapes), for scoring: eager, a 135M LM's many small elementwise kernels (norms,
+        rotary, SiLU, the float32 copy of the logits) take most of a GPU's time, not its matrix
+        products (bench/results/gpu_h100_lm_route_2.md's profile). The first batches pay the
+        compile: minutes on a CPU (bench/results/score_lm_route_compile.md), and on an H100's
+        host about 100 s per decoder graph, with a graph for the prefix pass, the continuation,
+        batches of one and new cache lengths: still compiling after 290-350 s there, so the
+        engine leaves it off (bench/results/gpu_h100_compile.md); idempotent. ``backend``: any
+        torch.compile backend (the tests trace with ``eager``: dynamo alone, no kernels);
+        ``decoder`` False: the head's log-softmax alone (a small graph, compiled in seconds)."""
+        if self.compiled:
+            return
+        if decoder:
+            base = torch.compile(self.model.base_model, dynamic=True, backend=backend)
+            setattr(self.model, self.model.base_model_prefix, base)
+        if self._tail is label_logprobs:
+            self._tail = torch.compile(label_logprobs, dynamic=True, backend=backend)
+
+    def uncompiled(self) -> None:
+        """Back to the eager modules (a FLOP counter, or training, needs them)."""
+        if self.compiled:
+            setattr(self.model, self.model.base_model_prefix, self.model.base_model._orig_mod)
+        self._tail = label_logprobs
 
     def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         out = self.model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)
@@ -166,6 +197,26 @@ class CausalPrefixScorer(GenerativeScorer):
                 )
             prompt = list(self.start)
         return tuple(prompt), self.limits.cut(slot, target)
+
+    def build_requests(
+        self,
+        direction: str,
+        sources: Sequence[tuple[Ids | None, Ids | None, Ids | None]],
+        targets: Sequence[Ids],
+    ) -> list[tuple[Ids, Ids]]:
+        """``build_ids`` of many examples, each distinct source's prompt laid out once (a
+        prompt does not depend on its target; the right term's K windows of a sentence share
+        one): the engine's host work per window is then a dictionary lookup and a cut."""
+        slot = TARGET_SLOT[check_direction(direction)]
+        prompts: dict[tuple[Ids | None, Ids | None, Ids | None], Ids] = {}
+        cut = self.limits.cut
+        out = []
+        for src, tgt in zip(sources, targets, strict=True):
+            prompt = prompts.get(src)
+            if prompt is None:
+                prompt = prompts[src] = self.build_ids(direction, src, ())[0]
+            out.append((prompt, cut(slot, tgt)))
+        return out
 
     def token_logprobs(
         self, direction: str, sources: Sequence[Ids], targets: Sequence[Ids]
@@ -273,7 +324,7 @@ class CausalPrefixScorer(GenerativeScorer):
         head = self.model.get_output_embeddings()
         labels = batch.labels.to(dev, non_blocking=True)
         tmask = batch.tmask.to(dev, non_blocking=True)
-        return _target_logprobs(hidden, head, labels, tmask, cap, head_chunk)
+        return _target_logprobs(hidden, head, labels, tmask, cap, head_chunk, self._tail)
 
     def continue_logprobs(
         self,

@@ -138,6 +138,15 @@ class GenerativeScorer:
         src = tuple(None if t is None else cache[t] for t in source)
         return self.build_ids(direction, src, cache[target])  # type: ignore[arg-type]
 
+    def build_requests(
+        self,
+        direction: str,
+        sources: Sequence[tuple[Ids | None, Ids | None, Ids | None]],
+        targets: Sequence[Ids],
+    ) -> list[tuple[Ids, Ids]]:
+        """``build_ids`` of many examples (the engine's per-window layout)."""
+        return [self.build_ids(direction, s, t) for s, t in zip(sources, targets, strict=True)]
+
     # ---- model ----------------------------------------------------------------------------
     def modules(self) -> list[torch.nn.Module]:
         """Distinct torch modules (one when shared), for optimisers and ``.train()/.eval()``."""
@@ -215,6 +224,20 @@ class GenerativeScorer:
         return (total / count.clamp(min=1)).float().cpu().numpy()
 
 
+def label_logprobs(
+    logits: torch.Tensor, labels: torch.Tensor, softcap: float | None
+) -> torch.Tensor:
+    """log p(label) under each row's softmax, in float32 (Gemma's logit soft-capping first).
+    Eager, it writes the logits again in float32 and reads them twice; under ``torch.compile``
+    (``CausalPrefixScorer.compile``) it is one pass over the head's own output: 1.02x the
+    windows/s of SmolLM2's right term on an H100, within noise
+    (bench/results/gpu_h100_compile.md)."""
+    logits = logits.float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+
+
 def _target_logprobs(
     hidden: torch.Tensor,
     head: Any,
@@ -222,22 +245,20 @@ def _target_logprobs(
     tmask: torch.Tensor,
     softcap: float | None,
     chunk: int = 0,
+    tail: Any = label_logprobs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum, count) of target-token log-probs per row, running the vocabulary head only on the
     real target positions (no logits for padding or prompt tokens). ``chunk`` > 0 runs the head
     and its log-sum-exp that many tokens at a time: the logits of a whole batch (tokens x
     vocabulary, 200 MB for 1,000 tokens of a 49k vocabulary) leave the CPU's caches, and the
-    log-sum-exp's passes over them cost a sixth of a SmolLM2 batch (profiled)."""
+    log-sum-exp's passes over them cost a sixth of a SmolLM2 batch (profiled). ``tail`` turns
+    logits into label log-probs (``label_logprobs``, or its compiled form)."""
     sel = tmask.bool()
     h, lab = hidden[sel], labels[sel]
     step = chunk if chunk > 0 else max(len(h), 1)
-    parts = []
-    for lo in range(0, len(h), step):
-        logits = head(h[lo : lo + step]).float()
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
-        got = logits.gather(-1, lab[lo : lo + step].unsqueeze(-1)).squeeze(-1)
-        parts.append(got - torch.logsumexp(logits, -1))
+    parts = [
+        tail(head(h[lo : lo + step]), lab[lo : lo + step], softcap) for lo in range(0, len(h), step)
+    ]
     lp = torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
     tok = torch.zeros(tmask.shape, dtype=lp.dtype, device=lp.device)
     tok = tok.masked_scatter(sel, lp)

@@ -295,3 +295,55 @@ def test_cache_keyword_follows_the_models_forward(causal) -> None:
     out = model(input_ids=torch.tensor([[4, 5, 6]]), use_cache=True, return_dict=True)
     assert output_cache(out) is not None
     assert output_cache(BaseModelOutputWithPast(last_hidden_state=torch.zeros(1))) is None
+
+
+def test_compiled_scorer_gives_the_eager_scores_and_can_be_undone(tok):
+    """The decoder and the head's log-softmax under torch.compile (dynamic shapes: batches of
+    other lengths reuse the graph; EngineConfig.compile keeps it) score as eager does, and
+    ``uncompiled`` gives the eager modules back (a FLOP counter or training needs them)."""
+    sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
+    w = k_windows(4, 3, seed=5, left=False)
+    eager, _ = scores(sc, w, ["right"], token_budget=48)
+    sc.compile(backend="eager")  # traced by dynamo as for inductor, no kernels built
+    got, _ = scores(sc, w, ["right"], token_budget=48, compile=True)
+    assert sc.compiled and max_diff(got, eager) < 1e-4
+    sc.uncompiled()
+    assert not sc.compiled
+    assert max_diff(scores(sc, w, ["right"], token_budget=48)[0], eager) == 0.0
+
+
+def test_build_requests_lays_out_what_build_ids_does(causal):
+    """The causal scorer lays out each distinct source's prompt once for many targets; the
+    result is ``build_ids``' for every example, cuts of long parts included."""
+    w = k_windows(4, 3, seed=7)
+    texts = sorted(set(w[0]) | set(w[1]) | set(w[2]))
+    ids = dict(zip(texts, causal.tokenize(texts), strict=True))
+    for d, slot in (("fwd", 1), ("left", 0), ("right", 2)):
+        srcs = [
+            tuple(None if k == slot else ids[p] for k, p in enumerate(win))
+            for win in zip(*w, strict=True)
+        ]
+        tgts = [ids[win[slot]] for win in zip(*w, strict=True)]
+        want = [causal.build_ids(d, s, t) for s, t in zip(srcs, tgts, strict=True)]
+        assert causal.build_requests(d, srcs, tgts) == want
+
+
+def test_engine_tokenises_with_the_tokenizer_threads_only_when_asked(causal, monkeypatch):
+    """EngineConfig.tokenizer_threads: the Rust tokenizer's threads on while the engine
+    tokenises (None: on CUDA only), the environment as it was afterwards."""
+    import os
+
+    seen: list[str | None] = []
+    real = causal.tokenize
+
+    def spy(texts):
+        seen.append(os.environ.get("TOKENIZERS_PARALLELISM"))
+        return real(texts)
+
+    monkeypatch.setattr(causal, "tokenize", spy)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    w = k_windows(2, 2, seed=8)
+    scores(causal, w, ["right"], tokenizer_threads=True)
+    scores(causal, w, ["right"])  # None on a CPU scorer: off
+    assert seen == ["true", "false"]
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
