@@ -45,12 +45,15 @@ from ctxsim.models.contextual.generator import CausalPrefixScorer
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 
 ARCHS = ("smollm2-135m", "gemma-270m")
-#: books_generated (bench/results/pipeline_books_generated.md): 2,000 labelled pairs from 500
-#: queries x 4 samples and 17,994 scored windows (right term only), 1,683.7 CPU-s all-in fp32
-WINDOWS_PER_PAIR = 17_994 / 2_000
+#: books_generated on the 2-core CPU at its fastest (bench/results/pipeline_books_generated_bf16.md,
+#: run bg-q500-bf16-b256): 2,000 labelled pairs from 500 queries x 4 samples and 18,000 scored
+#: windows (right term only), 704.4 CPU-s all-in, of which score 472.8 and the sampler 127.9
+WINDOWS_PER_PAIR = 18_000 / 2_000
 SAMPLES_PER_PAIR = 2_000 / 2_000
-OTHER_CPU_S_PER_PAIR = (1_683.7 - 1_267.6 - 354.9) / 2_000  # shard, pairs, select, label ...
-CPU_PAIRS_PER_HOUR = {"fp32": 4_276.3, "int8": 6_894.6}
+OTHER_CPU_S_PER_PAIR = (704.4 - 472.8 - 127.9) / 2_000  # shard, pairs, select, label ...
+#: all-in on the 2-core CPU: float32 and int8 (pipeline_books_generated.md), bf16 weights in the
+#: scorer and the sampler (pipeline_books_generated_bf16.md)
+CPU_PAIRS_PER_HOUR = {"fp32": 4_276.3, "int8": 6_894.6, "bf16": 10_221.5}
 
 
 def sync(device: str) -> None:
@@ -297,7 +300,19 @@ RIGHT_VARIANTS: dict[str, tuple[str, bool, str, bool, int, bool]] = {
     "grouped-nocudnn": ("grouped", True, "float32", True, 0, False),
     "grouped-bf16w": ("grouped", True, "bfloat16", False, 0, True),
     "grouped-bf16w-nocudnn": ("grouped", True, "bfloat16", False, 0, False),
+    "grouped-bf16w-tok1": ("grouped", True, "bfloat16", False, 0, True),
+    "grouped-bf16w-compile": ("grouped", True, "bfloat16", False, 0, True),
+    "grouped-bf16w-tail": ("grouped", True, "bfloat16", False, 0, True),
 }
+#: engine settings a variant sets beyond the table above: the tokenizer on one thread (as before
+#: the engine turned its threads on on CUDA), the decoder and head under torch.compile
+VARIANT_ENGINE: dict[str, dict[str, Any]] = {
+    "grouped-bf16w-tok1": {"tokenizer_threads": False},
+    "grouped-bf16w-compile": {"compile": True},
+}
+#: variants under torch.compile: name -> whether the decoder is compiled too (else the head's
+#: log-softmax alone)
+COMPILED = {"grouped-bf16w-compile": True, "grouped-bf16w-tail": False}
 
 
 def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[str, Any]]:
@@ -310,11 +325,14 @@ def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
         wl = k_windows(paras, n_win, args.k)
         sub = tuple(x[: args.flop_windows] for x in wl)
         model = arch_model(args.arch_dir, arch, args.device, 2 if args.smoke else None)
+        if args.cold_run:
+            rows.append(cold_run(args, model, tok, arch, wl))
         ref = None
         for variant in args.variants:
             label, grouped, wdtype, autocast, chunk, cudnn = RIGHT_VARIANTS[variant]
             model.to(getattr(torch, wdtype))
             sc = CausalPrefixScorer(model, tok, device=args.device)
+            extra = VARIANT_ENGINE.get(variant, {})
             cfg = EngineConfig(
                 token_budget=args.budgets[-1],
                 max_batch=args.max_batch,
@@ -323,15 +341,36 @@ def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
                 group_prompts=grouped,
                 head_chunk=chunk,
                 cudnn_attention=cudnn,
+                **extra,
             )
-            ScoringEngine(sc, cfg).score(*(x[:256] for x in wl), ("right",))  # warm-up
+            if variant in COMPILED:
+                torch._dynamo.config.cache_size_limit = 64  # budgets cut batches of many shapes
+                sc.compile(args.compile_backend, decoder=COMPILED[variant])
+            t0 = time.perf_counter()
+            try:  # warm-up (and, compiled, the compile: its first shapes)
+                ScoringEngine(sc, cfg).score(*(x[: args.warmup_windows] for x in wl), ("right",))
+            except Exception as e:  # noqa: BLE001 - a variant that cannot run is a result
+                rows.append(
+                    {"section": "right_term_at_scale", "variant": variant, "failed": repr(e)[:300]}
+                )
+                print(rows[-1], flush=True)
+                sc.uncompiled()
+                continue
             sync(args.device)
+            warm_s = time.perf_counter() - t0
             eng = ScoringEngine(sc, cfg)
             t0 = time.perf_counter()
             got = eng.score(*wl, ("right",))["right"]
             sync(args.device)
             secs = time.perf_counter() - t0
             st = eng.stats
+            prof = None
+            if variant in args.profile_variant and arch == ARCHS[0]:
+                prof_wl = tuple(x[: args.profile_windows] for x in wl)
+                out = args.profile_out and Path(args.profile_out)
+                out = out and out.with_name(f"{out.stem}_{variant}{out.suffix}")
+                prof = profiled(sc, cfg, prof_wl, out)
+            sc.uncompiled()  # the FLOP counter runs eager (the same work)
             flops_sub, run_sub = counted_flops(sc, cfg, sub, ("right",))
             flops = flops_sub * st.run_tokens / max(run_sub, 1)
             ref = got if ref is None else ref
@@ -339,6 +378,7 @@ def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
                 "section": "right_term_at_scale",
                 "model": f"{arch} (random init)",
                 "engine": label,
+                "variant": variant,
                 "weights": wdtype,
                 "autocast_bf16": autocast,
                 "head_chunk": chunk,
@@ -356,16 +396,12 @@ def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
                 "mfu_vs_bf16_peak": round(flops / secs / 1e12 / peak, 4),
                 "max_abs_diff_vs_first": round(float(np.max(np.abs(got - ref))), 5),
                 "spearman_vs_first": round(float(spearmanr(got, ref).statistic), 5),
+                "warmup_s": round(warm_s, 1),
             }
             print(row, flush=True)
             rows.append(row)
-            if variant == args.profile_variant and arch == ARCHS[0]:
-                prof_wl = tuple(x[: args.profile_windows] for x in wl)
-                prof_out = args.profile_out and Path(args.profile_out)
-                rows.append(
-                    {"section": "profile", "model": arch, **row_keys(row)}
-                    | profiled(sc, cfg, prof_wl, prof_out)
-                )
+            if prof is not None:
+                rows.append({"section": "profile", "model": arch, **row_keys(row)} | prof)
                 print(rows[-1], flush=True)
         del model, sc
         if args.device.startswith("cuda"):
@@ -373,8 +409,43 @@ def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
     return rows
 
 
+def cold_run(args: argparse.Namespace, model: Any, tok: Any, arch: str, wl: tuple) -> dict:
+    """The whole workload once, timed, before any variant: the first full-size run in a process
+    ran 1.45-1.49x slower than a repeat of it on an H100 (allocator growth, attention plans for
+    each new shape; bench/results/gpu_h100_compile.md), so the variants that follow are all
+    timed warm and this row says what a fresh score process pays. Eager, the first variant's
+    weights."""
+    label, grouped, wdtype, autocast, chunk, cudnn = RIGHT_VARIANTS[args.variants[0]]
+    model.to(getattr(torch, wdtype))
+    sc = CausalPrefixScorer(model, tok, device=args.device)
+    cfg = EngineConfig(
+        token_budget=args.budgets[-1],
+        max_batch=args.max_batch,
+        max_logit_elems=args.max_logit_elems,
+        bf16_on_cuda=autocast,
+        group_prompts=grouped,
+        head_chunk=chunk,
+        cudnn_attention=cudnn,
+    )
+    sync(args.device)
+    t0 = time.perf_counter()
+    ScoringEngine(sc, cfg).score(*wl, ("right",))
+    sync(args.device)
+    secs = time.perf_counter() - t0
+    row = {
+        "section": "right_term_cold",
+        "model": f"{arch} (random init)",
+        "variant": args.variants[0],
+        "windows": len(wl[1]),
+        "seconds": round(secs, 3),
+        "windows_per_s": round(len(wl[1]) / secs, 1),
+    }
+    print(row, flush=True)
+    return row
+
+
 def row_keys(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row[k] for k in ("engine", "weights", "head_chunk", "cudnn_attention")}
+    return {k: row[k] for k in ("engine", "variant", "weights", "head_chunk", "cudnn_attention")}
 
 
 def bench_encode(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -526,10 +597,13 @@ def pairs_per_gpu_hour(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "cpu_s_per_pair_other_stages": round(OTHER_CPU_S_PER_PAIR, 4),
                 "pairs_per_hour_all_in": round(pairs),
                 "pairs_per_gpu_hour_gpu_stages_only": round(3600 / gpu_s),
+                "x_vs_2core_cpu_bf16": round(pairs / CPU_PAIRS_PER_HOUR["bf16"], 1),
                 "x_vs_2core_cpu_int8": round(pairs / CPU_PAIRS_PER_HOUR["int8"], 1),
-                "x_vs_2core_cpu_fp32": round(pairs / CPU_PAIRS_PER_HOUR["fp32"], 1),
                 "all_in_cpu_stages_on_16_cores_linear": round(pairs16),
-                "x16_vs_2core_cpu_int8": round(pairs16 / CPU_PAIRS_PER_HOUR["int8"], 1),
+                "x16_vs_2core_cpu_bf16": round(pairs16 / CPU_PAIRS_PER_HOUR["bf16"], 1),
+                "gpu_stages_only_vs_2core_cpu_bf16": round(
+                    3600 / gpu_s / CPU_PAIRS_PER_HOUR["bf16"], 1
+                ),
             }
         )
         print(out[-1], flush=True)
@@ -559,7 +633,9 @@ def meta_text(args: argparse.Namespace) -> dict[str, Any]:
         "oom_drill": f"{args.oom_queries} x {args.contexts} windows, fwd term, token budget 2^26: "
         "scores compared with a budget that fits",
         "pairs_per_gpu_hour": "books_generated per pair: 9.0 right-term windows + 1 sample on the "
-        "GPU, other stages at their 2-core CPU cost (bench/results/pipeline_books_generated.md)",
+        "GPU, other stages at their 2-core CPU cost (bench/results/pipeline_books_generated_bf16.md"
+        ", run bg-q500-bf16-b256: all but score and the sampler); x_vs_2core_cpu_*: against that "
+        "CPU's all-in pairs per hour",
     }
 
 
@@ -567,19 +643,28 @@ def rows_from_logs(paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, An
     """The machine line and the result rows a device call printed (Python dict reprs)."""
     info: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    for path in paths:
+    for call, path in enumerate(paths, 1):
         for line in path.read_text(encoding="utf-8").splitlines():
             if not line.startswith("{"):
                 continue
             d = ast.literal_eval(line)
             if "section" in d and d["section"] != "labelled_pairs_per_gpu_hour":
-                rows.append(d)
+                rows.append(d | ({"call": call} if len(paths) > 1 else {}))
             elif "gpu" in d:
                 peaks = info.get("bf16_matmul_peak_tflops_per_call", [])
                 info = d | {
                     "bf16_matmul_peak_tflops_per_call": [*peaks, d["bf16_matmul_peak_tflops"]]
                 }
     return info, rows
+
+
+def sampling_rows(path: Path | None) -> list[dict[str, Any]]:
+    """gencontexts' sampling rows of an earlier results file (a call that measured the scorer
+    alone takes the sampler's rate from the call that measured it)."""
+    if path is None:
+        return []
+    got = json.loads(path.read_text(encoding="utf-8"))["tables"].get("gencontexts_sampling", [])
+    return [{"section": "gencontexts_sampling", **r, "from": path.name} for r in got]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -603,7 +688,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--right-windows", type=int, nargs="+", default=[100_000, 20_000])
     ap.add_argument("--k", type=int, default=9, help="right contexts per sentence")
     ap.add_argument("--variants", nargs="+", default=list(RIGHT_VARIANTS), choices=RIGHT_VARIANTS)
-    ap.add_argument("--profile-variant", default="grouped-bf16w-nocudnn")
+    ap.add_argument("--profile-variant", nargs="*", default=["grouped-bf16w-nocudnn"])
+    ap.add_argument("--warmup-windows", type=int, default=256)
+    ap.add_argument(
+        "--cold-run",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="time the whole workload once first, so every variant after it runs warm",
+    )
+    ap.add_argument(
+        "--compile-backend", default="inductor", help="torch.compile backend (CPU smoke: eager)"
+    )
     ap.add_argument("--encode-parallel", nargs="+", default=["false"], choices=["false", "true"])
     ap.add_argument("--flop-windows", type=int, default=4096)
     ap.add_argument("--profile-windows", type=int, default=8192)
@@ -612,9 +707,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--encode-batches", type=int, nargs="+", default=[64, 512])
     ap.add_argument("--sample-archs", nargs="+", default=list(ARCHS))
     ap.add_argument("--note", default="", help="recorded in the results (e.g. the device calls)")
+    ap.add_argument(
+        "--sampling-from",
+        type=Path,
+        default=None,
+        help="--from-log: sampling rows of a results json",
+    )
     args = ap.parse_args(argv)
     if args.from_log:
         info, rows = rows_from_logs(args.from_log)
+        rows += sampling_rows(args.sampling_from)
         rows += pairs_per_gpu_hour(rows)
         meta = {**meta_text(args), **info, "note": args.note}
         write_sections(args.name, rows, meta | {"from_logs": [str(p) for p in args.from_log]})

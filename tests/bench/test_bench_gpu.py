@@ -55,3 +55,30 @@ def test_k_windows_give_each_sentence_k_right_contexts_of_its_own() -> None:
     assert not set(rights) & set(sents)  # rights come from the pool after the sentences
     with pytest.raises(ValueError, match="cannot make"):
         k_windows(paras, 200, 4)
+
+
+def test_rows_of_several_calls_say_their_call_and_sampling_comes_from_a_results_file(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from bench.bench_gpu import sampling_rows
+
+    logs = []
+    for i, wps in enumerate((1000.0, 2000.0)):
+        logs.append(tmp_path / f"call{i}.log")
+        logs[-1].write_text(
+            "{'section': 'right_term_at_scale', 'model': 'smollm2-135m (random init)', "
+            f"'windows_per_s': {wps}}}\n",
+            encoding="utf-8",
+        )
+    _, rows = rows_from_logs(logs)
+    assert [r["call"] for r in rows] == [1, 2]
+    res = tmp_path / "earlier.json"
+    smp = {"model": "smollm2-135m (random init)", "samples_per_s": 500.0}
+    res.write_text(json.dumps({"tables": {"gencontexts_sampling": [smp]}}), encoding="utf-8")
+    rows += sampling_rows(res)
+    assert rows[-1]["section"] == "gencontexts_sampling" and rows[-1]["from"] == "earlier.json"
+    (got,) = pairs_per_gpu_hour(rows)  # the faster call's rate
+    assert got["gpu_s_per_pair"] == pytest.approx(WINDOWS_PER_PAIR / 2000.0 + 1 / 500.0, abs=1e-5)
+    assert sampling_rows(None) == []
