@@ -1,5 +1,6 @@
 """The physical limit of scoring on this CPU: the scorer's FLOPs per labelled pair divided by the
-machine's measured matmul FLOP/s (one torch thread, float32 and dynamic int8).
+machine's measured matmul FLOP/s (one torch thread, float32 and dynamic int8; ``--books-generated``:
+bfloat16, the LM route's shipped workload).
 
 FLOPs per pair = 2 x (non-embedding parameters) x tokens per labelled pair (+ the vocabulary
 head on target tokens only, as the engine computes it); tokens per pair from
@@ -9,6 +10,15 @@ timed in CPU seconds (time.process_time; a shared machine slows it, so this limi
 anything pessimistic). Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_flops_limit
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_flops_limit --books-generated
+
+``--books-generated``: the right term of configs/books_generated.yaml with bfloat16 weights, its
+work per window measured by bench_score (bench/results/score_lm_route_bf16.json: target tokens
+per window, tokens run per target token, engine CPU-s) and its windows and other stages' CPU-s
+per labelled pair by bench_pipeline (bench/results/pipeline_books_generated_bf16.json, the
+sampler in bf16 at batch 256), against this CPU's bfloat16 rate on each of the scorer's matrix
+shapes. It answers whether 20,000 labelled pairs per CPU-hour all-in is reachable by engineering
+the engine, with the same model and labels.
 """
 
 from __future__ import annotations
@@ -49,8 +59,89 @@ def matmul_speeds() -> dict[str, float]:
         }
 
 
+#: SmolLM2-135M's matrix products per token: (rows, in, out) x how many per layer / per model
+LAYER_SHAPES = {"q, o": (D, D, 2), "k, v": (D, 192, 2), "gate, up": (D, FF, 2), "down": (FF, D, 1)}
+LAYERS = 30
+
+
+def bf16_rates(tokens: int = TOKENS, bursts: int = 8) -> dict[str, float]:
+    """FLOP per CPU-second of each of the scorer's products in bfloat16 (AMX/AVX512-BF16 where
+    the CPU has them), and of the vocabulary head: the best of ``bursts`` short runs, since a
+    shared machine only ever slows a run (one shape read 420-1,080 GFLOP/CPU-s from run to run
+    here) and the limit wants what the CPU can do."""
+    out = {}
+    shapes = {k: (i, o) for k, (i, o, _) in LAYER_SHAPES.items()} | {"head": (D, VOCAB)}
+    with torch.inference_mode():
+        for name, (i, o) in shapes.items():
+            x = torch.randn(tokens, i, dtype=torch.bfloat16)
+            w = torch.randn(o, i, dtype=torch.bfloat16)
+            f = 2.0 * tokens * i * o
+            out[name] = max(
+                flops_per_s(lambda x=x, w=w: torch.nn.functional.linear(x, w), f, 0.6)
+                for _ in range(bursts)
+            )
+    return out
+
+
+def books_generated(rates: dict[str, float]) -> tuple[list[dict], dict]:
+    """Achieved FLOP/s of the bf16 engine on books_generated's windows, and the labelled pairs
+    per CPU-hour all-in if every product of the scorer ran at this CPU's matmul rate."""
+    eng = json.loads((RESULTS_DIR / "score_lm_route_bf16.json").read_text())
+    row = next(r for r in eng["rows"] if r["engine"].startswith("bf16 weights"))
+    pipe = json.loads((RESULTS_DIR / "pipeline_books_generated_bf16.json").read_text())
+    run = next(r for r in pipe["rows"] if r["run"] == "bg-q500-bf16-b256")
+    stages = [s for s in pipe["tables"]["stages"] if s["run"] == run["run"]]
+    score = next(s for s in stages if s["stage"] == "score")
+    pairs = run["labelled_pairs"]
+    windows_per_pair = score["rows"] / pairs
+    other_cpu_s = (run["cpu_s_to_label"] - score["cpu_s"]) / pairs
+    target_per_window = row["target_tok_per_cpu_s"] * row["engine_cpu_s"] / row["windows"]
+    run_per_window = target_per_window * row["tokens_run_per_target_tok"]
+    # CPU-s per window at the matmul rates: each product's FLOPs over its own measured rate
+    per_tok = {k: 2.0 * i * o * n * LAYERS for k, (i, o, n) in LAYER_SHAPES.items()}
+    flops_w = sum(per_tok.values()) * run_per_window + 2.0 * D * VOCAB * target_per_window
+    floor_s = sum(per_tok[k] / rates[k] for k in per_tok) * run_per_window
+    floor_s += 2.0 * D * VOCAB * target_per_window / rates["head"]
+    measured_s = row["engine_cpu_s"] / row["windows"]
+    budget = 3600 / 20_000 - other_cpu_s  # score CPU-s per pair that 20,000 pairs/h would allow
+    rows = []
+    for label, s_w in (
+        ("measured (bench_score)", measured_s),
+        ("every product at matmul rate", floor_s),
+    ):
+        score_pair = s_w * windows_per_pair
+        rows.append(
+            {
+                "scorer": label,
+                "cpu_ms_per_window": round(1e3 * s_w, 2),
+                "gflop_per_window": round(flops_w / 1e9, 2),
+                "gflop_per_cpu_s": round(flops_w / s_w / 1e9, 1),
+                "score_cpu_s_per_pair": round(score_pair, 4),
+                "other_cpu_s_per_pair": round(other_cpu_s, 4),
+                "pairs_per_cpu_hour_all_in": round(3600 / (score_pair + other_cpu_s)),
+            }
+        )
+        print(rows[-1], flush=True)
+    meta = {
+        "workload": f"books_generated right term, bf16 weights: {target_per_window:.1f} target "
+        f"tokens and {run_per_window:.1f} tokens run per window, {windows_per_pair:.1f} windows "
+        f"and {other_cpu_s:.4f} CPU-s of other stages (sampler included) per labelled pair",
+        "bf16_gflop_per_cpu_s": {k: round(v / 1e9, 1) for k, v in rates.items()},
+        "engine_share_of_matmul_floor": round(floor_s / measured_s, 3),
+        "score_cpu_s_per_pair_for_20000": round(budget, 4),
+        "gflop_per_cpu_s_needed_for_20000": round(flops_w * windows_per_pair / budget / 1e9, 1),
+    }
+    return rows, meta
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(1)
+    if "--books-generated" in argv:
+        rows, meta = books_generated(bf16_rates())
+        meta |= {"command": "python -m bench.bench_flops_limit --books-generated"}
+        write_results("scorer_flops_limit_books_generated", rows, meta=meta)
+        return
     speeds = matmul_speeds()
     fp32, int8 = speeds["fp32"], speeds["int8"]
     share = json.loads((RESULTS_DIR / "prefix_share_books.json").read_text())
