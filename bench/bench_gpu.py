@@ -303,16 +303,19 @@ RIGHT_VARIANTS: dict[str, tuple[str, bool, str, bool, int, bool]] = {
     "grouped-bf16w-tok1": ("grouped", True, "bfloat16", False, 0, True),
     "grouped-bf16w-compile": ("grouped", True, "bfloat16", False, 0, True),
     "grouped-bf16w-tail": ("grouped", True, "bfloat16", False, 0, True),
+    "grouped-bf16w-blocks": ("grouped", True, "bfloat16", False, 0, True),
 }
 #: engine settings a variant sets beyond the table above: the tokenizer on one thread (as before
 #: the engine turned its threads on on CUDA), the decoder and head under torch.compile
 VARIANT_ENGINE: dict[str, dict[str, Any]] = {
     "grouped-bf16w-tok1": {"tokenizer_threads": False},
-    "grouped-bf16w-compile": {"compile": True},
 }
-#: variants under torch.compile: name -> whether the decoder is compiled too (else the head's
-#: log-softmax alone)
-COMPILED = {"grouped-bf16w-compile": True, "grouped-bf16w-tail": False}
+#: variants under torch.compile: name -> CausalPrefixScorer.compile's scope
+COMPILED = {
+    "grouped-bf16w-compile": "decoder",
+    "grouped-bf16w-tail": "head",
+    "grouped-bf16w-blocks": "blocks",
+}
 
 
 def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[str, Any]]:
@@ -345,7 +348,7 @@ def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
             )
             if variant in COMPILED:
                 torch._dynamo.config.cache_size_limit = 64  # budgets cut batches of many shapes
-                sc.compile(args.compile_backend, decoder=COMPILED[variant])
+                sc.compile(COMPILED[variant], args.compile_backend)
             t0 = time.perf_counter()
             try:  # warm-up (and, compiled, the compile: its first shapes)
                 ScoringEngine(sc, cfg).score(*(x[: args.warmup_windows] for x in wl), ("right",))

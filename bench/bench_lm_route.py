@@ -115,13 +115,17 @@ def engine_config(call: dict[str, Any], group: bool) -> se.EngineConfig:
     return se.EngineConfig(**{**call["config"].__dict__, "group_prompts": group, "progress": False})
 
 
-def compiled_bf16_scorer(generator_dir: Path, call: dict[str, Any]) -> tuple[Any, float]:
-    """bf16 weights with the decoder under ``torch.compile`` (inductor, dynamic shapes), and the
-    CPU-s of its first pass over ``call``'s windows: tracing and compiling, paid once per
-    process (so once per shard in a run), which the timed replays then leave out."""
+def compiled_bf16_scorer(
+    generator_dir: Path, call: dict[str, Any], scope: str
+) -> tuple[Any, float]:
+    """bf16 weights with part of the model under ``torch.compile`` (``CausalPrefixScorer.compile``
+    with ``scope``: the decoder stack, or each layer's MLP and norms), and the CPU-s of compiling
+    it and of a first pass over ``call``'s windows (tracing the shapes), paid once per process (so
+    once per shard in a run), which the timed replays then leave out."""
     sc = bf16_scorer(generator_dir)
-    sc.model.model = torch.compile(sc.model.model, dynamic=True)
     t0 = time.process_time()
+    if not sc.compile(scope):
+        raise RuntimeError("torch.compile is not available on this machine")
     se.ScoringEngine(sc, engine_config(call, True)).score(*call["windows"], call["directions"])
     return sc, time.process_time() - t0
 
@@ -132,7 +136,10 @@ ENGINES: dict[str, tuple[str, bool, str]] = {
     "new": ("new (grouped prompts)", True, "stage"),
     "bf16w": ("bf16 weights (grouped prompts)", True, "bf16"),
     "bf16c": ("bf16 weights, torch.compile (grouped prompts)", True, "bf16c"),
+    "bf16b": ("bf16 weights, MLPs and norms compiled (grouped prompts)", True, "bf16b"),
 }
+#: compiled engines: name -> CausalPrefixScorer.compile's scope
+COMPILE_SCOPE = {"bf16c": "decoder", "bf16b": "blocks"}
 
 
 def run_engine(
@@ -244,8 +251,8 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
     gen_dir = Path(cap["record"]["stages"]["generator"]["path"]) / "files"
     scorers = {"stage": None, "bf16": bf16_scorer(gen_dir) if "bf16w" in args.engines else None}
     warmup = {e: 0.0 for e in args.engines}
-    if "bf16c" in args.engines:
-        scorers["bf16c"], warmup["bf16c"] = compiled_bf16_scorer(gen_dir, calls[0])
+    for e in (e for e in args.engines if e in COMPILE_SCOPE):
+        scorers[e], warmup[e] = compiled_bf16_scorer(gen_dir, calls[0], COMPILE_SCOPE[e])
     runs: dict[str, list[dict[str, Any]]] = {e: [] for e in args.engines}
     for _ in range(args.repeat):
         for e in args.engines:

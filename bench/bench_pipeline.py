@@ -16,6 +16,11 @@ Several runs of one config at different corpus sizes give the growth with corpus
 a b c``). Usage::
 
     .venv/bin/python -m bench.bench_pipeline --root data/artefacts --runs books-label
+    .venv/bin/python -m bench.bench_pipeline --runs ROOT_A:run-a ROOT_B:run-b   # several roots
+
+A run given as ``ROOT:RUN`` is read from that root (two runs whose artefacts share
+fingerprints, e.g. a speed knob on and off, need roots of their own); the results name it by
+its run id.
 """
 
 from __future__ import annotations
@@ -117,25 +122,39 @@ def growth(rows: list[dict[str, Any]], runs: list[str]) -> list[dict[str, Any]]:
     return [*out, row]
 
 
+def root_and_run(given: str, default_root: Path) -> tuple[Path, str]:
+    """``RUN`` (in ``default_root``) or ``ROOT:RUN``."""
+    root, _, run_id = given.rpartition(":")
+    return (Path(root) if root else default_root), run_id
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default="data/artefacts")
-    ap.add_argument("--runs", nargs="+", required=True, help="run ids (ctxsim runs)")
+    ap.add_argument(
+        "--runs",
+        nargs="+",
+        required=True,
+        help="run ids (ctxsim runs), or ROOT:RUN for another root",
+    )
     ap.add_argument("--name", default="pipeline", help="results file name")
     a = ap.parse_args(argv)
     all_rows, summaries = [], []
-    for run_id in a.runs:
-        rows, rec = stage_rows(Path(a.root), run_id)
+    run_ids = []
+    for given in a.runs:
+        root, run_id = root_and_run(given, Path(a.root))
+        run_ids.append(run_id)
+        rows, rec = stage_rows(root, run_id)
         all_rows += rows
         summaries.append(summarise(rows, rec))
     meta = {
-        "command": "python -m bench.bench_pipeline --runs " + " ".join(a.runs),
+        "command": "python -m bench.bench_pipeline --runs " + " ".join(run_ids),
         "note": "cpu_s from each manifest's stats (time.process_time per shard); stages reused "
         "from earlier runs keep the CPU time of the run that computed them",
     }
     tables = {"stages": all_rows}
-    if len(a.runs) > 1:
-        tables["growth_vs_first_run"] = growth(all_rows, a.runs)
+    if len(run_ids) > 1:
+        tables["growth_vs_first_run"] = growth(all_rows, run_ids)
     _, md = write_results(a.name, summaries, meta, tables=tables)
     print(md.read_text())
 

@@ -60,12 +60,11 @@ class EngineConfig:
     # texts: 2.2 s on one thread of this CPU); measured on an H100, 1.02x, within noise
     # (bench/results/gpu_h100_compile.md)
     tokenizer_threads: bool | None = None
-    # torch.compile a causal scorer's decoder and head (CausalPrefixScorer.compile). Off: on a
-    # CPU the compile costs more than it saves below ~80,000 windows a process
-    # (bench/results/score_lm_route_compile.md); on an H100 the decoder was still compiling
-    # after 290-350 s (about 100 s of inductor per graph, a graph per kwargs set, batch of one
-    # and cache length) and the head's log-softmax alone gave 1.02x
-    # (bench/results/gpu_h100_compile.md)
+    # torch.compile each layer's MLP and norms of a causal scorer (CausalPrefixScorer.compile,
+    # scope "blocks"; the score stage's compile_blocks): the layers share one small graph,
+    # seconds to compile, 1.33x the engine on one CPU thread
+    # (bench/results/score_lm_route_blocks.md). The whole decoder compiles for minutes per
+    # graph and recompiles per shape (bench/results/gpu_h100_compile.md): not offered here
     compile: bool = False
 
 

@@ -101,8 +101,8 @@ class ScoringEngine:
         self._scale = 1.0  # shrinks after an OOM
         self._ids: dict[str, Ids] = {}  # every text tokenised once for the engine's lifetime
         self._head_chunk = head_chunk_for(self.config, scorer.device.type)
-        if self.config.compile and hasattr(scorer, "compile"):
-            scorer.compile()
+        if self.config.compile and hasattr(scorer, "compile") and not scorer.compiled:
+            scorer.compile()  # each layer's MLP and norms (CausalPrefixScorer.compile)
         threads = self.config.tokenizer_threads
         self._tokenizer_threads = scorer.device.type == "cuda" if threads is None else threads
         if self.config.num_threads > 0 and scorer.device.type == "cpu":

@@ -61,6 +61,7 @@ class GeneratorScorer(ContextScorer):
                 max_logit_elems=p.max_logit_elems,
                 bf16_on_cuda=p.bf16_on_cuda,
                 bf16_on_cpu=p.bf16_on_cpu and not int8,
+                compile=p.compile_blocks and meta["backend"] == "causal" and not int8,
                 progress=not ctx.run.no_progress,
             ),
         )

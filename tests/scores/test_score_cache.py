@@ -208,3 +208,55 @@ def test_bf16_weights_score_in_their_own_cache_close_to_float32(
         ScoreParams(int8_on_cpu=True, bf16_weights_on_cpu=True)
     with pytest.raises(Exception, match="supports the causal backend"):
         score(generator_art, bf16_weights_on_cpu=True)
+
+
+def test_compile_blocks_is_a_speed_knob_same_fingerprint_and_scores(
+    spine, tok, tmp_path, monkeypatch
+):
+    """score.compile_blocks: the causal scorer's MLPs and norms under torch.compile (traced here
+    with dynamo's eager backend: no kernels to build) leave the fingerprint, the cache key and the
+    scores as they were."""
+    import torch
+
+    from ctxsim.models.contextual.generator import CausalPrefixScorer
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
+    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
+
+    real, scopes = torch.compile, []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: real(m, **{**kw, "backend": "eager"}))
+    real_compile = CausalPrefixScorer.compile
+
+    def spy(self, scope="blocks", backend="inductor"):
+        scopes.append(scope)
+        return real_compile(self, scope, backend)
+
+    monkeypatch.setattr(CausalPrefixScorer, "compile", spy)
+    backbone = tmp_path / "backbone"
+    tiny_causal(tok, TINY).save_pretrained(backbone)
+    tok.save_pretrained(backbone)
+    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
+    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:20]
+    rng = np.random.default_rng(5)
+    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
+    run = RunParams(root=str(tmp_path / "root"), torch_threads=1)
+    gp = GeneratorParams(backend="causal", backbone=str(backbone), train_steps=0, n_eval=0)
+    up = {k: spine[k] for k in ("shard", "contexts")}
+    store = ArtefactStore(tmp_path / "root")
+    causal = run_stage_locally(resolve_stage(GeneratorStage(), gp, run, store, up))[0]
+
+    def score(root, **changes):
+        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, **changes)
+        r = RunParams(root=str(root), torch_threads=1)
+        ups = score_inputs(spine, (causal, None), root, cs, qids)
+        art, _ = run_stage_locally(resolve_stage(ScoreStage(), params, r, ArtefactStore(root), ups))
+        t = art.read_table().sort_by([("query_id", "ascending"), ("context_id", "ascending")])
+        return art, np.concatenate([t.column(c).to_numpy() for c in ("gen_fwd", "gen_left")])
+
+    eager_art, eager = score(tmp_path / "eager")
+    assert scopes == []
+    comp_art, comp = score(tmp_path / "compiled", compile_blocks=True)
+    assert scopes and set(scopes) == {"blocks"}  # each shard loads (and compiles) its scorer
+    assert comp_art.fingerprint == eager_art.fingerprint
+    np.testing.assert_allclose(comp, eager, atol=1e-4)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import string
+import warnings
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -93,6 +94,7 @@ class CausalPrefixScorer(GenerativeScorer):
         self.pad = int(pad)
         self._lit_cache: dict[str, Ids] = {}
         self._tail: Any = label_logprobs  # compiled by ``compile``
+        self._compiled: str | None = None
         #: tokens the decoder stack has run (padding and prompts included): the engine's measure
         #: of work per scored token
         self.tokens_run = 0
@@ -121,33 +123,84 @@ class CausalPrefixScorer(GenerativeScorer):
         return [self.model]
 
     @property
-    def compiled(self) -> bool:
-        return hasattr(self.model.base_model, "_orig_mod")
+    def compiled(self) -> str | None:
+        """The scope ``compile`` put under torch.compile, None when eager."""
+        return self._compiled
 
-    def compile(self, backend: str = "inductor", decoder: bool = True) -> None:
-        """The decoder stack and the head's log-softmax under ``torch.compile`` (inductor,
-        dynamic shapes), for scoring: eager, a 135M LM's many small elementwise kernels (norms,
-        rotary, SiLU, the float32 copy of the logits) take most of a GPU's time, not its matrix
-        products (bench/results/gpu_h100_lm_route_2.md's profile). The first batches pay the
-        compile: minutes on a CPU (bench/results/score_lm_route_compile.md), and on an H100's
-        host about 100 s per decoder graph, with a graph for the prefix pass, the continuation,
-        batches of one and new cache lengths: still compiling after 290-350 s there, so the
-        engine leaves it off (bench/results/gpu_h100_compile.md); idempotent. ``backend``: any
-        torch.compile backend (the tests trace with ``eager``: dynamo alone, no kernels);
-        ``decoder`` False: the head's log-softmax alone (a small graph, compiled in seconds)."""
-        if self.compiled:
-            return
-        if decoder:
-            base = torch.compile(self.model.base_model, dynamic=True, backend=backend)
-            setattr(self.model, self.model.base_model_prefix, base)
-        if self._tail is label_logprobs:
-            self._tail = torch.compile(label_logprobs, dynamic=True, backend=backend)
+    def compile(self, scope: str = "blocks", backend: str = "inductor") -> bool:
+        """Put part of the model under ``torch.compile`` (dynamic shapes) for scoring; False
+        (and eager, with a warning) when this machine cannot compile. Eager, a 135M LM's small
+        element-wise kernels (RMSNorm's float32 round trip, SiLU times the up projection, the
+        float32 copy of the logits) take most of a GPU's kernel time and much of a CPU's.
+
+        ``scope``:
+
+        * ``blocks``: each layer's MLP and RMSNorms and the final norm. The layers share one
+          small graph, so the compile takes seconds, and it fuses exactly the element-wise work
+          around the products: the books_generated right term 1.4-1.7x on one CPU thread
+          (bench/results/score_lm_route_blocks.md). The engine's ``compile`` option.
+        * ``decoder``: the whole decoder stack. About 100 s of inductor per graph on an H100's
+          host, with a graph for the prefix pass, the continuation, batches of one and new
+          cache lengths: still compiling after 290-350 s there
+          (bench/results/gpu_h100_compile.md); 1.16x on a CPU after 213.8 CPU-s of compiling
+          (bench/results/score_lm_route_compile.md).
+        * ``head``: the vocabulary head's log-softmax alone (1.02x on an H100, within noise).
+
+        Idempotent for one scope; ``uncompiled`` undoes it. ``backend``: any torch.compile
+        backend (the tests trace with ``eager``: dynamo alone, no kernels built)."""
+        if scope not in ("blocks", "decoder", "head"):
+            raise ValueError(f"compile scope must be blocks, decoder or head, got {scope!r}")
+        if self._compiled == scope:
+            return True
+        self.uncompiled()
+
+        def comp(m: Any) -> Any:
+            return torch.compile(m, dynamic=True, backend=backend)
+
+        base = self.model.base_model
+        self._compiled = scope
+        try:  # compile now, on a batch of two rows (a batch of one would specialise the graph)
+            if scope == "blocks":  # Llama-style layers (SmolLM2, Gemma 3): these modules
+                for layer in base.layers:
+                    for name in ("mlp", "input_layernorm", "post_attention_layernorm"):
+                        setattr(layer, name, comp(getattr(layer, name)))
+                base.norm = comp(base.norm)
+            elif scope == "decoder":
+                setattr(self.model, self.model.base_model_prefix, comp(base))
+            self._tail = comp(label_logprobs)
+            with torch.inference_mode():
+                if scope == "blocks":
+                    hidden = self.model.config.hidden_size
+                    x = torch.zeros(2, 3, hidden, device=self.device, dtype=self.model.dtype)
+                    base.layers[0].mlp(base.layers[0].input_layernorm(x))
+                    base.norm(x)
+                lab = torch.zeros(2, dtype=torch.long, device=self.device)
+                self._tail(torch.zeros(2, 8, device=self.device), lab, None)
+        except Exception as e:  # noqa: BLE001 - no compiler here: scoring goes on eager
+            warnings.warn(
+                f"torch.compile unavailable ({type(e).__name__}: {e}); scoring eager",
+                stacklevel=2,
+            )
+            self.uncompiled()
+            return False
+        return True
 
     def uncompiled(self) -> None:
         """Back to the eager modules (a FLOP counter, or training, needs them)."""
-        if self.compiled:
-            setattr(self.model, self.model.base_model_prefix, self.model.base_model._orig_mod)
+        model = self.model
+        base = model.base_model
+        if hasattr(base, "_orig_mod"):
+            setattr(model, model.base_model_prefix, base._orig_mod)
+            base = model.base_model
+        for layer in getattr(base, "layers", ()):
+            for name in ("mlp", "input_layernorm", "post_attention_layernorm"):
+                mod = getattr(layer, name, None)
+                if hasattr(mod, "_orig_mod"):
+                    setattr(layer, name, mod._orig_mod)
+        if hasattr(getattr(base, "norm", None), "_orig_mod"):
+            base.norm = base.norm._orig_mod
         self._tail = label_logprobs
+        self._compiled = None
 
     def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         out = self.model.base_model(input_ids=ids, attention_mask=mask, use_cache=False)

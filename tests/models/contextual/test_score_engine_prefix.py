@@ -297,19 +297,38 @@ def test_cache_keyword_follows_the_models_forward(causal) -> None:
     assert output_cache(BaseModelOutputWithPast(last_hidden_state=torch.zeros(1))) is None
 
 
-def test_compiled_scorer_gives_the_eager_scores_and_can_be_undone(tok):
-    """The decoder and the head's log-softmax under torch.compile (dynamic shapes: batches of
-    other lengths reuse the graph; EngineConfig.compile keeps it) score as eager does, and
-    ``uncompiled`` gives the eager modules back (a FLOP counter or training needs them)."""
+@pytest.mark.parametrize("scope", ["blocks", "decoder"])
+def test_compiled_scorer_gives_the_eager_scores_and_can_be_undone(tok, scope):
+    """Each layer's MLP and norms (``blocks``, the engine's ``compile``) or the whole decoder
+    under torch.compile (dynamic shapes: batches of other lengths reuse the graph) score as
+    eager does, and ``uncompiled`` gives the eager modules back (a FLOP counter or training
+    needs them)."""
     sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
     w = k_windows(4, 3, seed=5, left=False)
     eager, _ = scores(sc, w, ["right"], token_budget=48)
-    sc.compile(backend="eager")  # traced by dynamo as for inductor, no kernels built
-    got, _ = scores(sc, w, ["right"], token_budget=48, compile=True)
-    assert sc.compiled and max_diff(got, eager) < 1e-4
+    assert sc.compile(scope, backend="eager")  # traced by dynamo as for inductor, no kernels
+    got, _ = scores(sc, w, ["right"], token_budget=48, compile=scope == "blocks")
+    assert sc.compiled == scope and max_diff(got, eager) < 1e-4
+    layer = sc.model.model.layers[0]
+    assert hasattr(layer.mlp, "_orig_mod") == (scope == "blocks")
     sc.uncompiled()
-    assert not sc.compiled
+    assert sc.compiled is None and not hasattr(layer.mlp, "_orig_mod")
+    assert not hasattr(sc.model.model, "_orig_mod")
     assert max_diff(scores(sc, w, ["right"], token_budget=48)[0], eager) == 0.0
+
+
+def test_a_machine_that_cannot_compile_scores_eager_with_a_warning(tok, monkeypatch):
+    sc = CausalPrefixScorer(tiny_causal(tok, TINY), tok)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    with pytest.warns(UserWarning, match="no C.. compiler"):
+        assert not sc.compile()
+    assert sc.compiled is None and not hasattr(sc.model.model.layers[0].mlp, "_orig_mod")
+    with pytest.raises(ValueError, match="scope"):
+        sc.compile("everything")
 
 
 def test_build_requests_lays_out_what_build_ids_does(causal):
