@@ -137,8 +137,9 @@ class CausalPrefixScorer(GenerativeScorer):
 
         * ``blocks``: each layer's MLP and RMSNorms and the final norm. The layers share one
           small graph, so the compile takes seconds, and it fuses exactly the element-wise work
-          around the products: the books_generated right term 1.4-1.7x on one CPU thread
-          (bench/results/score_lm_route_blocks.md). The engine's ``compile`` option.
+          around the products: the books_generated right term 1.33x on one CPU thread (23.8
+          against 31.7 CPU-s, bench/results/score_lm_route_blocks.md). The engine's
+          ``compile`` option (the score stage's ``compile_blocks``).
         * ``decoder``: the whole decoder stack. About 100 s of inductor per graph on an H100's
           host, with a graph for the prefix pass, the continuation, batches of one and new
           cache lengths: still compiling after 290-350 s there
@@ -175,7 +176,8 @@ class CausalPrefixScorer(GenerativeScorer):
                     base.layers[0].mlp(base.layers[0].input_layernorm(x))
                     base.norm(x)
                 lab = torch.zeros(2, dtype=torch.long, device=self.device)
-                self._tail(torch.zeros(2, 8, device=self.device), lab, None)
+                logits = torch.zeros(2, 8, device=self.device, dtype=self.model.dtype)
+                self._tail(logits, lab, None)
         except Exception as e:  # noqa: BLE001 - no compiler here: scoring goes on eager
             warnings.warn(
                 f"torch.compile unavailable ({type(e).__name__}: {e}); scoring eager",
