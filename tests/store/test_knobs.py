@@ -19,7 +19,7 @@ EXPECTED = {
     "pairs": {"encode_batch_size"},
     "embed": {"batch_size"},
     "generator": {"token_budget"},
-    "score": {"token_budget", "max_batch", "max_logit_elems", "disc_batch"},
+    "score": {"token_budget", "max_batch", "max_logit_elems", "disc_batch", "compile_blocks"},
     "evaluate": {"batch_size"},
     "label": {"block_pairs"},
     "gencontexts": {"batch_size"},
@@ -59,7 +59,9 @@ def test_a_knob_keeps_the_fingerprint_and_a_real_parameter_does_not(
     base = _fp(name, store, **given)
     fields = load_stage(name).Params.model_fields
     for key in EXPECTED[name]:
-        assert _fp(name, store, **given, **{key: fields[key].default * 2}) == base, key
+        d = fields[key].default
+        other = (not d) if isinstance(d, bool) else d * 2
+        assert _fp(name, store, **given, **{key: other}) == base, key
     real = {
         "retrieve": {"top_k": 7},
         "screen": {"keep": 7},
