@@ -306,7 +306,7 @@ RIGHT_VARIANTS: dict[str, tuple[str, bool, str, bool, int, bool]] = {
     "grouped-bf16w-blocks": ("grouped", True, "bfloat16", False, 0, True),
 }
 #: engine settings a variant sets beyond the table above: the tokenizer on one thread (as before
-#: the engine turned its threads on on CUDA), the decoder and head under torch.compile
+#: the engine turned its threads on on CUDA)
 VARIANT_ENGINE: dict[str, dict[str, Any]] = {
     "grouped-bf16w-tok1": {"tokenizer_threads": False},
 }
@@ -335,17 +335,7 @@ def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
             label, grouped, wdtype, autocast, chunk, cudnn = RIGHT_VARIANTS[variant]
             model.to(getattr(torch, wdtype))
             sc = CausalPrefixScorer(model, tok, device=args.device)
-            extra = VARIANT_ENGINE.get(variant, {})
-            cfg = EngineConfig(
-                token_budget=args.budgets[-1],
-                max_batch=args.max_batch,
-                max_logit_elems=args.max_logit_elems,
-                bf16_on_cuda=autocast,
-                group_prompts=grouped,
-                head_chunk=chunk,
-                cudnn_attention=cudnn,
-                **extra,
-            )
+            cfg = variant_config(args, variant)
             if variant in COMPILED:
                 torch._dynamo.config.cache_size_limit = 64  # budgets cut batches of many shapes
                 sc.compile(COMPILED[variant], args.compile_backend)
@@ -412,16 +402,10 @@ def bench_right(args: argparse.Namespace, tok: Any, peak: float) -> list[dict[st
     return rows
 
 
-def cold_run(args: argparse.Namespace, model: Any, tok: Any, arch: str, wl: tuple) -> dict:
-    """The whole workload once, timed, before any variant: the first full-size run in a process
-    ran 1.45-1.49x slower than a repeat of it on an H100 (allocator growth, attention plans for
-    each new shape; bench/results/gpu_h100_compile.md), so the variants that follow are all
-    timed warm and this row says what a fresh score process pays. Eager, the first variant's
-    weights."""
-    label, grouped, wdtype, autocast, chunk, cudnn = RIGHT_VARIANTS[args.variants[0]]
-    model.to(getattr(torch, wdtype))
-    sc = CausalPrefixScorer(model, tok, device=args.device)
-    cfg = EngineConfig(
+def variant_config(args: argparse.Namespace, variant: str) -> EngineConfig:
+    """The engine settings of a right-term variant (its compile scope is set on the scorer)."""
+    _, grouped, _, autocast, chunk, cudnn = RIGHT_VARIANTS[variant]
+    return EngineConfig(
         token_budget=args.budgets[-1],
         max_batch=args.max_batch,
         max_logit_elems=args.max_logit_elems,
@@ -429,10 +413,21 @@ def cold_run(args: argparse.Namespace, model: Any, tok: Any, arch: str, wl: tupl
         group_prompts=grouped,
         head_chunk=chunk,
         cudnn_attention=cudnn,
+        **VARIANT_ENGINE.get(variant, {}),
     )
+
+
+def cold_run(args: argparse.Namespace, model: Any, tok: Any, arch: str, wl: tuple) -> dict:
+    """The whole workload once, timed, before any variant: the first full-size run in a process
+    ran 1.45-1.49x slower than a repeat of it on an H100 (bench/results/gpu_h100_compile.md;
+    the cause was not measured: the allocator's growth and attention plans for each new shape
+    are candidates), so the variants that follow are all timed warm and this row says what a
+    fresh score process pays. Eager, with the first variant's weights."""
+    model.to(getattr(torch, RIGHT_VARIANTS[args.variants[0]][2]))
+    sc = CausalPrefixScorer(model, tok, device=args.device)
     sync(args.device)
     t0 = time.perf_counter()
-    ScoringEngine(sc, cfg).score(*wl, ("right",))
+    ScoringEngine(sc, variant_config(args, args.variants[0])).score(*wl, ("right",))
     sync(args.device)
     secs = time.perf_counter() - t0
     row = {
