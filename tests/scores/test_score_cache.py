@@ -157,6 +157,22 @@ def test_score_cache_follows_the_scorer_not_the_generator_fingerprint(spine, tok
     assert score(eval_only)["cache_hits"] == 2 * first["pairs"]  # fwd and left of every window
 
 
+def causal_generator(spine, tok, root):
+    """A generator artefact of the causal backend: a tiny random Llama saved as its backbone,
+    no training (the score stage's tests of causal-only options)."""
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
+    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
+
+    backbone = root.parent / "backbone"
+    tiny_causal(tok, TINY).save_pretrained(backbone)
+    tok.save_pretrained(backbone)
+    run = RunParams(root=str(root), torch_threads=1)
+    gp = GeneratorParams(backend="causal", backbone=str(backbone), train_steps=0, n_eval=0)
+    up = {k: spine[k] for k in ("shard", "contexts")}
+    return run_stage_locally(resolve_stage(GeneratorStage(), gp, run, ArtefactStore(root), up))[0]
+
+
 def test_bf16_weights_score_in_their_own_cache_close_to_float32(
     spine, generator_art, tok, tmp_path
 ):
@@ -166,12 +182,7 @@ def test_bf16_weights_score_in_their_own_cache_close_to_float32(
     refused."""
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
     from ctxsim.tasks.score import ScoreParams, ScoreStage
-
-    backbone = tmp_path / "backbone"
-    tiny_causal(tok, TINY).save_pretrained(backbone)
-    tok.save_pretrained(backbone)
 
     qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
     ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
@@ -179,10 +190,7 @@ def test_bf16_weights_score_in_their_own_cache_close_to_float32(
     cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 4, replace=False)] for a in qids}
     root = tmp_path / "root"
     run = RunParams(root=str(root), torch_threads=1)
-    store = ArtefactStore(root)
-    gp = GeneratorParams(backend="causal", backbone=str(backbone), train_steps=0, n_eval=0)
-    up = {k: spine[k] for k in ("shard", "contexts")}
-    causal = run_stage_locally(resolve_stage(GeneratorStage(), gp, run, store, up))[0]
+    causal = causal_generator(spine, tok, root)
 
     def score(gen=(causal, None), **changes):
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, **changes)
@@ -221,7 +229,6 @@ def test_compile_blocks_is_a_speed_knob_same_fingerprint_and_scores(
     from ctxsim.models.contextual.generator import CausalPrefixScorer
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.generator import GeneratorParams, GeneratorStage
     from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     real, scopes = torch.compile, []
@@ -233,18 +240,11 @@ def test_compile_blocks_is_a_speed_knob_same_fingerprint_and_scores(
         return real_compile(self, scope, backend)
 
     monkeypatch.setattr(CausalPrefixScorer, "compile", spy)
-    backbone = tmp_path / "backbone"
-    tiny_causal(tok, TINY).save_pretrained(backbone)
-    tok.save_pretrained(backbone)
     qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
     ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:20]
     rng = np.random.default_rng(5)
     cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
-    run = RunParams(root=str(tmp_path / "root"), torch_threads=1)
-    gp = GeneratorParams(backend="causal", backbone=str(backbone), train_steps=0, n_eval=0)
-    up = {k: spine[k] for k in ("shard", "contexts")}
-    store = ArtefactStore(tmp_path / "root")
-    causal = run_stage_locally(resolve_stage(GeneratorStage(), gp, run, store, up))[0]
+    causal = causal_generator(spine, tok, tmp_path / "root")
 
     def score(root, **changes):
         params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, **changes)
