@@ -51,9 +51,13 @@ def _term_views(score: Any, params: dict[str, Any]) -> dict[str, np.ndarray]:
     return {"S_pmi": S, "S_raw": raw}
 
 
-def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str, Any]:
+def curve(
+    root: Path, run_id: str, ks: list[int], n_resamples: int, skip: int = 0
+) -> dict[str, Any]:
     """Spearman rows per side, |Cs| and term, the cosine predictions, and what the run cost;
-    ``n_resamples`` 0 skips the bootstrap CIs."""
+    ``n_resamples`` 0 skips the bootstrap CIs. ``skip``: Cs is the k samples after a sentence's
+    first ``skip`` (another draw of the same sampler: with ``--against`` the same run, the
+    spread between two draws, which is what a change of sampler must be read against)."""
     rec = json.loads((root / "runs" / f"{run_id}.json").read_text())
     store = ArtefactStore(root)
     art = {n: store.require(n, rec["stages"][n]["fingerprint"]) for n in rec["stages"]}
@@ -92,10 +96,10 @@ def curve(root: Path, run_id: str, ks: list[int], n_resamples: int) -> dict[str,
         for a, b in zip(starts, np.r_[starts[1:], len(qm)], strict=True):
             pos[a:b] = np.arange(b - a)
         for k in ks:
-            if k > pos.max() + 1:
+            if skip + k > pos.max() + 1:
                 continue
-            keep = pos < k
-            cs = ContextSets.from_rows(qm[keep], cm[keep], pos[keep])
+            keep = (pos >= skip) & (pos < skip + k)
+            cs = ContextSets.from_rows(qm[keep], cm[keep], pos[keep] - skip)
             for how in SIMILARITIES:
                 preds = origin_labels(cs, s1, s2, lookup, similarity=how)
                 for t, term in enumerate(terms):
@@ -149,6 +153,13 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=10000)
     ap.add_argument("--note", default="", help="free text recorded with the result")
     ap.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        help="Cs from the samples after each sentence's first SKIP (this run only; --against "
+        "takes its first k): with --against the same run, two draws of one sampler compared",
+    )
+    ap.add_argument(
         "--against",
         default=None,
         help="another run on the same root and pairs: paired BCa CI of this run minus it "
@@ -156,7 +167,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
-    res = curve(args.root, args.run, ks, args.resamples)
+    res = curve(args.root, args.run, ks, args.resamples, args.skip)
     tables: dict[str, list[dict[str, Any]]] = {}
     if args.against:
         other = curve(args.root, args.against, ks, 0)  # its predictions only, no CIs
@@ -194,6 +205,7 @@ def main() -> None:
         {
             "command": f"python -m bench.bench_origin_generated --root {args.root} "
             f"--run {args.run} --ks {args.ks} --name {args.name}"
+            + (f" --skip {args.skip}" if args.skip else "")
             + (f" --against {args.against}" if args.against else ""),
             "what": "Spearman x100 of Eq. 4 (S of each generated slot) at |Cs| = k, per side; "
             "cosine is the paper's",
