@@ -83,13 +83,21 @@ def bf16_rates(tokens: int = TOKENS, bursts: int = 8) -> dict[str, float]:
     return out
 
 
-def books_generated(rates: dict[str, float]) -> tuple[list[dict], dict]:
+#: the bench_pipeline result and run whose other stages (all but score) are charged per pair
+PIPELINE_RUN = "pipeline_books_generated_bf16:bg-q500-bf16-b256"
+
+
+def books_generated(
+    rates: dict[str, float], pipeline_run: str = PIPELINE_RUN
+) -> tuple[list[dict], dict]:
     """Achieved FLOP/s of the bf16 engine on books_generated's windows, and the labelled pairs
-    per CPU-hour all-in if every product of the scorer ran at this CPU's matmul rate."""
+    per CPU-hour all-in if every product of the scorer ran at this CPU's matmul rate, the other
+    stages costing what ``pipeline_run`` (``RESULT:RUN`` of bench_pipeline) measured."""
     eng = json.loads((RESULTS_DIR / "score_lm_route_bf16.json").read_text())
     row = next(r for r in eng["rows"] if r["engine"].startswith("bf16 weights"))
-    pipe = json.loads((RESULTS_DIR / "pipeline_books_generated_bf16.json").read_text())
-    run = next(r for r in pipe["rows"] if r["run"] == "bg-q500-bf16-b256")
+    name, run_id = pipeline_run.split(":", 1)
+    pipe = json.loads((RESULTS_DIR / f"{name}.json").read_text())
+    run = next(r for r in pipe["rows"] if r["run"] == run_id)
     stages = [s for s in pipe["tables"]["stages"] if s["run"] == run["run"]]
     score = next(s for s in stages if s["stage"] == "score")
     pairs = run["labelled_pairs"]
@@ -128,6 +136,7 @@ def books_generated(rates: dict[str, float]) -> tuple[list[dict], dict]:
         f"and {other_cpu_s:.4f} CPU-s of other stages (sampler included) per labelled pair",
         "bf16_gflop_per_cpu_s": {k: round(v / 1e9, 1) for k, v in rates.items()},
         "engine_share_of_matmul_floor": round(floor_s / measured_s, 3),
+        "other_stages_from": pipeline_run,
         "score_cpu_s_per_pair_for_20000": round(budget, 4),
         "gflop_per_cpu_s_needed_for_20000": round(flops_w * windows_per_pair / budget / 1e9, 1),
     }
@@ -137,10 +146,11 @@ def books_generated(rates: dict[str, float]) -> tuple[list[dict], dict]:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(1)
-    if "--books-generated" in argv:
-        rows, meta = books_generated(bf16_rates())
-        meta |= {"command": "python -m bench.bench_flops_limit --books-generated"}
-        write_results("scorer_flops_limit_books_generated", rows, meta=meta)
+    if "--books-generated" in argv:  # [--pipeline RESULT:RUN] [--name NAME]
+        opt = dict(zip(argv[::1], argv[1::1], strict=False))
+        rows, meta = books_generated(bf16_rates(), opt.get("--pipeline", PIPELINE_RUN))
+        meta |= {"command": "python -m bench.bench_flops_limit " + " ".join(argv)}
+        write_results(opt.get("--name", "scorer_flops_limit_books_generated"), rows, meta=meta)
         return
     speeds = matmul_speeds()
     fp32, int8 = speeds["fp32"], speeds["int8"]

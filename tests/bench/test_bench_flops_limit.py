@@ -28,3 +28,24 @@ def test_one_rate_for_every_product_gives_flops_over_rate() -> None:
     assert meta["score_cpu_s_per_pair_for_20000"] == pytest.approx(
         3600 / 20_000 - measured["other_cpu_s_per_pair"], abs=1e-3
     )
+
+
+def test_other_stages_come_from_the_named_pipeline_run() -> None:
+    """--pipeline RESULT:RUN charges that run's stages but score per pair (sampler included)."""
+    import json
+
+    from bench.harness import RESULTS_DIR
+
+    name, run_id = "pipeline_books_generated_blocks", "bg-q500-bf16-b256-blocks"
+    pipe = json.loads((RESULTS_DIR / f"{name}.json").read_text())
+    run = next(r for r in pipe["rows"] if r["run"] == run_id)
+    score = next(
+        s for s in pipe["tables"]["stages"] if s["run"] == run_id and s["stage"] == "score"
+    )
+    want = (run["cpu_s_to_label"] - score["cpu_s"]) / run["labelled_pairs"]
+    rates = dict.fromkeys([*LAYER_SHAPES, "head"], 500e9)
+    rows, meta = books_generated(rates, f"{name}:{run_id}")
+    assert rows[0]["other_cpu_s_per_pair"] == pytest.approx(want, abs=1e-4)
+    assert meta["other_stages_from"] == f"{name}:{run_id}"
+    default, _ = books_generated(rates)
+    assert default[0]["other_cpu_s_per_pair"] != rows[0]["other_cpu_s_per_pair"]
