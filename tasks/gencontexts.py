@@ -134,7 +134,8 @@ class GenContextsParams(StageParams):
             " (bench/results/sampler_bf16.md); on CPUs without bf16 units slower. bf16 logits "
             "move with the batch (its padding and size), so a sample depends on the batch it was "
             "drawn in: batch_size joins the fingerprint and the sample cache is neither read nor "
-            "written (a cached sample would differ from a fresh draw)."
+            "written (a cached sample would differ from a fresh draw). Origin with bf16 samples "
+            "stays within the spread of two float32 draws (docs/scoring.md#cheaper-scoring)."
         ),
     )
     cache: bool = Field(
