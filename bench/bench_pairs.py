@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
             }
         )
     meta = {
-        "command": "python -m bench.bench_pairs " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m bench.bench_pairs "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "workload": f"the run's queries embedded after a fit on idf_sample corpus sentences, "
         f"LSA dimension {args.dim}, {KNN} nearest neighbours (faiss IndexFlatIP), one thread",
         "reference": "scikit-learn float64 at the same idf_sample (minilm: at the largest)",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ctxsim.models.contextual.generator.protocol import output_cache, with_cache
+from ctxsim.models.contextual.native_gqa import native_gqa
 
 #: prompt templates by name: ``{sentence}`` is the sentence; the sample is what follows.
 #: right: the sentence as running text, the continuation is the next sentence (the scoring
@@ -115,6 +116,21 @@ def sample_texts(
     if len(prompts) != len(seeds):
         raise ValueError("sample_texts: one seed per prompt")
     model.eval()
+    device = next(model.parameters()).device
+    with native_gqa(device):  # the prompt pass; decoding steps take one query and no copies
+        return _sample_all(model, tokenizer, prompts, seeds, settings, batch_size, quote, progress)
+
+
+def _sample_all(
+    model: torch.nn.Module,
+    tokenizer,
+    prompts: Sequence[str],
+    seeds: Sequence[int],
+    settings: SamplingSettings,
+    batch_size: int,
+    quote: bool,
+    progress: Callable[[int], None] | None,
+) -> list[str]:
     device = next(model.parameters()).device
     stop = _stop_ids(tokenizer, quote).to(device)
     pad = tokenizer.pad_token_id

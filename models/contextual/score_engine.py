@@ -16,7 +16,9 @@ What makes it fast, compared with one pair per forward call (bench/bench_score.p
 * ``torch.inference_mode``; bf16 autocast on CUDA (log-softmax in float32); torch threads on CPU,
   and optionally bf16 autocast on CPUs with bf16 instructions (AVX512-BF16/AMX: about 2x here,
   rank order of scores unchanged: Spearman 0.9995 against float32, bench/bench_score.py);
-* the vocabulary head runs only on real target positions (no logits for prompts or padding).
+* the vocabulary head runs only on real target positions (no logits for prompts or padding);
+* on CPU, grouped key/value heads go to torch's attention uncopied
+  (models/contextual/native_gqa.py).
 
 Robust by construction: a CUDA out-of-memory error halves the failing batch and retries both
 halves (and halves the budget for what follows); every request lands in its own output slot, so
@@ -45,6 +47,7 @@ from ctxsim.models.contextual.generator import (
     check_direction,
     eq3_example,
 )
+from ctxsim.models.contextual.native_gqa import native_gqa
 from ctxsim.models.contextual.score_batching import (
     EngineConfig,
     continuation_batches,
@@ -357,6 +360,7 @@ class ScoringEngine:
     def _inference(self) -> contextlib.AbstractContextManager[Any]:
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode())
+        stack.enter_context(native_gqa(self.scorer.device))  # no key/value head copies on CPU
         dev = self.scorer.device.type
         if (dev == "cuda" and self.config.bf16_on_cuda) or (
             dev == "cpu" and self.config.bf16_on_cpu
