@@ -15,11 +15,14 @@ on a sample); a torch.profiler summary of each engine on a slice.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import pickle
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +140,36 @@ ENGINES: dict[str, tuple[str, bool, str]] = {
     "bf16w": ("bf16 weights (grouped prompts)", True, "bf16"),
     "bf16c": ("bf16 weights, torch.compile (grouped prompts)", True, "bf16c"),
     "bf16b": ("bf16 weights, MLPs and norms compiled (grouped prompts)", True, "bf16b"),
+    "bf16bk": (
+        "bf16 weights, MLPs and norms compiled, key/value heads copied (grouped prompts)",
+        True,
+        "bf16bk",
+    ),
 }
 #: compiled engines: name -> CausalPrefixScorer.compile's scope
-COMPILE_SCOPE = {"bf16c": "decoder", "bf16b": "blocks"}
+COMPILE_SCOPE = {"bf16c": "decoder", "bf16b": "blocks", "bf16bk": "blocks"}
+#: engines run with transformers' copy of each key/value head per query head (repeat_kv), the
+#: engine's attention before models/contextual/native_gqa.py
+COPIED_HEADS = {"bf16bk"}
+
+
+@contextlib.contextmanager
+def heads_copied(on: bool) -> Iterator[None]:
+    """transformers' default for masked grouped-query attention on CPU, for the duration."""
+    from ctxsim.models.contextual.native_gqa import GQA_ENV
+
+    if not on:
+        yield
+        return
+    old = os.environ.get(GQA_ENV)
+    os.environ[GQA_ENV] = "0"  # a value of the user's: native_gqa leaves it
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(GQA_ENV, None)
+        else:
+            os.environ[GQA_ENV] = old
 
 
 def run_engine(
@@ -257,7 +287,8 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
     for _ in range(args.repeat):
         for e in args.engines:
             _, group, which = ENGINES[e]
-            runs[e].append(run_engine(calls, group, scorers[which]))
+            with heads_copied(e in COPIED_HEADS):
+                runs[e].append(run_engine(calls, group, scorers[which]))
     rows = []
     for e in args.engines:
         rs = runs[e]
@@ -298,7 +329,8 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
     prof = []
     for e in args.engines:
         _, group, which = ENGINES[e]
-        prof += profile(calls, group, args.profile_windows, scorer=scorers[which], engine=e)
+        with heads_copied(e in COPIED_HEADS):
+            prof += profile(calls, group, args.profile_windows, scorer=scorers[which], engine=e)
     stages = [
         {"config": name, "stage": s, "cpu_s": round(v, 1)} for s, v in sorted(stage_cpu.items())
     ]

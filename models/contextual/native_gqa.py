@@ -4,8 +4,8 @@ SmolLM2 and Gemma 3 give several query heads one key/value head. With a padding 
 transformers' sdpa path copies every key/value head once per query head (``repeat_kv``) before
 calling torch's attention, unless ``TRANSFORMERS_SDPA_FORCE_GQA`` says the kernel takes grouped
 heads itself. torch's CPU flash kernel does, with a mask and with the same arithmetic: the
-books_generated right term scores identically (bf16 and float32) and 1.07x faster on one thread
-(24 interleaved pairs of runs; docs/scoring.md#cheaper-scoring). On CUDA a masked call with
+books_generated right term scores identically, 1.11x faster on one thread with a third of the
+peak memory growth (bench/results/score_lm_route_native_gqa.md). On CUDA a masked call with
 grouped heads would leave the flash kernels for the math one, so the switch is CPU only.
 """
 
