@@ -38,8 +38,9 @@ def tfidf_embed(
 
     No weights needed; the IDF comes from ``fit_texts`` (e.g. a corpus sample) when given.
     float32 throughout: the SVD's dense steps run on (features x dim) matrices, and in float64
-    they cost books_generated's pairs stage most of its CPU (57.3 against 35.2 CPU-s on 50,000
-    sentences, the same 10 nearest neighbours for all 500 queries; bench/results/pairs_svd.md).
+    they cost books_generated's pairs stage most of its CPU (52.6 against 38.0 CPU-s on 50,000
+    sentences, the same 10 nearest neighbours in order for all 500 queries, 3.3 against 2.0 GB
+    peak; bench/results/pairs_svd.md).
     """
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
