@@ -117,21 +117,6 @@ def sample_texts(
         raise ValueError("sample_texts: one seed per prompt")
     model.eval()
     device = next(model.parameters()).device
-    with native_gqa(device):  # the prompt pass; decoding steps take one query and no copies
-        return _sample_all(model, tokenizer, prompts, seeds, settings, batch_size, quote, progress)
-
-
-def _sample_all(
-    model: torch.nn.Module,
-    tokenizer,
-    prompts: Sequence[str],
-    seeds: Sequence[int],
-    settings: SamplingSettings,
-    batch_size: int,
-    quote: bool,
-    progress: Callable[[int], None] | None,
-) -> list[str]:
-    device = next(model.parameters()).device
     stop = _stop_ids(tokenizer, quote).to(device)
     pad = tokenizer.pad_token_id
     pad = int(pad if pad is not None else (tokenizer.eos_token_id or 0))
@@ -177,9 +162,12 @@ def _sample_batch(
     gens = [torch.Generator().manual_seed(seed) for seed in seeds]
     # the vocabulary head on the last prompt position only: the others' logits (a batch's
     # prompt tokens x 49k for SmolLM2) would cost about an eighth of the stage and go unused
-    res = model(
-        input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1
-    )
+    # grouped key/value heads uncopied in the prompt pass (the decoding steps, one query each,
+    # already take them uncopied; their numerics, and with them bf16 samples, stay as they were)
+    with native_gqa(device):
+        res = model(
+            input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1
+        )
     past, logits = output_cache(res), res.logits[:, -1, :]
     if len(prompts) < n:  # one row per sample from here on
         row = torch.tensor(index, dtype=torch.long, device=device)

@@ -98,8 +98,19 @@ def test_sampler_draws_the_samples_of_the_copying_path(gqa_lm, repeats, monkeypa
     prompts = ["the cat sat on a mat", "a dog", "it was a dark and stormy night", "home"] * 2
     seeds = list(range(len(prompts)))
     s = SamplingSettings(max_new_tokens=6, top_k=50)
+    switch: list[str | None] = []  # the variable at each forward: prompt pass, then the steps
+    real = model.forward
+
+    def spy(*args, **kw):
+        switch.append(os.environ.get(GQA_ENV))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(model, "forward", spy)
     got = sample_texts(model, tok, prompts, seeds, s, batch_size=8)
     assert repeats == []  # the prompt pass (padded) uncopied; decoding takes one query
+    # only the prompt pass: a decoding step keeps transformers' own one-query path, whose bf16
+    # rounding (and so bf16 samples) the switch would otherwise change
+    assert switch[0] == "1" and len(switch) > 1 and set(switch[1:]) == {None}
     monkeypatch.setenv(GQA_ENV, "0")
     ref = sample_texts(model, tok, prompts, seeds, s, batch_size=8)
     assert repeats
