@@ -11,7 +11,7 @@ from bench.bench_flops_limit import LAYER_SHAPES, LAYERS, VOCAB, D, books_genera
 def test_one_rate_for_every_product_gives_flops_over_rate() -> None:
     rate = 500e9
     rows, meta = books_generated(dict.fromkeys([*LAYER_SHAPES, "head"], rate))
-    measured, floor = rows
+    measured, stage, floor = rows
     assert floor["gflop_per_cpu_s"] == pytest.approx(rate / 1e9, rel=1e-3)
     assert floor["cpu_ms_per_window"] == pytest.approx(
         1e3 * floor["gflop_per_window"] * 1e9 / rate, rel=1e-2
@@ -46,6 +46,10 @@ def test_other_stages_come_from_the_named_pipeline_run() -> None:
     rates = dict.fromkeys([*LAYER_SHAPES, "head"], 500e9)
     rows, meta = books_generated(rates, f"{name}:{run_id}")
     assert rows[0]["other_cpu_s_per_pair"] == pytest.approx(want, abs=1e-4)
+    # the run's own score stage: its CPU-s over its rows (windows) per window
+    assert rows[1]["cpu_ms_per_window"] == pytest.approx(1e3 * score["cpu_s"] / score["rows"], 0.01)
+    got = 3600 * run["labelled_pairs"] / run["cpu_s_to_label"]
+    assert rows[1]["pairs_per_cpu_hour_all_in"] == pytest.approx(got, rel=0.01)
     assert meta["other_stages_from"] == f"{name}:{run_id}"
     default, _ = books_generated(rates)
     assert default[0]["other_cpu_s_per_pair"] != rows[0]["other_cpu_s_per_pair"]
