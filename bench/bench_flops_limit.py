@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(1)
     if "--books-generated" in argv:  # [--pipeline RESULT:RUN] [--name NAME]
-        opt = dict(zip(argv[::1], argv[1::1], strict=False))
+        opt = dict(zip(argv, argv[1:], strict=False))  # each flag and the word after it
         rows, meta = books_generated(bf16_rates(), opt.get("--pipeline", PIPELINE_RUN))
         meta |= {"command": "python -m bench.bench_flops_limit " + " ".join(argv)}
         write_results(opt.get("--name", "scorer_flops_limit_books_generated"), rows, meta=meta)
