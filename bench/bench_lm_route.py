@@ -22,9 +22,9 @@ import os
 import pickle
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
@@ -153,23 +153,12 @@ COMPILE_SCOPE = {"bf16c": "decoder", "bf16b": "blocks", "bf16bk": "blocks"}
 COPIED_HEADS = {"bf16bk"}
 
 
-@contextlib.contextmanager
-def heads_copied(on: bool) -> Iterator[None]:
-    """transformers' default for masked grouped-query attention on CPU, for the duration."""
+def heads_copied(on: bool) -> contextlib.AbstractContextManager[Any]:
+    """transformers' default for masked grouped-query attention on CPU, for the duration (a
+    value of the user's, which native_gqa leaves alone)."""
     from ctxsim.models.contextual.native_gqa import GQA_ENV
 
-    if not on:
-        yield
-        return
-    old = os.environ.get(GQA_ENV)
-    os.environ[GQA_ENV] = "0"  # a value of the user's: native_gqa leaves it
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(GQA_ENV, None)
-        else:
-            os.environ[GQA_ENV] = old
+    return mock.patch.dict(os.environ, {GQA_ENV: "0"}) if on else contextlib.nullcontext()
 
 
 def run_engine(

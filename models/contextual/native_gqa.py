@@ -6,10 +6,10 @@ calling torch's attention, unless ``TRANSFORMERS_SDPA_FORCE_GQA`` says the kerne
 heads itself. torch's CPU flash kernel does, with a mask and with the same arithmetic: the
 books_generated right term scores identically, 1.11x faster on one thread with a third of the
 peak memory growth (bench/results/score_lm_route_native_gqa.md; MedQuAD's windows: no faster,
-less memory). On CUDA a masked call with
-grouped heads would leave the flash kernels for the math one, so the switch is CPU only. Calls
-of one query a row (decoding) already avoid the copies on transformers' own path; switched over
-they round differently in bf16 (so the sampler scopes it to its prompt pass).
+less memory). On CUDA a masked call with grouped heads would leave the flash kernels for the math
+one, so the switch is CPU only. Calls of one query a row (decoding) already avoid the copies on
+transformers' own path; switched over they round differently in bf16 (so the sampler scopes it
+to its prompt pass).
 """
 
 from __future__ import annotations

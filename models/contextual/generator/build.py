@@ -99,13 +99,12 @@ def tiny_causal(
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_heads,
         intermediate_size=cfg.intermediate_size,
         max_position_embeddings=cfg.max_positions,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        **cfg.extra,
+        **{"num_key_value_heads": cfg.num_heads, **cfg.extra},  # extra: grouped heads too
     )
     return LlamaForCausalLM(conf)
 

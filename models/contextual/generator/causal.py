@@ -49,6 +49,10 @@ class Continuation(NamedTuple):
     tmask: torch.Tensor
 
 
+#: each decoder layer's modules ``compile("blocks")`` wraps (Llama-style layers: SmolLM2, Gemma 3)
+BLOCK_MODULES = ("mlp", "input_layernorm", "post_attention_layernorm")
+
+
 class CausalPrefixScorer(GenerativeScorer):
     """Decoder-only LM; a prompt template per direction, only ``{target}`` tokens scored.
 
@@ -161,9 +165,9 @@ class CausalPrefixScorer(GenerativeScorer):
         base = self.model.base_model
         self._compiled = scope
         try:  # compile now, on a batch of two rows (a batch of one would specialise the graph)
-            if scope == "blocks":  # Llama-style layers (SmolLM2, Gemma 3): these modules
+            if scope == "blocks":
                 for layer in base.layers:
-                    for name in ("mlp", "input_layernorm", "post_attention_layernorm"):
+                    for name in BLOCK_MODULES:
                         setattr(layer, name, comp(getattr(layer, name)))
                 base.norm = comp(base.norm)
             elif scope == "decoder":
@@ -195,7 +199,7 @@ class CausalPrefixScorer(GenerativeScorer):
             setattr(model, model.base_model_prefix, base._orig_mod)
             base = model.base_model
         for layer in getattr(base, "layers", ()):
-            for name in ("mlp", "input_layernorm", "post_attention_layernorm"):
+            for name in BLOCK_MODULES:
                 mod = getattr(layer, name, None)
                 if hasattr(mod, "_orig_mod"):
                     setattr(layer, name, mod._orig_mod)

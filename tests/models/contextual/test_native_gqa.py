@@ -10,10 +10,14 @@ import numpy as np
 import pytest
 import torch
 import transformers.integrations.sdpa_attention as sdpa
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from ctxsim.models.contextual.context_sampling import SamplingSettings, sample_texts
-from ctxsim.models.contextual.generator import CausalPrefixScorer, train_wordpiece_tokenizer
+from ctxsim.models.contextual.generator import (
+    CausalPrefixScorer,
+    TinyConfig,
+    tiny_causal,
+    train_wordpiece_tokenizer,
+)
 from ctxsim.models.contextual.native_gqa import GQA_ENV, native_gqa
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 
@@ -24,20 +28,9 @@ WORDS = "the cat sat on a mat while dog ran far away from home it was dark and s
 def gqa_lm():
     """Six query heads on two key/value heads, as SmolLM2's nine on three."""
     tok = train_wordpiece_tokenizer([], vocab=WORDS)
-    torch.manual_seed(0)
-    conf = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=48,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=6,
-        num_key_value_heads=2,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        attn_implementation="sdpa",
-    )
-    return LlamaForCausalLM(conf).eval(), tok
+    extra = {"num_key_value_heads": 2, "attn_implementation": "sdpa"}
+    cfg = TinyConfig(hidden_size=48, num_heads=6, intermediate_size=64, extra=extra)
+    return tiny_causal(tok, cfg).eval(), tok
 
 
 @pytest.fixture
