@@ -203,7 +203,7 @@ def _load_lm(path: str, device: str, bf16_warn: Any | None = None) -> tuple[Any,
 
 class GenContextsStage(Stage):
     name = "gencontexts"
-    version = "1"
+    version = "2"  # 2: finished rows leave the decoding batch (bf16 samples move by rounding)
     Params = GenContextsParams
     inputs = ("queries",)
     cost = PerQueryRows(fit=False)  # sampled contexts per query

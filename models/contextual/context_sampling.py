@@ -5,7 +5,8 @@ Why per-sample seeds: every sample draws from its own ``torch.Generator`` seeded
 (from the sentence, side, template and sample index), so sample j of a sentence is the same text
 whatever the batch it shares, the batch size, or K. That is what lets the stage cache samples and
 pay only for the new ones when K grows. Decoding is one prompt pass plus one token per step with
-the KV cache (left padding, explicit position ids), rows stop at end of text or a line break.
+the KV cache (left padding, explicit position ids), rows stop at end of text or a line break
+and leave the batch once a quarter of it has (``_rows_to_keep``).
 """
 
 from __future__ import annotations
@@ -174,17 +175,24 @@ def _sample_batch(
         past.reorder_cache(row)
         logits, attn, pos = logits[row], attn[row], pos[row]
     done = torch.zeros(n, dtype=torch.bool, device=device)
-    steps: list[torch.Tensor] = []
+    live = torch.arange(n, device=device)  # the sample each batch row holds
+    out = torch.full((n, s.max_new_tokens), -1, dtype=torch.long, device=device)
     for step in range(s.max_new_tokens):
         if step < s.min_new_tokens:
             logits = logits.index_fill(-1, stop, float("-inf"))
         nxt = _draw(logits, s, gens).to(device)
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
-        steps.append(torch.where(done, torch.full_like(nxt, -1), nxt))
+        out[live, step] = torch.where(done, torch.full_like(nxt, -1), nxt)
         done |= torch.isin(nxt, stop)
         if bool(done.all()):
             break
-        attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype, device=device)], dim=1)
+        keep = _rows_to_keep(done)
+        if keep is not None:  # finished rows leave the batch: the rest decode on fewer rows
+            past.reorder_cache(keep)
+            nxt, attn, pos, done, live = nxt[keep], attn[keep], pos[keep], done[keep], live[keep]
+            gens = [gens[i] for i in keep.tolist()]
+        rows = len(live)
+        attn = torch.cat([attn, torch.ones((rows, 1), dtype=attn.dtype, device=device)], dim=1)
         pos = pos[:, -1:] + 1
         res = model(
             input_ids=nxt[:, None],
@@ -194,7 +202,26 @@ def _sample_batch(
             use_cache=True,
         )
         past, logits = output_cache(res), res.logits[:, -1, :]
-    if not steps:
-        return [[] for _ in range(n)]
-    mat = torch.stack(steps, dim=1).cpu().tolist()
-    return [[t for t in row if t >= 0] for row in mat]
+    return [[t for t in row if t >= 0] for row in out.cpu().tolist()]
+
+
+#: rows a decoding batch keeps however many have finished: below this the CPU's matrix kernels
+#: change their blocking (bf16 rows of a 576x1536 product differ at 32 rows and fewer here),
+#: and with it a row's rounding and its sample; at or above it a row's logits are the same
+#: whatever rows share its batch (tests/models/contextual/test_context_sampling.py)
+MIN_DECODE_ROWS = 64
+
+
+def _rows_to_keep(done: torch.Tensor) -> torch.Tensor | None:
+    """Batch rows to keep decoding (sorted), or None to keep them all: the unfinished rows,
+    topped up with finished ones to ``MIN_DECODE_ROWS``; a batch shrinks only once it would lose
+    a quarter of its rows (each shrink copies the key/value cache)."""
+    rows = len(done)
+    alive = int((~done).sum())
+    target = max(alive, min(rows, MIN_DECODE_ROWS))
+    if target > rows * 3 // 4:
+        return None
+    pick = torch.nonzero(~done).flatten()
+    if target > alive:
+        pick = torch.cat([pick, torch.nonzero(done).flatten()[: target - alive]])
+    return pick.sort().values

@@ -54,3 +54,37 @@ def test_prompt_pass_runs_each_distinct_prompt_once(lm, monkeypatch) -> None:
     prompts = ["the cat sat", "the cat sat", "a dog ran", "a dog ran", "a dog ran"]
     sample_texts(model, tok, prompts, [1, 2, 3, 4, 5], SamplingSettings(max_new_tokens=4))
     assert rows == [2]
+
+
+def test_finished_rows_leave_the_batch_and_the_rest_sample_as_alone(monkeypatch) -> None:
+    """Rows that reached a sentence end stop costing decoding steps; the others' samples are
+    those each (prompt, seed) draws alone."""
+    from ctxsim.models.contextual import context_sampling
+
+    tok = train_wordpiece_tokenizer([], vocab=[*WORDS, "."])
+    torch.manual_seed(0)
+    model = tiny_causal(tok, TINY)
+    monkeypatch.setattr(context_sampling, "MIN_DECODE_ROWS", 1)  # the tiny model is row-exact
+    rows: list[int] = []
+    real = model.forward
+
+    def spy(*args, **kw):
+        if kw.get("cache", kw.get("past_key_values")) is not None:  # a decoding step
+            rows.append(int(kw["input_ids"].shape[0]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(model, "forward", spy)
+    sents = ["the cat sat on a mat", "a dog ran far", "it was dark", "night"]
+    prompts = [s for s in sents for _ in range(4)]
+    seeds = list(range(200, 200 + len(prompts)))
+    s = SamplingSettings(max_new_tokens=12, top_k=50, min_new_tokens=1)
+    batched = sample_texts(model, tok, prompts, seeds, s, batch_size=len(prompts))
+    assert rows[0] == len(prompts) and min(rows) < len(prompts) // 2, rows  # it shrank
+    assert rows == sorted(rows, reverse=True)
+    monkeypatch.setattr(model, "forward", real)
+    alone = [
+        sample_texts(model, tok, [p], [x], s, batch_size=1)[0]
+        for p, x in zip(prompts, seeds, strict=True)
+    ]
+    assert batched == alone
+    assert any(t.endswith(".") for t in batched)  # rows did end early
