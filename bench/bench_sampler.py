@@ -4,8 +4,11 @@ library a user would pick (transformers' ``generate``) and the naive way (one pr
 Reported per variant: CPU-seconds per sample (``time.process_time``, the median of interleaved
 repeats), peak RSS growth, and how many samples equal the reference's (ctxsim float32 at batch 32,
 the shipped default before): the sample cache and ``batch_size`` being a knob rely on a sample
-depending on its seed only. ``generate`` draws from one global generator, so its texts are other
-draws by construction (its count is not a defect; its speed is the comparison).
+depending on its seed only. ``--kept`` adds, at the largest batch, the sampler as it was
+before finished rows left the decoding batch and the key/value cache was reserved (rows kept to
+the last step, transformers' concatenating cache). ``generate``
+draws from one global generator, so its texts are other draws by construction (its count is not
+a defect; its speed is the comparison).
 Usage::
 
     .venv/bin/python -m bench.bench_sampler --queries 96 --k 4 --batches 32 128 384
@@ -21,10 +24,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
 from bench.harness import peak_rss_mb, reset_peak_rss, write_results
+from ctxsim.models.contextual import context_sampling
 from ctxsim.models.contextual.context_sampling import (
     SamplingSettings,
     first_sentence,
@@ -79,6 +84,16 @@ def hf_generate(
     return out
 
 
+def rows_kept(run: Callable[[], list[str]]) -> list[str]:
+    """``run`` with finished rows kept in the decoding batch to its last step, on transformers'
+    concatenating cache."""
+    with (
+        mock.patch.object(context_sampling, "MIN_DECODE_ROWS", sys.maxsize),
+        mock.patch.object(context_sampling, "RESERVE_CACHE", False),
+    ):
+        return run()
+
+
 def main(argv: list[str] | None = None) -> None:
     from ctxsim.models.registry import resolve_model
     from ctxsim.tasks.gencontexts import _load_lm
@@ -94,6 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--naive-prompts", type=int, default=32, help="one-at-a-time: fewer")
     ap.add_argument("--name", default="sampler_bf16")
     ap.add_argument("--note", default="")
+    ap.add_argument(
+        "--kept", action="store_true", help="also: the sampler before (rows kept, cache grown)"
+    )
     ap.add_argument("--out-dir", default=None, help="default bench/results")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -115,6 +133,15 @@ def main(argv: list[str] | None = None) -> None:
                 w,
                 len(prompts),
                 lambda n, lm=lm, tok=tok, b=b: sample_texts(lm, tok, prompts[:n], seeds[:n], s, b),
+            )
+        if args.kept:
+            b = max(args.batches)
+            variants[f"ctxsim {w} batch {b}, rows kept, cache grown (before)"] = (
+                w,
+                len(prompts),
+                lambda n, lm=lm, tok=tok, b=b: rows_kept(
+                    lambda: sample_texts(lm, tok, prompts[:n], seeds[:n], s, b)
+                ),
             )
         variants[f"ctxsim {w} one at a time (naive)"] = (
             w,

@@ -11,6 +11,7 @@ and leave the batch once a quarter of it has (``_rows_to_keep``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -174,6 +175,8 @@ def _sample_batch(
         row = torch.tensor(index, dtype=torch.long, device=device)
         past.reorder_cache(row)
         logits, attn, pos = logits[row], attn[row], pos[row]
+    if RESERVE_CACHE:
+        past.layers = [reserved(layer, s.max_new_tokens) for layer in past.layers]
     done = torch.zeros(n, dtype=torch.bool, device=device)
     live = torch.arange(n, device=device)  # the sample each batch row holds
     out = torch.full((n, s.max_new_tokens), -1, dtype=torch.long, device=device)
@@ -225,3 +228,57 @@ def _rows_to_keep(done: torch.Tensor) -> torch.Tensor | None:
     if target > alive:
         pick = torch.cat([pick, torch.nonzero(done).flatten()[: target - alive]])
     return pick.sort().values
+
+
+#: decode into reserved key/value buffers (``reserved``); off: transformers' concatenation
+RESERVE_CACHE = True
+
+
+def reserved(layer, extra: int):
+    """``layer`` (a transformers cache layer) with its keys/values moved into buffers with room
+    for ``extra`` more tokens: each decoding step writes its token in place and attends over a
+    view of the filled part, instead of transformers' concatenation (a new copy of the whole
+    cache per layer and step). Other layer kinds (sliding windows) are returned as they are."""
+    from transformers.cache_utils import DynamicLayer
+
+    if type(layer) is not DynamicLayer or not layer.is_initialized:
+        return layer
+    return _reserved_class()(layer, extra)
+
+
+@functools.cache
+def _reserved_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        def __init__(self, layer: DynamicLayer, extra: int) -> None:
+            super().__init__()
+            b, h, n, d = layer.keys.shape
+            self.device = layer.keys.device
+            self._k = layer.keys.new_empty((b, h, n + extra, d))
+            self._v = layer.values.new_empty((b, h, n + extra, layer.values.shape[-1]))
+            self._k[:, :, :n] = layer.keys
+            self._v[:, :, :n] = layer.values
+            self._n = n
+            self._views()
+            self.is_initialized = True
+
+        def _views(self) -> None:
+            self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            m = key_states.shape[-2]
+            if self._n + m > self._k.shape[-2]:
+                raise RuntimeError("sampler: more decoding steps than its cache reserved")
+            self._k[:, :, self._n : self._n + m] = key_states
+            self._v[:, :, self._n : self._n + m] = value_states
+            self._n += m
+            self._views()
+            return self.keys, self.values
+
+        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+            idx = beam_idx.to(self._k.device)
+            self._k, self._v = self._k.index_select(0, idx), self._v.index_select(0, idx)
+            self._views()
+
+    return ReservedLayer

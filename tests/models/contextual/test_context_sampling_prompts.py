@@ -88,3 +88,32 @@ def test_finished_rows_leave_the_batch_and_the_rest_sample_as_alone(monkeypatch)
     ]
     assert batched == alone
     assert any(t.endswith(".") for t in batched)  # rows did end early
+
+
+def test_decoding_writes_into_a_reserved_cache_and_samples_as_concatenation(
+    lm, monkeypatch
+) -> None:
+    """The decoding steps' keys and values go into buffers reserved after the prompt pass, not
+    transformers' concatenation; the samples are the same either way."""
+    from ctxsim.models.contextual import context_sampling
+
+    model, tok = lm
+    kinds: set[str] = set()
+    real = model.forward
+
+    def spy(*args, **kw):
+        past = kw.get("cache", kw.get("past_key_values"))
+        if past is not None:
+            kinds.update(type(layer).__name__ for layer in past.layers)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(model, "forward", spy)
+    prompts = ["the cat sat on a mat", "a dog ran far away", "it was dark", "night"] * 2
+    seeds = list(range(300, 300 + len(prompts)))
+    s = SamplingSettings(max_new_tokens=10, top_k=50)
+    reserved = sample_texts(model, tok, prompts, seeds, s, batch_size=len(prompts))
+    assert kinds == {"ReservedLayer"}
+    monkeypatch.setattr(context_sampling, "RESERVE_CACHE", False)
+    kinds.clear()
+    assert sample_texts(model, tok, prompts, seeds, s, batch_size=len(prompts)) == reserved
+    assert kinds == {"DynamicLayer"}
