@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -208,10 +209,11 @@ def _sample_batch(
     return [[t for t in row if t >= 0] for row in out.cpu().tolist()]
 
 
-#: rows a decoding batch keeps however many have finished: below this the CPU's matrix kernels
-#: change their blocking (bf16 rows of a 576x1536 product differ at 32 rows and fewer here),
-#: and with it a row's rounding and its sample; at or above it a row's logits are the same
-#: whatever rows share its batch (tests/models/contextual/test_context_sampling.py)
+#: rows a decoding batch keeps however many have finished. float32 products give a row the same
+#: values whatever rows share its batch down to 16 rows on a Xeon with AMX (at 9 and fewer the
+#: kernels block otherwise), so float32 samples do not move when rows leave; bf16 kernels block
+#: some products by the batch's size at any size (SmolLM2's 576x192 at 160 rows and fewer), so
+#: bf16 samples move by rounding, as with another batch size
 MIN_DECODE_ROWS = 64
 
 
@@ -234,7 +236,7 @@ def _rows_to_keep(done: torch.Tensor) -> torch.Tensor | None:
 RESERVE_CACHE = True
 
 
-def reserved(layer, extra: int):
+def reserved(layer: Any, extra: int) -> Any:
     """``layer`` (a transformers cache layer) with its keys/values moved into buffers with room
     for ``extra`` more tokens: each decoding step writes its token in place and attends over a
     view of the filled part, instead of transformers' concatenation (a new copy of the whole
