@@ -6,9 +6,9 @@ repeats), peak RSS growth, and how many samples equal the reference's (ctxsim fl
 the shipped default before): the sample cache and ``batch_size`` being a knob rely on a sample
 depending on its seed only. ``--kept`` adds, at the largest batch, the sampler as it was
 before finished rows left the decoding batch and the key/value cache was reserved (rows kept to
-the last step, transformers' concatenating cache). ``generate``
-draws from one global generator, so its texts are other draws by construction (its count is not
-a defect; its speed is the comparison).
+the last step, transformers' concatenating cache). ``generate`` draws from one global
+generator, so its texts are other draws by construction (its count is not a defect; its speed
+is the comparison).
 Usage::
 
     .venv/bin/python -m bench.bench_sampler --queries 96 --k 4 --batches 32 128 384

@@ -51,3 +51,26 @@ def test_windows_join_each_sides_sentences_in_order() -> None:
 def test_a_context_naming_an_absent_sentence_says_which_column() -> None:
     with pytest.raises(MissingIdError, match=r"contexts\.right_sent_ids names sent_ids.*99"):
         load_windows(_ctx([[12], [99]]))
+
+
+def test_windows_of_a_sliced_contexts_column_are_its_own_rows() -> None:
+    """A list column that is a slice of a larger one (its offsets do not start at 0)."""
+    shard = pa.table(
+        {"sent_id": [10, 11, 12, 13], "doc_id": [0, 0, 1, 1], "section_id": [2, 2, 3, 3]}
+        | {"text": ["a.", "b.", "c.", "d."]}
+    )
+    wide = pa.table(
+        {
+            "context_id": [99, 100, 101],
+            "centre_sent_id": [10, 11, 12],
+            "left_sent_ids": [[11, 12], [10], []],
+            "right_sent_ids": [[13], [12, 13], [13]],
+        }
+    )
+    sliced = wide.slice(1)  # offsets of the list columns start past 0
+    tables = {"shard": shard, "contexts": sliced}
+    ctx = SimpleNamespace(
+        input=lambda name: SimpleNamespace(read_table=lambda cols: tables[name].select(cols))
+    )
+    w = load_windows(ctx)
+    assert w["left"] == ["a.", ""] and w["right"] == ["c. d.", "d."]
