@@ -172,12 +172,12 @@ def _sample_batch(
             input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1
         )
     past, logits = output_cache(res), res.logits[:, -1, :]
+    if RESERVE_CACHE:  # reserved per distinct prompt: its rows are gathered into it in one copy
+        past.layers = [reserved(layer, s.max_new_tokens) for layer in past.layers]
     if len(prompts) < n:  # one row per sample from here on
         row = torch.tensor(index, dtype=torch.long, device=device)
         past.reorder_cache(row)
         logits, attn, pos = logits[row], attn[row], pos[row]
-    if RESERVE_CACHE:
-        past.layers = [reserved(layer, s.max_new_tokens) for layer in past.layers]
     done = torch.zeros(n, dtype=torch.bool, device=device)
     live = torch.arange(n, device=device)  # the sample each batch row holds
     out = torch.full((n, s.max_new_tokens), -1, dtype=torch.long, device=device)

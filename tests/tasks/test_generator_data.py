@@ -29,13 +29,13 @@ def _ctx(right_ids: list[list[int]]) -> SimpleNamespace:
             "right_sent_ids": right_ids,
         }
     )
-    tables = {"shard": shard, "contexts": contexts}
+    return _ctx_of({"shard": shard, "contexts": contexts})
 
-    def read_table(name: str, columns: list[str]) -> pa.Table:
-        return tables[name].select(columns)
 
+def _ctx_of(tables: dict[str, pa.Table]) -> SimpleNamespace:
+    """A stage context whose inputs read these tables."""
     return SimpleNamespace(
-        input=lambda name: SimpleNamespace(read_table=lambda cols: read_table(name, cols))
+        input=lambda name: SimpleNamespace(read_table=lambda cols: tables[name].select(cols))
     )
 
 
@@ -68,9 +68,5 @@ def test_windows_of_a_sliced_contexts_column_are_its_own_rows() -> None:
         }
     )
     sliced = wide.slice(1)  # offsets of the list columns start past 0
-    tables = {"shard": shard, "contexts": sliced}
-    ctx = SimpleNamespace(
-        input=lambda name: SimpleNamespace(read_table=lambda cols: tables[name].select(cols))
-    )
-    w = load_windows(ctx)
+    w = load_windows(_ctx_of({"shard": shard, "contexts": sliced}))
     assert w["left"] == ["a.", ""] and w["right"] == ["c. d.", "d."]
