@@ -2,16 +2,19 @@
 a corpus sample, reduced by a truncated SVD (LSA), nearest neighbours by faiss. The SVD's dense
 steps on (features x dim) matrices are most of the stage's CPU; compared in one run:
 
-* ``ctxsim float32``: ``models.corpus.pairs.tfidf_embed`` as shipped (float32 throughout);
+* ``ctxsim float32``: ``models.corpus.pairs.tfidf_embed`` as shipped (float32 TF-IDF,
+  ``lsa_project``: the randomized SVD normalised on the sentence side only);
+* ``scikit-learn float32``: TruncatedSVD on the float32 TF-IDF (what the stage ran before
+  ``lsa_project``: the same random start, so its neighbours should be the same);
 * ``scikit-learn float64`` (the naive way: TfidfVectorizer's default dtype, TruncatedSVD);
 * ``scikit-learn float64 arpack``: the exact truncated SVD instead of the randomized one;
 * ``minilm`` (the library a user would pick: sentence-transformers on the queries, no fit).
 
 Each variant runs in a fresh process (its own peak RSS); the nearest neighbours of every query
-are compared with float64's (overlap of the 10-NN sets, what decides the mined pairs). Growth:
-float32 and float64 at several corpus sample sizes. Usage::
+are compared with float64's and scikit-learn float32's (overlap of the 10-NN sets, what decides
+the mined pairs). Growth: every variant at several corpus sample sizes. Usage::
 
-    .venv/bin/python -m bench.bench_pairs --root ROOT --samples 5000 20000 50000 --name pairs_svd
+    .venv/bin/python -m bench.bench_pairs --root ROOT --samples 5000 20000 50000 --name pairs_lsa
 
 ``ROOT`` holds a finished run's ``shard`` and ``queries`` artefacts (the books_generated run).
 """
@@ -68,13 +71,14 @@ def embed(variant: str, root: str, n_sample: int, dim: int) -> dict[str, Any]:
         from ctxsim.models.corpus.pairs import tfidf_embed
 
         emb = tfidf_embed(queries, dim, fit_texts=fit)
-    elif variant.startswith("scikit-learn float64"):
+    elif variant.startswith("scikit-learn"):
         from sklearn.decomposition import TruncatedSVD
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.preprocessing import normalize
 
         algo = "arpack" if variant.endswith("arpack") else "randomized"
-        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1)
+        dtype = np.float32 if "float32" in variant else np.float64
+        vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1, dtype=dtype)
         xf = vec.fit_transform(fit + queries)
         svd = TruncatedSVD(n_components=dim, random_state=0, algorithm=algo).fit(xf)
         emb = normalize(svd.transform(vec.transform(queries))).astype(np.float32)
@@ -102,11 +106,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, nargs="+", default=[5000, 20000, 50000])
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--no-arpack", action="store_true", help="skip the (slow) exact SVD")
-    ap.add_argument("--name", default="pairs_svd")
+    ap.add_argument("--name", default="pairs_lsa")
     ap.add_argument("--out-dir", default=None, help="default bench/results")
     args = ap.parse_args(argv)
     top = max(args.samples)
     runs: list[tuple[str, int]] = [("ctxsim float32", n) for n in args.samples]
+    runs += [("scikit-learn float32", n) for n in args.samples]
     runs += [("scikit-learn float64", n) for n in args.samples]
     if not args.no_arpack:
         runs.append(("scikit-learn float64 arpack", top))
@@ -120,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     for variant, n in runs:
         r = got[(variant, n)]
         ref = got[("scikit-learn float64", n if n else top)]
+        f32 = got[("scikit-learn float32", n if n else top)]
         rows.append(
             {
                 "variant": variant,
@@ -129,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
                 "x_float64": round(ref["cpu_s"] / r["cpu_s"], 2),
                 "knn10_overlap_with_float64": round(overlap(r["nbr"], ref["nbr"]), 3),
                 "same_neighbours_in_order": f"{int((r['nbr'] == ref['nbr']).all(1).sum())}"
+                f"/{r['queries']}",
+                "same_in_order_as_sklearn_float32": f"{int((r['nbr'] == f32['nbr']).all(1).sum())}"
                 f"/{r['queries']}",
                 "peak_rss_growth_mb": round(r["peak_rss_mb"], 1),
             }

@@ -13,6 +13,7 @@ from ctxsim.models.corpus.pairs import (
     canonical,
     knn_pairs,
     knn_search,
+    lsa_project,
     mix_pairs,
     random_pairs,
     shared_context_pairs,
@@ -96,6 +97,48 @@ def test_tfidf_embed_neighbours_are_lexical() -> None:
     assert emb.shape[0] == 6 and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
     idx, _ = knn_search(emb, 1)
     assert idx[0, 0] == 1 and idx[2, 0] == 3
+
+
+def _sparse_docs(n: int, vocab: int, seed: int):
+    """A TF-IDF-like float32 CSR matrix with a decaying spectrum (topics of skewed weight)."""
+    from scipy import sparse
+
+    rng = np.random.default_rng(seed)
+    topics = rng.random((8, vocab)) ** 8 * np.geomspace(4, 0.5, 8)[:, None]
+    dense = rng.random((n, 8)) @ topics + rng.random((n, vocab)) * 0.05
+    dense[dense < np.quantile(dense, 0.9)] = 0  # 10% non-zero, like bag-of-words rows
+    return sparse.csr_matrix(dense.astype(np.float32))
+
+
+def test_lsa_project_spans_truncated_svd_components() -> None:
+    """The vocabulary-side shortcut gives TruncatedSVD's projection (same random start, signs
+    arbitrary): equal inner products and the same neighbours."""
+    from sklearn.decomposition import TruncatedSVD
+
+    x_fit = _sparse_docs(300, 2000, seed=0)
+    x = x_fit[:40]
+    ref = TruncatedSVD(n_components=12, random_state=0).fit(x_fit).transform(x)
+    got = lsa_project(x_fit, x, 12, seed=0)
+    assert got.shape == (40, 12)
+    np.testing.assert_allclose(got @ got.T, ref @ ref.T, rtol=0, atol=1e-4 * np.abs(ref).max() ** 2)
+    np.testing.assert_allclose(np.abs(got), np.abs(ref), rtol=0, atol=1e-3 * np.abs(ref).max())
+    idx_got, _ = knn_search(np.ascontiguousarray(got, np.float32), 5)
+    idx_ref, _ = knn_search(np.ascontiguousarray(ref, np.float32), 5)
+    assert (idx_got == idx_ref).all()
+
+
+def test_lsa_project_drops_directions_beyond_the_rank() -> None:
+    """More probe vectors than the matrix has rank (repeated rows): no failed factorisation,
+    the projection keeps the norms of rows that lie in the fitted span."""
+    base = _sparse_docs(6, 50, seed=1)
+    from scipy import sparse
+
+    x_fit = sparse.vstack([base] * 5).tocsr()  # 30 rows of rank <= 6
+    got = lsa_project(x_fit, base, 10, seed=0)
+    assert got.shape == (6, 10) and np.isfinite(got).all()
+    np.testing.assert_allclose(
+        np.linalg.norm(got, axis=1), np.sqrt(base.multiply(base).sum(1)).A1, rtol=1e-4
+    )
 
 
 # ---- the stage -----------------------------------------------------------------------------
