@@ -40,8 +40,9 @@ _NAIVE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"“])")
 
 
 def count_tokens(text: str) -> int:
-    """Number of word tokens (``\\w+`` runs and single punctuation marks), for length filters."""
-    return sum(1 for _ in _TOKEN.finditer(text))
+    """Number of word tokens (``\\w+`` runs and single punctuation marks), for length filters.
+    ``findall``'s list, not ``finditer``'s matches counted one by one: the same count, faster."""
+    return len(_TOKEN.findall(text))
 
 
 def _split_regex(text: str) -> list[str]:
