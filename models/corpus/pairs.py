@@ -38,7 +38,8 @@ def tfidf_embed(
     """L2-normalised LSA vectors (TF-IDF uni+bigrams -> truncated SVD), float32 (n, d).
 
     No weights needed; the IDF comes from ``fit_texts`` (e.g. a corpus sample) when given, and
-    the SVD is fitted on ``fit_texts`` + ``texts`` (:func:`lsa_project`).
+    the SVD is fitted on ``fit_texts`` + ``texts`` (:func:`lsa_project`). The TF-IDF is float32:
+    float64 costs more for the same neighbours (bench/results/pairs_svd.md).
     """
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.preprocessing import normalize

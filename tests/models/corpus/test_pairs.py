@@ -130,9 +130,9 @@ def test_lsa_project_spans_truncated_svd_components() -> None:
 def test_lsa_project_drops_directions_beyond_the_rank() -> None:
     """More probe vectors than the matrix has rank (repeated rows): no failed factorisation,
     the projection keeps the norms of rows that lie in the fitted span."""
-    base = _sparse_docs(6, 50, seed=1)
     from scipy import sparse
 
+    base = _sparse_docs(6, 50, seed=1)
     x_fit = sparse.vstack([base] * 5).tocsr()  # 30 rows of rank <= 6
     got = lsa_project(x_fit, base, 10, seed=0)
     assert got.shape == (6, 10) and np.isfinite(got).all()
