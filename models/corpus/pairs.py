@@ -79,7 +79,8 @@ def lsa_project(
     for _ in range(n_iter):
         z, _ = lu(x_fit @ (xt @ z), permute_l=True, check_finite=False)
     z, _ = qr(z.astype(np.float64), mode="economic", check_finite=False)
-    fit64, xt64, x64 = x_fit.astype(np.float64), xt.astype(np.float64), x.astype(np.float64)
+    fit64, x64 = x_fit.astype(np.float64), x.astype(np.float64)
+    xt64 = fit64.T  # a view, as xt: no second conversion
     w = np.empty((n, p))  # x_fit @ y, y = x_fit.T @ z: the (vocab x p) basis before orthogonalising
     xy = np.empty((x.shape[0], p))  # x @ y
     for lo in range(0, p, 64):  # y in column blocks: never all vocab x p of it at once
