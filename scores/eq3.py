@@ -161,6 +161,16 @@ class ScoreParams(StageParams):
             "bf16 units slower than float32. Not with int8_on_cpu; its own score-cache namespace."
         ),
     )
+    w8a8_on_cpu: bool = Field(
+        False,
+        description=(
+            "With bf16_weights_on_cpu: the causal scorer's linear layers but the vocabulary head "
+            "as int8 products (SmoothQuant: weights per output channel, activations per token, "
+            "smoothed from a bundled calibration text; models/contextual/quantize.py Int8Linear):"
+            " VNNI/AMX-INT8 run twice bf16's rate. Scores close to bf16's, not equal: its own "
+            "score-cache namespace (docs/scoring.md#cheaper-scoring)."
+        ),
+    )
     disc_batch: int = knob(
         256,
         ge=1,
@@ -186,6 +196,7 @@ class ScoreParams(StageParams):
         "disc_scorer": "discriminator",
         "disc_encoder": "minilm",
         "bf16_weights_on_cpu": False,
+        "w8a8_on_cpu": False,
     }
     skip_zero_lambda: bool = Field(
         True,
@@ -240,6 +251,10 @@ class ScoreParams(StageParams):
             raise ValueError(
                 "score.int8_on_cpu and score.bf16_weights_on_cpu are exclusive: pick one CPU "
                 "precision for the causal scorer"
+            )
+        if self.w8a8_on_cpu and not self.bf16_weights_on_cpu:
+            raise ValueError(
+                "score.w8a8_on_cpu runs on bf16 weights: set score.bf16_weights_on_cpu too"
             )
         return self
 

@@ -52,6 +52,8 @@ def test_wheel_holds_only_the_ctxsim_namespace_and_every_module(wheel: Path) -> 
             rel = src.relative_to(REPO / folder).as_posix()
             assert f"{pkg}/{rel}" in names, f"{folder}/{rel} is missing from the wheel"
     assert not any(n.startswith("ctxsim/bench") or "/tests/" in n for n in names)
+    # data files the code reads at run time
+    assert "ctxsim/models/contextual/int8_calibration.txt" in names
 
 
 def test_wheel_installs_beside_a_package_with_its_own_top_level_models(

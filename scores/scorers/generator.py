@@ -16,7 +16,12 @@ from typing import Any
 import numpy as np
 
 from ctxsim.models.contextual.generator import DIRECTIONS
-from ctxsim.models.contextual.quantize import quantize_int8, to_bf16_weights
+from ctxsim.models.contextual.quantize import (
+    quantize_int8,
+    smooth_int8_identity,
+    smooth_quantize_scorer,
+    to_bf16_weights,
+)
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import load_scorer
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
@@ -53,6 +58,8 @@ class GeneratorScorer(ContextScorer):
                     f"artefact {ctx.input('generator').fingerprint} is {meta['backend']}"
                 )
             to_bf16_weights(scorer.model, "score.bf16_weights_on_cpu", ctx.logger.warning)
+            if p.w8a8_on_cpu:
+                smooth_quantize_scorer(scorer)
         engine = ScoringEngine(
             scorer,
             EngineConfig(
@@ -110,7 +117,7 @@ def _score_cache(ctx: Any, p: Any, meta: dict[str, Any], device: str) -> ScoreCa
     if int8:
         mode = "int8-channel-fp32head-fp32down"
     elif bf16_weights(p, device):
-        mode = "bf16-weights"
+        mode = "bf16-weights" + (f"-{smooth_int8_identity()}" if p.w8a8_on_cpu else "")
     return ScoreCache(ctx.store.root, f"{scorer_id}-{mode}")
 
 

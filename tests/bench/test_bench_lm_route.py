@@ -46,5 +46,12 @@ def test_replay_of_the_stage_and_bf16_weights_engines() -> None:
     old, new = got["old"]["stats"], got["new"]["stats"]
     assert new.target_tokens == old.target_tokens
     assert new.run_tokens < old.padded_tokens
+    # int8 products on the bf16 weights (the w8a8b engine's scorer): near bf16, not equal
+    from ctxsim.models.contextual.quantize import smooth_quantize_scorer
+
+    w8a8 = smooth_quantize_scorer(copy.deepcopy(bf16), fused=False)
+    got["w8"] = run_engine(calls, True, w8a8)
+    assert not np.allclose(got["w8"]["scores"], got["bf16w"]["scores"], atol=1e-6)
+    assert spearmanr(got["w8"]["scores"], got["bf16w"]["scores"]).statistic > 0.95
     rows = profile(calls, True, 20, top=3, scorer=bf16, engine="bf16w")
     assert len(rows) == 3 and {r["engine"] for r in rows} == {"bf16w"}

@@ -218,6 +218,43 @@ def test_bf16_weights_score_in_their_own_cache_close_to_float32(
         score(generator_art, bf16_weights_on_cpu=True)
 
 
+def test_w8a8_scores_in_its_own_cache_close_to_bf16(spine, tok, tmp_path):
+    """score.w8a8_on_cpu: int8 products on top of bf16 weights give scores near bf16's (ranks
+    kept) but not equal: another fingerprint and cache namespace; a second run reads its own."""
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
+
+    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
+    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
+    rng = np.random.default_rng(6)
+    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 4, replace=False)] for a in qids}
+    root = tmp_path / "root"
+    run = RunParams(root=str(root), torch_threads=1)
+    causal = causal_generator(spine, tok, root)
+
+    def score(**changes):
+        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, bf16_weights_on_cpu=True, **changes)
+        up = score_inputs(spine, (causal, None), root, cs, qids)
+        art, _ = run_stage_locally(
+            resolve_stage(ScoreStage(), params, run, ArtefactStore(root), up)
+        )
+        t = art.read_table().sort_by([("query_id", "ascending"), ("context_id", "ascending")])
+        return art, np.concatenate([t.column(c).to_numpy() for c in ("gen_fwd", "gen_left")])
+
+    bf16_art, bf16 = score()
+    w8_art, w8 = score(w8a8_on_cpu=True)
+    assert w8_art.fingerprint != bf16_art.fingerprint
+    assert w8_art.stats["cache_hits"] == 0  # bf16's entries are not read
+    assert not np.allclose(w8, bf16, atol=1e-6)
+    assert np.max(np.abs(w8 - bf16)) < 0.2  # nats per token
+    assert spearmanr(w8, bf16).statistic > 0.95
+    again_art, again = score(w8a8_on_cpu=True, lambda_fwd=0.5)
+    assert again_art.stats["cache_hits"] == len(w8)
+    np.testing.assert_array_equal(again, w8)
+    assert "w8a8_on_cpu" not in ScoreParams().model_dump()  # old fingerprints kept
+
+
 def test_compile_blocks_is_a_speed_knob_same_fingerprint_and_scores(
     spine, tok, tmp_path, monkeypatch
 ):

@@ -86,3 +86,85 @@ def test_cpu_has_bf16_reads_torchs_probes(monkeypatch):
     monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported")
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")
     assert quantize.cpu_has_bf16() is True  # cannot tell: no warning
+
+
+def _outlier_inputs(rows: int, width: int, seed: int = 0) -> torch.Tensor:
+    """Activations with a few channels 30x the others (what per-token int8 handles badly)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, width, generator=g)
+    x[:, :3] *= 30.0
+    return x
+
+
+def test_int8_linear_is_near_float_and_a_row_does_not_depend_on_its_batch():
+    from ctxsim.models.contextual.quantize import Int8Linear, activation_maxima
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 48)
+    x = _outlier_inputs(40, 64)
+    ref = lin(x).detach()
+    plain = Int8Linear(lin, fused=False)
+    amax = activation_maxima(torch.nn.Sequential(lin), [{"input": x}], ["0"])["0"]
+    smooth = amax**0.5 / lin.weight.detach().abs().amax(dim=0) ** 0.5
+    smoothed = Int8Linear(lin, smooth, fused=False)
+    assert plain.qweight.dtype == torch.int8
+    errors = {}
+    for name, layer in (("plain", plain), ("smoothed", smoothed)):
+        y = layer(x)
+        assert y.shape == ref.shape and y.dtype == x.dtype
+        errors[name] = float((y - ref).norm() / ref.norm())
+        # per-token scales: a row alone gives the same bits as inside the batch
+        torch.testing.assert_close(layer(x[7:8]), y[7:8], rtol=0, atol=0)
+    assert errors["smoothed"] < 0.02
+    assert errors["smoothed"] < errors["plain"] / 1.5  # the outlier channels moved to weights
+    assert smoothed(x.to(torch.bfloat16)).dtype == torch.bfloat16
+
+
+def test_int8_linear_fused_kernels_give_the_eager_values():
+    """The shipped path: the element-wise work around the product under torch.compile
+    (inductor) gives the same values as the eager functions."""
+    from ctxsim.models.contextual.quantize import Int8Linear
+
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(64, 40)
+    smooth = torch.rand(64) + 0.5
+    x = _outlier_inputs(33, 64, seed=1).to(torch.bfloat16)
+    fused = Int8Linear(lin, smooth, fused=True)(x)
+    eager = Int8Linear(lin, smooth, fused=False)(x)
+    torch.testing.assert_close(fused, eager, rtol=0, atol=0)
+
+
+def test_smooth_quantize_scorer_keeps_the_head_and_the_ranks(tok):
+    from ctxsim.models.contextual.quantize import (
+        Int8Linear,
+        calibration_batches,
+        smooth_int8_identity,
+        smooth_quantize_scorer,
+    )
+
+    model = tiny_causal(tok, TINY, seed=0).to(torch.bfloat16)
+    bf16 = CausalPrefixScorer(model, tok)
+    w8a8 = smooth_quantize_scorer(CausalPrefixScorer(copy.deepcopy(model), tok), fused=False)
+    linear = [m for m in w8a8.model.modules() if type(m) is torch.nn.Linear]
+    assert linear == [w8a8.model.get_output_embeddings()]  # the head alone stays bf16
+    n_int8 = sum(isinstance(m, Int8Linear) for m in w8a8.model.modules())
+    assert n_int8 == 7 * TINY.num_layers  # q k v o gate up down
+    assert all(m.inv_smooth is not None for m in w8a8.model.modules() if isinstance(m, Int8Linear))
+    assert len(calibration_batches(tok)) == 32
+    left, sent, right = _windows(60)
+    a = ScoringEngine(bf16, EngineConfig()).score(left, sent, right)
+    b = ScoringEngine(w8a8, EngineConfig()).score(left, sent, right)
+    for d in a:
+        assert not np.allclose(a[d], b[d])  # really a different computation
+        assert np.max(np.abs(a[d] - b[d])) < 0.1  # nats per token
+        assert spearmanr(a[d], b[d])[0] > 0.95
+    assert smooth_int8_identity().startswith("w8a8-a0.5-cal")
+    with pytest.raises(ValueError, match="causal backend"):
+        smooth_quantize_scorer(Seq2SeqScorer(tiny_seq2seq(tok, TINY), tok))
+
+
+def test_score_params_w8a8_needs_bf16_weights():
+    assert ScoreParams().w8a8_on_cpu is False
+    with pytest.raises(ValueError, match="bf16_weights_on_cpu too"):
+        ScoreParams(w8a8_on_cpu=True)
+    assert ScoreParams(w8a8_on_cpu=True, bf16_weights_on_cpu=True).w8a8_on_cpu
