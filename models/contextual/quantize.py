@@ -1,11 +1,15 @@
-"""Dynamic int8 quantisation of a causal scorer's linear layers, for CPU inference.
+"""Cheaper precisions of a causal scorer's linear layers, for CPU inference: bf16 weights,
+torch's dynamic int8 (``quantize_int8``), and int8 products on bf16 weights with per-token
+activation scales (``Int8Linear``, ``smooth_quantize_scorer``: score.w8a8_on_cpu).
 
 Why: on CPU the scorer's matrix work is the whole cost of a label (bench/results/pipeline_books.md:
 `score` is 92% of the marginal CPU time). torch's dynamic quantisation stores every ``nn.Linear``
 weight as int8 (per-tensor scale) and quantises activations per batch at run time, so the
 matmuls run in int8 (fbgemm/x86 kernels); embeddings, norms and attention's softmax stay float32.
 No hand-written kernels. Scores move slightly: bench/bench_int8.py measures how far (Spearman of
-S against float32) and how much CPU time it saves.
+S against float32) and how much CPU time it saves. Its one activation scale per batch costs most
+of the agreement with float32; ``Int8Linear`` scales each token's row instead
+(bench/results/score_lm_route_w8a8.md).
 """
 
 from __future__ import annotations
@@ -116,9 +120,9 @@ def _dequantize(
 
 @functools.cache
 def _fused_kernels() -> tuple[Any, Any]:
-    """``_quantize_rows`` and ``_dequantize`` under torch.compile: each becomes one pass over
-    the activations (eager, five and four: 2.7 against 8 ms around an 8.8 ms int8 product of
-    2,048 x 576 by 576 x 1,536 on one thread), with the same values."""
+    """``_quantize_rows`` and ``_dequantize`` under torch.compile: each one pass over the
+    activations instead of five and four eager ones (eager, they cost about as much as the int8
+    product they surround), with the same values."""
     return (
         torch.compile(_quantize_rows, dynamic=True),
         torch.compile(_dequantize, dynamic=True),
