@@ -41,14 +41,7 @@ def quantize_int8(
     unless ``head`` (it runs on target positions only, a few % of the FLOPs, and its per-tensor
     int8 scores collapse: bench/results/int8_smollm2.md); layers whose name contains one of
     ``skip`` stay float32 too. CPU only; the causal backend only."""
-    if not isinstance(scorer, CausalPrefixScorer):
-        raise ValueError(
-            f"int8 quantisation supports the causal backend, not {type(scorer).__name__}"
-        )
-    if scorer.device.type != "cpu":
-        raise ValueError(
-            f"int8 quantisation is for CPU inference, the scorer is on {scorer.device}"
-        )
+    _require_causal_on_cpu(scorer)
     from torch.ao.quantization import (
         default_dynamic_qconfig,
         per_channel_dynamic_qconfig,
@@ -70,6 +63,18 @@ def quantize_int8(
         warnings.simplefilter("ignore", DeprecationWarning)
         scorer.model = quantize_dynamic(model, spec, dtype=torch.qint8)
     return scorer
+
+
+def _require_causal_on_cpu(scorer: GenerativeScorer) -> None:
+    """Both int8 paths quantise a causal scorer's layers for CPU inference only."""
+    if not isinstance(scorer, CausalPrefixScorer):
+        raise ValueError(
+            f"int8 quantisation supports the causal backend, not {type(scorer).__name__}"
+        )
+    if scorer.device.type != "cpu":
+        raise ValueError(
+            f"int8 quantisation is for CPU inference, the scorer is on {scorer.device}"
+        )
 
 
 def cpu_has_bf16() -> bool:
@@ -118,17 +123,6 @@ def _dequantize(
     return y.to(dtype)
 
 
-@functools.cache
-def _fused_kernels() -> tuple[Any, Any]:
-    """``_quantize_rows`` and ``_dequantize`` under torch.compile: each one pass over the
-    activations instead of five and four eager ones (eager, they cost about as much as the int8
-    product they surround), with the same values."""
-    return (
-        torch.compile(_quantize_rows, dynamic=True),
-        torch.compile(_dequantize, dynamic=True),
-    )
-
-
 class Int8Linear(torch.nn.Module):
     """``linear`` with int8 matrix products (``torch._int_mm``: AVX512-VNNI / AMX-INT8 kernels):
     weights per output channel, activations per token (row) at run time, both symmetric, with
@@ -171,27 +165,25 @@ class Int8Linear(torch.nn.Module):
         return f"in={self.in_features}, out={self.out_features}, smoothed={smooth}"
 
 
-#: the (quantize, dequantize) pair Int8Linear runs with ``fused``, chosen on first use
-_KERNELS: list[tuple[Any, Any]] = []
-
-
+@functools.cache
 def _kernels_or_eager() -> tuple[Any, Any]:
-    """The fused kernels, or the eager functions (warned once) where nothing compiles."""
-    if not _KERNELS:
-        try:
-            quantize, dequantize = _fused_kernels()
-            probe = torch.ones(2, 4)
-            xq, xs = quantize(probe, None)
-            acc = torch._int_mm(xq, xq.t().contiguous())
-            dequantize(acc, xs, torch.ones(2), None, probe.dtype)
-            _KERNELS.append((quantize, dequantize))
-        except Exception as e:  # noqa: BLE001 - no compiler here: the same values, eager
-            warnings.warn(
-                f"torch.compile unavailable ({type(e).__name__}: {e}); int8 layers run eager",
-                stacklevel=3,
-            )
-            _KERNELS.append((_quantize_rows, _dequantize))
-    return _KERNELS[0]
+    """``_quantize_rows`` and ``_dequantize`` under torch.compile, chosen once: each one pass
+    over the activations instead of five and four eager ones (eager, they cost about as much as
+    the int8 product they surround), with the same values; the eager functions (warned once)
+    where nothing compiles."""
+    try:
+        quantize = torch.compile(_quantize_rows, dynamic=True)
+        dequantize = torch.compile(_dequantize, dynamic=True)
+        probe = torch.ones(2, 4)
+        xq, xs = quantize(probe, None)
+        dequantize(torch._int_mm(xq, xq.t().contiguous()), xs, torch.ones(2), None, probe.dtype)
+    except Exception as e:  # noqa: BLE001 - no compiler here: the same values, eager
+        warnings.warn(
+            f"torch.compile unavailable ({type(e).__name__}: {e}); int8 layers run eager",
+            stacklevel=3,
+        )
+        return _quantize_rows, _dequantize
+    return quantize, dequantize
 
 
 @torch.no_grad()
@@ -272,14 +264,7 @@ def smooth_quantize_scorer(
     """The causal scorer with its linear layers but the vocabulary head as ``Int8Linear``
     (in place), smoothed from the calibration text run through the model as it is (bf16
     weights: bf16 activations). CPU only; the causal backend only."""
-    if not isinstance(scorer, CausalPrefixScorer):
-        raise ValueError(
-            f"int8 quantisation supports the causal backend, not {type(scorer).__name__}"
-        )
-    if scorer.device.type != "cpu":
-        raise ValueError(
-            f"int8 quantisation is for CPU inference, the scorer is on {scorer.device}"
-        )
+    _require_causal_on_cpu(scorer)
     batches = [
         {k: v.to(scorer.device) for k, v in b.items()}
         for b in calibration_batches(scorer.tokenizer)
