@@ -188,7 +188,7 @@ def _sample_batch(
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         out[live, step] = torch.where(done, torch.full_like(nxt, -1), nxt)
         done |= torch.isin(nxt, stop)
-        if bool(done.all()):
+        if bool(done.all()) or step + 1 == s.max_new_tokens:  # no logits are drawn from after
             break
         keep = _rows_to_keep(done)
         if keep is not None:  # finished rows leave the batch: the rest decode on fewer rows

@@ -16,7 +16,8 @@ What makes it fast, compared with one pair per forward call (bench/bench_score.p
 * ``torch.inference_mode``; bf16 autocast on CUDA (log-softmax in float32); torch threads on CPU,
   and optionally bf16 autocast on CPUs with bf16 instructions (AVX512-BF16/AMX: about 2x here,
   rank order of scores unchanged: Spearman 0.9995 against float32, bench/bench_score.py);
-* the vocabulary head runs only on real target positions (no logits for prompts or padding);
+* the vocabulary head runs only on real target positions (no logits for prompts or padding),
+  and a target's last token, which predicts nothing scored, is not run;
 * on CPU, grouped key/value heads go to torch's attention uncopied
   (models/contextual/native_gqa.py).
 

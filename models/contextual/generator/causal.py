@@ -38,8 +38,9 @@ class PrefixCache(NamedTuple):
 
 class Continuation(NamedTuple):
     """One batch of continuations laid out on the host: rows of the prefix encoding, the
-    rest-of-prompt + target ids, their positions, the attention mask over prefix and rest, and
-    the target labels and mask (``prepare_continuation``)."""
+    rest-of-prompt + target ids (but each target's last token, which predicts nothing scored),
+    their positions, the attention mask over prefix and rest, and the target labels and mask
+    (``prepare_continuation``)."""
 
     row: torch.Tensor
     ids: torch.Tensor
@@ -345,7 +346,8 @@ class CausalPrefixScorer(GenerativeScorer):
         engine builds in a thread while the previous batch runs. ``enc_mask`` is the prefix
         encoding's mask (``PrefixCache.mask``)."""
         row = torch.as_tensor(list(index), dtype=torch.long)
-        rest = [tuple(s) + tuple(t) for s, t in zip(suffixes, targets, strict=True)]
+        # a target's last token predicts nothing that is scored: it is not run
+        rest = [tuple(s) + tuple(t[:-1]) for s, t in zip(suffixes, targets, strict=True)]
         r_ids, r_mask = _pad(rest, self.pad, left=False)
         r_pos = enc_mask.sum(1)[row].unsqueeze(1) + torch.arange(r_ids.shape[1])
         attn = torch.cat([enc_mask[row], r_mask], 1)
@@ -366,19 +368,21 @@ class CausalPrefixScorer(GenerativeScorer):
         many batches; ``head_chunk`` > 0 runs the vocabulary head that many tokens at a time."""
         dev = self.device
         row = batch.row.to(dev, non_blocking=True)
-        cache = copy.copy(enc.cache)  # the copy's layers take new, gathered tensors
-        cache.layers = [copy.copy(layer) for layer in enc.cache.layers]
-        cache.reorder_cache(row)  # one cache row per request (rows of a prefix repeated)
-        self.tokens_run += batch.ids.numel()
-        second = self.model.base_model(
-            input_ids=batch.ids.to(dev, non_blocking=True),
-            attention_mask=batch.attn.to(dev, non_blocking=True),
-            position_ids=batch.pos.to(dev, non_blocking=True),
-            **with_cache(self.model.base_model, cache),
-            use_cache=True,
-            return_dict=True,
-        )
-        hidden = torch.cat([enc.last.index_select(0, row), second.last_hidden_state], 1)
+        hidden = enc.last.index_select(0, row)
+        if batch.ids.shape[1]:  # else every target is one token, predicted by its prefix
+            cache = copy.copy(enc.cache)  # the copy's layers take new, gathered tensors
+            cache.layers = [copy.copy(layer) for layer in enc.cache.layers]
+            cache.reorder_cache(row)  # one cache row per request (rows of a prefix repeated)
+            self.tokens_run += batch.ids.numel()
+            second = self.model.base_model(
+                input_ids=batch.ids.to(dev, non_blocking=True),
+                attention_mask=batch.attn.to(dev, non_blocking=True),
+                position_ids=batch.pos.to(dev, non_blocking=True),
+                **with_cache(self.model.base_model, cache),
+                use_cache=True,
+                return_dict=True,
+            )
+            hidden = torch.cat([hidden, second.last_hidden_state], 1)
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         head = self.model.get_output_embeddings()
         labels = batch.labels.to(dev, non_blocking=True)
@@ -401,13 +405,14 @@ class CausalPrefixScorer(GenerativeScorer):
     def _joint_hidden(
         self, sources: Sequence[Ids], targets: Sequence[Ids]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One left-padded pass over prompt + target per request: (hidden states of the last
-        ``max target + 1`` columns, target labels, target mask), column j predicting j + 1."""
-        seqs = [tuple(s) + tuple(t) for s, t in zip(sources, targets, strict=True)]
+        """One left-padded pass over prompt + target but its last token per request: (hidden
+        states of the last ``max target`` columns, target labels, target mask), each column
+        predicting the label in its own column."""
+        seqs = [tuple(s) + tuple(t[:-1]) for s, t in zip(sources, targets, strict=True)]
         ids, mask = _pad(seqs, self.pad, left=True)  # targets end every row at the same column
         self.tokens_run += ids.numel()
         pos = (mask.cumsum(1) - 1).clamp(min=0)
-        keep = max(len(t) for t in targets) + 1
+        keep = max(len(t) for t in targets)
         out = self.model.base_model(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
@@ -415,7 +420,7 @@ class CausalPrefixScorer(GenerativeScorer):
             use_cache=False,
             return_dict=True,
         )
-        labels, tmask = _place(targets, [keep - 1 - len(t) for t in targets], keep, self.pad)
+        labels, tmask = _place(targets, [keep - len(t) for t in targets], keep, self.pad)
         return out.last_hidden_state[:, -keep:], labels.to(self.device), tmask.to(self.device)
 
     def _joint_logprobs(

@@ -77,7 +77,7 @@ def test_finished_rows_leave_the_batch_and_the_rest_sample_as_alone(monkeypatch)
     sents = ["the cat sat on a mat", "a dog ran far", "it was dark", "night"]
     prompts = [s for s in sents for _ in range(4)]
     seeds = list(range(200, 200 + len(prompts)))
-    s = SamplingSettings(max_new_tokens=12, top_k=50, min_new_tokens=1)
+    s = SamplingSettings(max_new_tokens=20, top_k=50, min_new_tokens=1)
     batched = sample_texts(model, tok, prompts, seeds, s, batch_size=len(prompts))
     assert rows[0] == len(prompts) and min(rows) < len(prompts) // 2, rows  # it shrank
     assert rows == sorted(rows, reverse=True)
@@ -88,6 +88,26 @@ def test_finished_rows_leave_the_batch_and_the_rest_sample_as_alone(monkeypatch)
     ]
     assert batched == alone
     assert any(t.endswith(".") for t in batched)  # rows did end early
+
+
+def test_no_decoding_step_after_the_last_token_is_drawn(monkeypatch) -> None:
+    """max_new_tokens tokens take the prompt pass and max_new_tokens - 1 decoding steps: the
+    logits after the last draw would go unused."""
+    tok = train_wordpiece_tokenizer([], vocab=[*WORDS, "."])
+    torch.manual_seed(0)
+    model = tiny_causal(tok, TINY)
+    steps: list[int] = []
+    real = model.forward
+
+    def spy(*args, **kw):
+        if kw.get("cache", kw.get("past_key_values")) is not None:
+            steps.append(int(kw["input_ids"].shape[0]))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(model, "forward", spy)
+    s = SamplingSettings(max_new_tokens=6, top_k=50, min_new_tokens=6)  # no row stops early
+    sample_texts(model, tok, ["the cat sat", "a dog ran"], [1, 2], s, batch_size=2)
+    assert steps == [2] * 5
 
 
 def test_decoding_writes_into_a_reserved_cache_and_samples_as_concatenation(

@@ -163,6 +163,37 @@ def test_fewer_tokens_run_than_the_padded_path_on_shared_prompts(causal):
     assert new.stats.run_tokens / new.stats.target_tokens < 1.5
 
 
+def test_a_targets_last_token_is_not_run(causal, monkeypatch):
+    """A target's last token predicts nothing scored: the grouped path runs each window's prompt
+    rest and target but that token (one-token targets: nothing past the prefix pass), and the
+    scores stay those of one pair per call."""
+    w = k_windows(4, 3, seed=3, left=False)
+    one = (w[0], w[1], [r.split()[0] for r in w[2]])  # every target one word, one token
+    base = causal.model.base_model
+    real = base.forward
+    widths: list[tuple[int, bool]] = []  # (columns run, on a prefix's keys/values)
+
+    def spy(*args, **kw):
+        cached = kw.get("past_key_values", kw.get("cache")) is not None
+        widths.append((int(kw["input_ids"].shape[1]), cached))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(base, "forward", spy)
+    for windows in (w, one):
+        widths.clear()
+        got, _ = scores(causal, windows, ["right"], token_budget=256)
+        runs = [n for n, cached in widths if cached]
+        if windows is one:
+            assert runs == []
+        else:
+            longest = max(len(t) for t in causal.tokenize(windows[2]))
+            assert max(runs) == longest - 1
+        monkeypatch.setattr(base, "forward", real)
+        want = naive_score(causal, *windows, ["right"])
+        monkeypatch.setattr(base, "forward", spy)
+        assert float(np.max(np.abs(got["right"] - want["right"]))) < TOL
+
+
 def test_tokenised_once_across_calls(causal, monkeypatch):
     eng = ScoringEngine(causal, EngineConfig())
     w = k_windows(2, 2, seed=9)
