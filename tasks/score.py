@@ -64,7 +64,7 @@ def required_pairs(ctx: StageContext) -> tuple[np.ndarray, np.ndarray]:
 class ScoreStage(Stage):
     name = "score"
     # 2: null_* columns (pmi); 3: adaptive |Cs|; 4: a target's last token not run (the same
-    # float32 scores; bf16 ones move by rounding: 702 of 18,000 on books_generated)
+    # float32 scores; some bf16 ones move by rounding)
     version = "4"
     Params = ScoreParams
     inputs = ("queries", "contexts", "shard", "generator", "select", "pairs")
