@@ -63,8 +63,8 @@ def required_pairs(ctx: StageContext) -> tuple[np.ndarray, np.ndarray]:
 
 class ScoreStage(Stage):
     name = "score"
-    # 2: null_* columns (pmi); 3: adaptive |Cs|; 4: a target's last token not run (the same
-    # float32 scores; some bf16 ones move by rounding)
+    # 2: null_* columns (pmi); 3: adaptive |Cs|; 4: a target's last token not run, and on CPU
+    # attention as grouped products (scores move by float rounding)
     version = "4"
     Params = ScoreParams
     inputs = ("queries", "contexts", "shard", "generator", "select", "pairs")

@@ -186,7 +186,9 @@ class SelectParams(StageParams):
 
 class SelectStage(Stage):
     name = "select"
-    version = "2"  # 2: generated slots ranked 0, 1, 2 ... (were 0, 2, 4 ... without left samples)
+    # 2: generated slots ranked 0, 1, 2 ... (were 0, 2, 4 ... without left samples); 3: order_by
+    # score reranks with the score stage's version 4 arithmetic (near ties may swap)
+    version = "3"
     Params = SelectParams
     inputs = ("queries", "contexts", "shard")
     shard_by = "queries"

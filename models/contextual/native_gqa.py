@@ -9,7 +9,9 @@ peak memory growth (bench/results/score_lm_route_native_gqa.md; MedQuAD's window
 less memory). On CUDA a masked call with grouped heads would leave the flash kernels for the math
 one, so the switch is CPU only. Calls of one query a row (decoding) already avoid the copies on
 transformers' own path; switched over they round differently in bf16 (so the sampler scopes it
-to its prompt pass).
+to its prompt pass). The score engine now attends on CPU with two products per key/value head
+group instead (models/contextual/grouped_attention.py) for the architectures that reproduces;
+this switch stays for the sampler and for the others.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ What makes it fast, compared with one pair per forward call (bench/bench_score.p
   rank order of scores unchanged: Spearman 0.9995 against float32, bench/bench_score.py);
 * the vocabulary head runs only on real target positions (no logits for prompts or padding),
   and a target's last token, which predicts nothing scored, is not run;
-* on CPU, grouped key/value heads go to torch's attention uncopied
-  (models/contextual/native_gqa.py).
+* on CPU, a causal scorer's attention is two batched products per key/value head group
+  (models/contextual/grouped_attention.py), other scorers' grouped key/value heads go to
+  torch's attention uncopied (models/contextual/native_gqa.py).
 
 Robust by construction: a CUDA out-of-memory error halves the failing batch and retries both
 halves (and halves the budget for what follows); every request lands in its own output slot, so
@@ -48,6 +49,7 @@ from ctxsim.models.contextual.generator import (
     check_direction,
     eq3_example,
 )
+from ctxsim.models.contextual.grouped_attention import grouped_matmul
 from ctxsim.models.contextual.native_gqa import native_gqa
 from ctxsim.models.contextual.score_batching import (
     EngineConfig,
@@ -362,6 +364,8 @@ class ScoringEngine:
         stack = contextlib.ExitStack()
         stack.enter_context(torch.inference_mode())
         stack.enter_context(native_gqa(self.scorer.device))  # no key/value head copies on CPU
+        if self.scorer.backend == "causal":  # short queries: two products beat the flash kernel
+            stack.enter_context(grouped_matmul(self.scorer.model, self.scorer.device))
         dev = self.scorer.device.type
         if (dev == "cuda" and self.config.bf16_on_cuda) or (
             dev == "cpu" and self.config.bf16_on_cpu

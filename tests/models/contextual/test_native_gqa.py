@@ -74,6 +74,12 @@ def _windows(n_sent: int = 4, k: int = 3) -> tuple[list[str], list[str], list[st
 
 
 def test_engine_scores_equal_the_copying_path(gqa_lm, repeats, monkeypatch) -> None:
+    """The engine's sdpa path (architectures grouped_matmul leaves alone: switched off here)."""
+    import contextlib
+
+    from ctxsim.models.contextual import score_engine
+
+    monkeypatch.setattr(score_engine, "grouped_matmul", lambda *_: contextlib.nullcontext())
     model, tok = gqa_lm
     sc = CausalPrefixScorer(model, tok)
     w = _windows()
