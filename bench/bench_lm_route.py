@@ -156,14 +156,35 @@ ENGINES: dict[str, tuple[str, bool, str]] = {
         True,
         "w8a8b",
     ),
+    "bf16bf": (
+        "bf16 weights, MLPs and norms compiled, torch's flash attention (grouped prompts)",
+        True,
+        "bf16bf",
+    ),
 }
 #: compiled engines: name -> CausalPrefixScorer.compile's scope
-COMPILE_SCOPE = {"bf16c": "decoder", "bf16b": "blocks", "bf16bk": "blocks", "w8a8b": "blocks"}
+COMPILE_SCOPE = {
+    "bf16c": "decoder",
+    "bf16b": "blocks",
+    "bf16bk": "blocks",
+    "w8a8b": "blocks",
+    "bf16bf": "blocks",
+}
 #: engines whose linear layers run as int8 products (score.w8a8_on_cpu)
 W8A8 = {"w8a8b"}
 #: engines run with transformers' copy of each key/value head per query head (repeat_kv), the
 #: engine's attention before models/contextual/native_gqa.py
 COPIED_HEADS = {"bf16bk"}
+#: engines run with torch's attention kernel (sdpa) instead of the engine's grouped products on
+#: CPU (models/contextual/grouped_attention.py), the engine's attention before them
+FLASH_ATTENTION = {"bf16bf"}
+
+
+def flash_attention(on: bool) -> contextlib.AbstractContextManager[Any]:
+    """The engine without its grouped-product attention, for the duration."""
+    if not on:
+        return contextlib.nullcontext()
+    return mock.patch.object(se, "grouped_matmul", lambda *_: contextlib.nullcontext())
 
 
 def heads_copied(on: bool) -> contextlib.AbstractContextManager[Any]:
@@ -291,7 +312,7 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
     for _ in range(args.repeat):
         for e in args.engines:
             _, group, which = ENGINES[e]
-            with heads_copied(e in COPIED_HEADS):
+            with heads_copied(e in COPIED_HEADS), flash_attention(e in FLASH_ATTENTION):
                 runs[e].append(run_engine(calls, group, scorers[which]))
     rows = []
     for e in args.engines:
@@ -333,7 +354,7 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
     prof = []
     for e in args.engines:
         _, group, which = ENGINES[e]
-        with heads_copied(e in COPIED_HEADS):
+        with heads_copied(e in COPIED_HEADS), flash_attention(e in FLASH_ATTENTION):
             prof += profile(calls, group, args.profile_windows, scorer=scorers[which], engine=e)
     stages = [
         {"config": name, "stage": s, "cpu_s": round(v, 1)} for s, v in sorted(stage_cpu.items())

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from bench.bench_lm_route import ENGINES, profile, run_engine
+from bench.bench_lm_route import ENGINES, flash_attention, profile, run_engine
 from ctxsim.models.contextual.generator import (
     CausalPrefixScorer,
     tiny_causal,
@@ -53,5 +53,19 @@ def test_replay_of_the_stage_and_bf16_weights_engines() -> None:
     got["w8"] = run_engine(calls, True, w8a8)
     assert not np.allclose(got["w8"]["scores"], got["bf16w"]["scores"], atol=1e-6)
     assert spearmanr(got["w8"]["scores"], got["bf16w"]["scores"]).statistic > 0.95
+    # torch's attention kernel instead of the engine's grouped products: the same to rounding
+    seen: list[str] = []
+    real = fp32.model.base_model.forward
+
+    def spy(*args, **kw):
+        seen.append(fp32.model.config._attn_implementation)
+        return real(*args, **kw)
+
+    fp32.model.base_model.forward = spy
+    with flash_attention(True):
+        flash = run_engine(calls, True)
+    del fp32.model.base_model.forward
+    assert set(seen) == {"sdpa"}
+    np.testing.assert_allclose(flash["scores"], got["new"]["scores"], atol=1e-5)
     rows = profile(calls, True, 20, top=3, scorer=bf16, engine="bf16w")
     assert len(rows) == 3 and {r["engine"] for r in rows} == {"bf16w"}
