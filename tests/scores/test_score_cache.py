@@ -173,6 +173,29 @@ def causal_generator(spine, tok, root):
     return run_stage_locally(resolve_stage(GeneratorStage(), gp, run, ArtefactStore(root), up))[0]
 
 
+def context_sets(spine, seed: int, n_contexts: int = 30, k: int = 4):
+    """The first 4 queries, each with ``k`` of the first ``n_contexts`` contexts (by ``seed``)."""
+    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
+    ctx = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:n_contexts]
+    rng = np.random.default_rng(seed)
+    return qids, {int(a): [int(x) for x in rng.choice(ctx, k, replace=False)] for a in qids}
+
+
+def score_fwd_left(spine, gen, root, cs, qids, **changes):
+    """A score run of the fwd and left terms on ``root`` with ``changes`` to its params: (the
+    artefact, its gen_fwd then gen_left values in (query, context) order)."""
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
+    from ctxsim.tasks.score import ScoreParams, ScoreStage
+
+    params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, **changes)
+    run = RunParams(root=str(root), torch_threads=1)
+    up = score_inputs(spine, gen, root, cs, qids)
+    art, _ = run_stage_locally(resolve_stage(ScoreStage(), params, run, ArtefactStore(root), up))
+    t = art.read_table().sort_by([("query_id", "ascending"), ("context_id", "ascending")])
+    return art, np.concatenate([t.column(c).to_numpy() for c in ("gen_fwd", "gen_left")])
+
+
 def test_bf16_weights_score_in_their_own_cache_close_to_float32(
     spine, generator_art, tok, tmp_path
 ):
@@ -180,26 +203,14 @@ def test_bf16_weights_score_in_their_own_cache_close_to_float32(
     float32's (ranks kept) but not equal, so they neither read nor fill float32's cache entries; a
     second bf16 run reads all of its own; a seq2seq generator and both CPU precisions at once are
     refused."""
-    from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.score import ScoreParams, ScoreStage
+    from ctxsim.tasks.score import ScoreParams
 
-    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
-    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
-    rng = np.random.default_rng(4)
-    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 4, replace=False)] for a in qids}
+    qids, cs = context_sets(spine, seed=4)
     root = tmp_path / "root"
-    run = RunParams(root=str(root), torch_threads=1)
     causal = causal_generator(spine, tok, root)
 
     def score(gen=(causal, None), **changes):
-        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, **changes)
-        up = score_inputs(spine, gen, root, cs, qids)
-        art, _ = run_stage_locally(
-            resolve_stage(ScoreStage(), params, run, ArtefactStore(root), up)
-        )
-        t = art.read_table().sort_by([("query_id", "ascending"), ("context_id", "ascending")])
-        return art, np.concatenate([t.column(c).to_numpy() for c in ("gen_fwd", "gen_left")])
+        return score_fwd_left(spine, gen, root, cs, qids, **changes)
 
     fp32_art, fp32 = score()
     bf16_art, bf16 = score(bf16_weights_on_cpu=True)
@@ -221,26 +232,16 @@ def test_bf16_weights_score_in_their_own_cache_close_to_float32(
 def test_w8a8_scores_in_its_own_cache_close_to_bf16(spine, tok, tmp_path):
     """score.w8a8_on_cpu: int8 products on top of bf16 weights give scores near bf16's (ranks
     kept) but not equal: another fingerprint and cache namespace; a second run reads its own."""
-    from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.score import ScoreParams, ScoreStage
+    from ctxsim.tasks.score import ScoreParams
 
-    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
-    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:30]
-    rng = np.random.default_rng(6)
-    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 4, replace=False)] for a in qids}
+    qids, cs = context_sets(spine, seed=6)
     root = tmp_path / "root"
-    run = RunParams(root=str(root), torch_threads=1)
     causal = causal_generator(spine, tok, root)
 
     def score(**changes):
-        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, bf16_weights_on_cpu=True, **changes)
-        up = score_inputs(spine, (causal, None), root, cs, qids)
-        art, _ = run_stage_locally(
-            resolve_stage(ScoreStage(), params, run, ArtefactStore(root), up)
+        return score_fwd_left(
+            spine, (causal, None), root, cs, qids, bf16_weights_on_cpu=True, **changes
         )
-        t = art.read_table().sort_by([("query_id", "ascending"), ("context_id", "ascending")])
-        return art, np.concatenate([t.column(c).to_numpy() for c in ("gen_fwd", "gen_left")])
 
     bf16_art, bf16 = score()
     w8_art, w8 = score(w8a8_on_cpu=True)
@@ -264,9 +265,6 @@ def test_compile_blocks_is_a_speed_knob_same_fingerprint_and_scores(
     import torch
 
     from ctxsim.models.contextual.generator import CausalPrefixScorer
-    from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-    from ctxsim.tasks.score import ScoreParams, ScoreStage
 
     real, scopes = torch.compile, []
     monkeypatch.setattr(torch, "compile", lambda m, **kw: real(m, **{**kw, "backend": "eager"}))
@@ -277,19 +275,11 @@ def test_compile_blocks_is_a_speed_knob_same_fingerprint_and_scores(
         return real_compile(self, scope, backend)
 
     monkeypatch.setattr(CausalPrefixScorer, "compile", spy)
-    qids = spine["queries"].read_table(["query_id"]).column("query_id").to_numpy()[:4]
-    ctx_ids = spine["contexts"].read_table(["context_id"]).column("context_id").to_numpy()[:20]
-    rng = np.random.default_rng(5)
-    cs = {int(a): [int(x) for x in rng.choice(ctx_ids, 3, replace=False)] for a in qids}
+    qids, cs = context_sets(spine, seed=5, n_contexts=20, k=3)
     causal = causal_generator(spine, tok, tmp_path / "root")
 
     def score(root, **changes):
-        params = ScoreParams(lambda_disc=0.0, lambda_right=0.0, **changes)
-        r = RunParams(root=str(root), torch_threads=1)
-        ups = score_inputs(spine, (causal, None), root, cs, qids)
-        art, _ = run_stage_locally(resolve_stage(ScoreStage(), params, r, ArtefactStore(root), ups))
-        t = art.read_table().sort_by([("query_id", "ascending"), ("context_id", "ascending")])
-        return art, np.concatenate([t.column(c).to_numpy() for c in ("gen_fwd", "gen_left")])
+        return score_fwd_left(spine, (causal, None), root, cs, qids, **changes)
 
     eager_art, eager = score(tmp_path / "eager")
     assert scopes == []

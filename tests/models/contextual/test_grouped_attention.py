@@ -21,8 +21,7 @@ from ctxsim.models.contextual.grouped_attention import (
     grouped_matmul_attention,
 )
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
-
-WORDS = "the cat sat on a mat while dog ran far away from home it was dark and stormy".split()
+from tests.models.contextual.tiny_scoring import WORDS
 
 
 def llama() -> torch.nn.Module:
