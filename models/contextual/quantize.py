@@ -218,16 +218,28 @@ def smooth_quantize_int8(
     alpha: float = SMOOTH_ALPHA,
     head: bool = False,
     fused: bool = True,
+    skip: tuple[str, ...] = (),
 ) -> torch.nn.Module:
     """``model`` with its linear layers (the vocabulary head too with ``head``) replaced in place
     by ``Int8Linear``, smoothed with SmoothQuant's s_j = max|X_j|^alpha / max|W_j|^(1-alpha) from
-    the activations of ``calibration`` (the model's keyword inputs, run as the model is now)."""
+    the activations of ``calibration`` (the model's keyword inputs, run as the model is now).
+    Layers whose name ends with one of ``skip`` keep their precision: on SmolLM2 the MLP down
+    projections (a quarter of the linear work) hold most of int8's distance from float32
+    (bench/results/score_lm_route_w8a8_bf16down.md)."""
     out_head = model.get_output_embeddings()
-    names = [
+    linear = [
         n
         for n, m in model.named_modules()
         if isinstance(m, torch.nn.Linear) and (head or m is not out_head)
     ]
+    unmatched = [k for k in skip if not any(n.endswith(k) for n in linear)]
+    if unmatched:
+        raise ValueError(
+            f"int8 layers to keep {unmatched} name no linear layer of "
+            f"{type(model).__name__} (its layers end with e.g. "
+            f"{sorted({n.rpartition('.')[2] for n in linear})})"
+        )
+    names = [n for n in linear if not any(n.endswith(k) for k in skip)]
     amax = activation_maxima(model.eval(), calibration, names)
     for name in names:
         parent_name, _, child = name.rpartition(".")
@@ -252,22 +264,30 @@ def calibration_batches(
     ]
 
 
-def smooth_int8_identity(alpha: float = SMOOTH_ALPHA, path: Path = CALIBRATION_FILE) -> str:
-    """What decides ``smooth_quantize_scorer``'s scores besides the model (score-cache key)."""
+def smooth_int8_identity(
+    alpha: float = SMOOTH_ALPHA, path: Path = CALIBRATION_FILE, skip: tuple[str, ...] = ()
+) -> str:
+    """What decides ``smooth_quantize_scorer``'s scores besides the model (score-cache key);
+    without ``skip`` the key of the scores written before layers could be kept."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    return f"w8a8-a{alpha:g}-cal{digest}"
+    kept = f"-keep-{'+'.join(sorted(set(skip)))}" if skip else ""
+    return f"w8a8-a{alpha:g}-cal{digest}{kept}"
 
 
 def smooth_quantize_scorer(
-    scorer: GenerativeScorer, alpha: float = SMOOTH_ALPHA, fused: bool = True
+    scorer: GenerativeScorer,
+    alpha: float = SMOOTH_ALPHA,
+    fused: bool = True,
+    skip: tuple[str, ...] = (),
 ) -> GenerativeScorer:
-    """The causal scorer with its linear layers but the vocabulary head as ``Int8Linear``
-    (in place), smoothed from the calibration text run through the model as it is (bf16
-    weights: bf16 activations). CPU only; the causal backend only."""
+    """The causal scorer with its linear layers but the vocabulary head (and those ending with
+    one of ``skip``) as ``Int8Linear`` (in place), smoothed from the calibration text run
+    through the model as it is (bf16 weights: bf16 activations). CPU only; the causal backend
+    only."""
     _require_causal_on_cpu(scorer)
     batches = [
         {k: v.to(scorer.device) for k, v in b.items()}
         for b in calibration_batches(scorer.tokenizer)
     ]
-    smooth_quantize_int8(scorer.model, batches, alpha=alpha, fused=fused)
+    smooth_quantize_int8(scorer.model, batches, alpha=alpha, fused=fused, skip=skip)
     return scorer

@@ -59,7 +59,7 @@ class GeneratorScorer(ContextScorer):
                 )
             to_bf16_weights(scorer.model, "score.bf16_weights_on_cpu", ctx.logger.warning)
             if p.w8a8_on_cpu:
-                smooth_quantize_scorer(scorer)
+                smooth_quantize_scorer(scorer, skip=tuple(p.w8a8_bf16_layers))
         engine = ScoringEngine(
             scorer,
             EngineConfig(
@@ -117,7 +117,8 @@ def _score_cache(ctx: Any, p: Any, meta: dict[str, Any], device: str) -> ScoreCa
     if int8:
         mode = "int8-channel-fp32head-fp32down"
     elif bf16_weights(p, device):
-        mode = "bf16-weights" + (f"-{smooth_int8_identity()}" if p.w8a8_on_cpu else "")
+        w8a8 = smooth_int8_identity(skip=tuple(p.w8a8_bf16_layers)) if p.w8a8_on_cpu else None
+        mode = "bf16-weights" + (f"-{w8a8}" if w8a8 else "")
     return ScoreCache(ctx.store.root, f"{scorer_id}-{mode}")
 
 

@@ -254,6 +254,12 @@ def test_w8a8_scores_in_its_own_cache_close_to_bf16(spine, tok, tmp_path):
     assert again_art.stats["cache_hits"] == len(w8)
     np.testing.assert_array_equal(again, w8)
     assert "w8a8_on_cpu" not in ScoreParams().model_dump()  # old fingerprints kept
+    # the down projections kept bf16: other scores, another namespace
+    kept_art, kept = score(w8a8_on_cpu=True, w8a8_bf16_layers=["down_proj"])
+    assert kept_art.fingerprint not in {w8_art.fingerprint, bf16_art.fingerprint}
+    assert kept_art.stats["cache_hits"] == 0
+    assert not np.allclose(kept, w8, atol=1e-6) and not np.allclose(kept, bf16, atol=1e-6)
+    assert spearmanr(kept, bf16).statistic > 0.95
 
 
 def test_compile_blocks_is_a_speed_knob_same_fingerprint_and_scores(

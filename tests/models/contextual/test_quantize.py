@@ -162,8 +162,44 @@ def test_smooth_quantize_scorer_keeps_the_head_and_the_ranks(tok):
         smooth_quantize_scorer(Seq2SeqScorer(tiny_seq2seq(tok, TINY), tok))
 
 
+def test_smooth_quantize_keeps_the_named_layers_bf16(tok):
+    from ctxsim.models.contextual.quantize import (
+        Int8Linear,
+        smooth_int8_identity,
+        smooth_quantize_scorer,
+    )
+
+    model = tiny_causal(tok, TINY, seed=0).to(torch.bfloat16)
+    bf16 = CausalPrefixScorer(model, tok)
+    kept = smooth_quantize_scorer(
+        CausalPrefixScorer(copy.deepcopy(model), tok), fused=False, skip=("down_proj",)
+    )
+    plain = {n for n, m in kept.model.named_modules() if type(m) is torch.nn.Linear}
+    assert plain == {"lm_head"} | {f"model.layers.{i}.mlp.down_proj" for i in range(2)}
+    assert all(
+        n.rpartition(".")[2] in {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"}
+        for n, m in kept.model.named_modules()
+        if isinstance(m, Int8Linear)
+    )
+    assert kept.model.model.layers[0].mlp.down_proj.weight.dtype == torch.bfloat16
+    _assert_near_in_rank(bf16, kept, 0.95)
+    # its own score-cache key; without kept layers the key of the scores written before
+    assert smooth_int8_identity(skip=("down_proj",)).endswith("-keep-down_proj")
+    assert smooth_int8_identity() == smooth_int8_identity(skip=())
+    assert "keep" not in smooth_int8_identity()
+    with pytest.raises(ValueError, match=r"\['down_projection'\] name no linear layer"):
+        smooth_quantize_scorer(
+            CausalPrefixScorer(copy.deepcopy(model), tok), skip=("down_projection",)
+        )
+
+
 def test_score_params_w8a8_needs_bf16_weights():
     assert ScoreParams().w8a8_on_cpu is False
     with pytest.raises(ValueError, match="bf16_weights_on_cpu too"):
         ScoreParams(w8a8_on_cpu=True)
     assert ScoreParams(w8a8_on_cpu=True, bf16_weights_on_cpu=True).w8a8_on_cpu
+    with pytest.raises(ValueError, match="set score.w8a8_on_cpu too"):
+        ScoreParams(bf16_weights_on_cpu=True, w8a8_bf16_layers=["down_proj"])
+    kept = ScoreParams(w8a8_on_cpu=True, bf16_weights_on_cpu=True, w8a8_bf16_layers=["down_proj"])
+    assert kept.w8a8_bf16_layers == ["down_proj"]
+    assert "w8a8_bf16_layers" not in ScoreParams().model_dump()  # old fingerprints kept
