@@ -119,20 +119,24 @@ def engine_config(call: dict[str, Any], group: bool) -> se.EngineConfig:
 
 
 def compiled_bf16_scorer(
-    generator_dir: Path, call: dict[str, Any], scope: str, w8a8: bool = False
+    generator_dir: Path,
+    call: dict[str, Any],
+    scope: str,
+    w8a8: bool = False,
+    keep_bf16: tuple[str, ...] = (),
 ) -> tuple[Any, float]:
     """bf16 weights with part of the model under ``torch.compile`` (``CausalPrefixScorer.compile``
     with ``scope``: the decoder stack, or each layer's MLP and norms), and the CPU-s of compiling
     it and of a first pass over ``call``'s windows (tracing the shapes), paid once per process (so
     once per shard in a run), which the timed replays then leave out. ``w8a8``: the linear
-    layers but the head as int8 products first (score.w8a8_on_cpu), calibration included in
-    the CPU-s."""
+    layers but the head (and ``keep_bf16``: score.w8a8_bf16_layers) as int8 products first
+    (score.w8a8_on_cpu), calibration included in the CPU-s."""
     from ctxsim.models.contextual.quantize import smooth_quantize_scorer
 
     sc = bf16_scorer(generator_dir)
     t0 = time.process_time()
     if w8a8:
-        smooth_quantize_scorer(sc)
+        smooth_quantize_scorer(sc, skip=keep_bf16)
     if not sc.compile(scope):
         raise RuntimeError("torch.compile is not available on this machine")
     se.ScoringEngine(sc, engine_config(call, True)).score(*call["windows"], call["directions"])
@@ -161,6 +165,12 @@ ENGINES: dict[str, tuple[str, bool, str]] = {
         True,
         "bf16bf",
     ),
+    "w8a8bd": (
+        "bf16 weights, int8 products but the MLP down projections (SmoothQuant), MLPs and norms"
+        " compiled (grouped prompts)",
+        True,
+        "w8a8bd",
+    ),
 }
 #: compiled engines: name -> CausalPrefixScorer.compile's scope
 COMPILE_SCOPE = {
@@ -169,9 +179,11 @@ COMPILE_SCOPE = {
     "bf16bk": "blocks",
     "w8a8b": "blocks",
     "bf16bf": "blocks",
+    "w8a8bd": "blocks",
 }
-#: engines whose linear layers run as int8 products (score.w8a8_on_cpu)
-W8A8 = {"w8a8b"}
+#: engines whose linear layers run as int8 products (score.w8a8_on_cpu): name -> the layers kept
+#: bf16 (score.w8a8_bf16_layers)
+W8A8: dict[str, tuple[str, ...]] = {"w8a8b": (), "w8a8bd": ("down_proj",)}
 #: engines run with transformers' copy of each key/value head per query head (repeat_kv), the
 #: engine's attention before models/contextual/native_gqa.py
 COPIED_HEADS = {"bf16bk"}
@@ -306,7 +318,7 @@ def bench_config(args: argparse.Namespace, config: str) -> tuple[list[dict], lis
     warmup = {e: 0.0 for e in args.engines}
     for e in (e for e in args.engines if e in COMPILE_SCOPE):
         scorers[e], warmup[e] = compiled_bf16_scorer(
-            gen_dir, calls[0], COMPILE_SCOPE[e], w8a8=e in W8A8
+            gen_dir, calls[0], COMPILE_SCOPE[e], w8a8=e in W8A8, keep_bf16=W8A8.get(e, ())
         )
     runs: dict[str, list[dict[str, Any]]] = {e: [] for e in args.engines}
     for _ in range(args.repeat):

@@ -219,6 +219,8 @@ def run_isolated(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
+        if 0.99 <= abs(v) < 1:  # agreements near 1 (Spearman 0.9983 vs 0.9990) stay apart
+            return f"{v:.5f}".rstrip("0").rstrip(".")
         if v == 0 or 0.01 <= abs(v) < 1e6:
             return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 100 else f"{v:,.1f}"
         return f"{v:.3g}"
