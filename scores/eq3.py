@@ -32,7 +32,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ctxsim.models.contextual.generator import DIRECTIONS
 from ctxsim.models.contextual.score_engine import Lambdas, combine_eq3
@@ -256,6 +256,12 @@ class ScoreParams(StageParams):
             "Cs and costs more."
         ),
     )
+
+    @field_validator("w8a8_bf16_layers")
+    @classmethod
+    def _layers_as_a_set(cls, v: list[str]) -> list[str]:
+        """Sorted and once each: the same layers kept give the same fingerprint."""
+        return sorted(set(v))
 
     @model_validator(mode="after")
     def _one_cpu_precision(self) -> ScoreParams:

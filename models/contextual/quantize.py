@@ -225,7 +225,7 @@ def smooth_quantize_int8(
     the activations of ``calibration`` (the model's keyword inputs, run as the model is now).
     Layers whose name ends with one of ``skip`` keep their precision: on SmolLM2 the MLP down
     projections (a quarter of the linear work) hold most of int8's distance from float32
-    (bench/results/score_lm_route_w8a8_bf16down.md)."""
+    (bench/results/w8a8_layers.md)."""
     out_head = model.get_output_embeddings()
     linear = [
         n

@@ -202,4 +202,7 @@ def test_score_params_w8a8_needs_bf16_weights():
         ScoreParams(bf16_weights_on_cpu=True, w8a8_bf16_layers=["down_proj"])
     kept = ScoreParams(w8a8_on_cpu=True, bf16_weights_on_cpu=True, w8a8_bf16_layers=["down_proj"])
     assert kept.w8a8_bf16_layers == ["down_proj"]
+    both = ["v_proj", "down_proj", "v_proj"]
+    again = ScoreParams(w8a8_on_cpu=True, bf16_weights_on_cpu=True, w8a8_bf16_layers=both)
+    assert again.w8a8_bf16_layers == ["down_proj", "v_proj"]  # one fingerprint per set
     assert "w8a8_bf16_layers" not in ScoreParams().model_dump()  # old fingerprints kept
