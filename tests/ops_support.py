@@ -144,18 +144,23 @@ def start_cli_workers(
     )
 
 
-def stop_group(proc: subprocess.Popen, timeout: float = 30) -> None:
-    """SIGTERM then SIGKILL a process group we started."""
+def stop_group(proc: subprocess.Popen, timeout: float = 30, grace: float = 5) -> None:
+    """SIGTERM a process group we started; SIGTERM again after ``grace`` seconds (a second
+    interrupt is how Prefect's workers and servers are told not to wait: a lone `prefect worker
+    start` sat the full 30 s on one), then SIGKILL."""
     if proc.poll() is not None:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
+    for wait in (grace, max(timeout - grace, 0.0)):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
 
 
 def artefact_digests(root: Path, stages: tuple[str, ...] = SPINE) -> dict[str, dict[str, str]]:
