@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,11 @@ from scipy.stats import spearmanr
 from bench.bench_lm_route import (
     bf16_scorer,
     capture_run,
-    engine_config,
     load_capture,
+    run_engine,
     save_capture,
 )
 from bench.harness import write_results
-from ctxsim.models.contextual import score_engine as se
 
 
 def layer_kinds(model: torch.nn.Module) -> list[str]:
@@ -61,19 +59,6 @@ def slice_calls(calls: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     return [{**c, "windows": tuple(w[:per] for w in c["windows"])} for c in calls]
 
 
-def replay(calls: list[dict[str, Any]], scorer: Any) -> tuple[np.ndarray, float]:
-    """Every call's windows scored by ``scorer`` with the stage's engine settings: the scores
-    and the CPU-s."""
-    out, cpu = [], 0.0
-    for c in calls:
-        eng = se.ScoringEngine(scorer, engine_config(c, True))
-        t0 = time.process_time()
-        got = eng.score(*c["windows"], c["directions"])
-        cpu += time.process_time() - t0
-        out.append(np.concatenate([got[d] for d in c["directions"]]))
-    return np.concatenate(out), cpu
-
-
 def sensitivity(
     calls: list[dict[str, Any]],
     fp32: Any,
@@ -86,14 +71,15 @@ def sensitivity(
     compiled kernels and caches warm)."""
     from ctxsim.models.contextual.quantize import smooth_quantize_scorer
 
-    ref, _ = replay(calls, fp32)
+    ref = run_engine(calls, True, fp32)["scores"]
     rows = []
     for name, keep in plan.items():
         scorer = make_bf16()
         if keep is not None:
             smooth_quantize_scorer(scorer, fused=fused, skip=keep)
-        replay(calls, scorer)
-        got, cpu = replay(calls, scorer)
+        run_engine(calls, True, scorer)
+        timed = run_engine(calls, True, scorer)
+        got, cpu = timed["scores"], timed["cpu_s"]
         diff = np.abs(got - ref)
         rows.append(
             {
