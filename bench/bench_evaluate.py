@@ -43,7 +43,8 @@ def _model():
 
         path, name = str(resolve_model("minilm")), "all-MiniLM-L6-v2"
     except Exception:  # noqa: BLE001 - not installed: a random small BERT of the same shape
-        from ctxsim.tasks.train import TrainParams, build_tiny_backbone
+        from ctxsim.models.training.tiny_backbone import build_tiny_backbone
+        from ctxsim.tasks.train import TrainParams
 
         p = TrainParams(
             tiny_hidden_size=384,

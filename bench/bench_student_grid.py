@@ -158,8 +158,8 @@ def pack_arm(config: str, sets: list[str], run_id: str, out: Path) -> dict[str, 
     from ctxsim.flows.pipeline import execute
     from ctxsim.models.training.objectives import ObjectiveContext
     from ctxsim.store.artefacts import artefact_at, content_digest
-    from ctxsim.tasks.train import objective_examples
-    from ctxsim.tasks.train_data import label_columns
+    from ctxsim.tasks.train.data import label_columns
+    from ctxsim.tasks.train.stage import objective_examples
 
     cfg = load_config(config, sets)
     p = cfg.stages["train"]
@@ -277,7 +277,7 @@ def train_one(
     from ctxsim.models.training.objectives import ObjectiveContext, get_objective
     from ctxsim.models.training.sentence_encoder import build_model
     from ctxsim.tasks.train import TrainParams
-    from ctxsim.tasks.train_trainer import make_trainer, training_args, use_bf16
+    from ctxsim.tasks.train.trainer import make_trainer, training_args, use_bf16
 
     p = TrainParams.model_validate(spec["params"] | {"lr": lr})
     objective = get_objective(spec["objective"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_CONFIG = "configs/quickstart.yaml"
-#: the train backbone of the quickstart: a small encoder initialised at random (tasks/train.py)
+#: the train backbone of the quickstart: a small encoder initialised at random (tasks/train/)
 TINY = "tiny-random"
 #: the config whose surrogate shows what the labels teach (docs/results.md)
 SHOWCASE_CONFIG = "configs/books_generated.yaml"

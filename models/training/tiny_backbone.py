@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 #: the backbone name that asks for a tiny BERT learnt here instead of a registry model
 TINY = "tiny-random"
@@ -58,3 +59,18 @@ def build_tiny_bert(
     torch.manual_seed(seed)
     BertModel(cfg).save_pretrained(out_dir)
     return out_dir
+
+
+def build_tiny_backbone(texts: list[str], out_dir: Path, p: Any, seed: int) -> Path:
+    """``build_tiny_bert`` sized by ``p``, the `train` config section (its ``tiny_*`` keys and
+    ``max_seq_length``), in ``out_dir``."""
+    return build_tiny_bert(
+        texts,
+        out_dir,
+        vocab_size=p.tiny_vocab_size,
+        hidden_size=p.tiny_hidden_size,
+        layers=p.tiny_layers,
+        heads=p.tiny_heads,
+        max_seq_length=p.max_seq_length,
+        seed=seed,
+    )

@@ -85,7 +85,9 @@ def test_export_refuses_the_root_a_run_was_made_in(labelled_store, tmp_path):
 def tiny_model(tmp_path_factory):
     """A 2-layer, 32-d sentence-transformers model (random weights, WordPiece vocabulary learnt
     from the STS sentences) and an STS folder of 8 pairs."""
-    from ctxsim.tasks.train import TrainParams, build_model, build_tiny_backbone
+    from ctxsim.models.training.sentence_encoder import build_model
+    from ctxsim.models.training.tiny_backbone import build_tiny_backbone
+    from ctxsim.tasks.train import TrainParams
 
     d = tmp_path_factory.mktemp("evaluate")
     sts = d / "sts"
@@ -409,7 +411,7 @@ def test_a_run_whose_prefect_database_fills_the_disk_is_not_left_completed(tmp_p
 @pytest.mark.parametrize(
     "exc",
     [
-        ValueError("no labelled pairs with split in ['train'] in label/abc"),  # tasks/train_data.py
+        ValueError("no labelled pairs with split in ['train'] in label/abc"),  # tasks/train/data.py
         KeyboardInterrupt(),
         OSError(28, "No space left on device", "/r/x"),
     ],

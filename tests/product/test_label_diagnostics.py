@@ -30,8 +30,9 @@ def test_label_diagnostics_reference_yields_and_histograms(tmp_path):
 def test_reference_encoder_can_be_a_sentence_transformers_model(tmp_path):
     """A model directory (here a tiny random BERT, mean-pooled by sentence-transformers) as
     the reference: its cosine is what the agreement is computed against."""
+    from ctxsim.models.training.tiny_backbone import build_tiny_backbone
     from ctxsim.product.diagnostics import reference_similarity
-    from ctxsim.tasks.train import TrainParams, build_tiny_backbone
+    from ctxsim.tasks.train import TrainParams
 
     store, arts, _ = _fake_world(tmp_path / "w", given=False)
     texts = arts["queries"].read_table().column("text").to_pylist()

@@ -11,7 +11,7 @@ import pytest
 from transformers import TrainerCallback
 
 import ctxsim.tasks.train as T
-import ctxsim.tasks.train_trainer as trainer
+import ctxsim.tasks.train.trainer as trainer
 from ctxsim.store.stage import resolve_stage, run_stage_locally
 from tests.tasks.test_train_evaluate import train_setup
 

@@ -331,7 +331,7 @@ def _train_crashing_at_step_4(trained, monkeypatch, lr: float):
     from transformers import TrainerCallback
 
     import ctxsim.tasks.train as T
-    import ctxsim.tasks.train_trainer as trainer
+    import ctxsim.tasks.train.trainer as trainer
 
     root, store, run, _, sts, label = trained
 

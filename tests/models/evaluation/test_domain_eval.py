@@ -133,8 +133,9 @@ def test_paired_intervals_see_a_better_system_and_none_between_equals():
 def test_evaluate_model_reports_the_domain_tasks_with_intervals(tmp_path):
     """A tiny model and TF-IDF on a folder holding an STS set, a pairs file and a QA file:
     every figure reaches results.json, the report has a section per task, CIs are paired."""
+    from ctxsim.models.training.tiny_backbone import build_tiny_backbone
     from ctxsim.tasks.evaluate import evaluate_model
-    from ctxsim.tasks.train import TrainParams, build_tiny_backbone
+    from ctxsim.tasks.train import TrainParams
 
     texts = [r["question"] for r in QA_ROWS] + [r["answer"] for r in QA_ROWS]
     model = build_tiny_backbone(

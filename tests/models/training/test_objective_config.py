@@ -78,7 +78,9 @@ def test_train_dropout_makes_simcse_views_differ(tmp_path):
     import torch
 
     from ctxsim.models.training.objectives import has_dropout
-    from ctxsim.tasks.train import TrainParams, build_model, build_tiny_backbone
+    from ctxsim.models.training.sentence_encoder import build_model
+    from ctxsim.models.training.tiny_backbone import build_tiny_backbone
+    from ctxsim.tasks.train import TrainParams
 
     p = TrainParams(tiny_vocab_size=120, max_seq_length=16)
     texts = [a for a, _, _ in PAIRS] + [b for _, b, _ in PAIRS]

@@ -13,7 +13,8 @@ TEXTS = ["a man plays the guitar .", "the dog runs in the park .", "a woman eats
 
 @pytest.fixture(scope="module")
 def backbone(tmp_path_factory):
-    from ctxsim.tasks.train import TrainParams, build_tiny_backbone
+    from ctxsim.models.training.tiny_backbone import build_tiny_backbone
+    from ctxsim.tasks.train import TrainParams
 
     p = TrainParams(tiny_vocab_size=120, max_seq_length=16)
     return build_tiny_backbone(TEXTS * 4, tmp_path_factory.mktemp("bb") / "backbone", p, 0)

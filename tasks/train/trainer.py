@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ctxsim.store.checked import seal, sidecar, verified
 from ctxsim.store.stage import StageContext
-from ctxsim.tasks.train_data import DevSet
+from ctxsim.tasks.train.data import DevSet
 
 if TYPE_CHECKING:
-    from ctxsim.tasks.train import TrainParams
+    from ctxsim.tasks.train.params import TrainParams
 
 
 def use_bf16(p: TrainParams, device: str) -> bool:

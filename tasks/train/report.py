@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ctxsim.models.training.objectives import TrainingPairs, get_objective
 from ctxsim.models.training.tiny_backbone import TINY
 from ctxsim.store.stage import StageContext
-from ctxsim.tasks.train_data import DevSet
+from ctxsim.tasks.train.data import DevSet
 
 if TYPE_CHECKING:
-    from ctxsim.tasks.train import TrainParams
+    from ctxsim.tasks.train.params import TrainParams
 
 
 class RunOutcome(NamedTuple):

@@ -13,7 +13,7 @@ from ctxsim.models.training.objectives import TrainingPairs
 from ctxsim.store.stage import StageContext
 
 if TYPE_CHECKING:
-    from ctxsim.tasks.train import TrainParams
+    from ctxsim.tasks.train.params import TrainParams
 
 #: (first sentences, second sentences, gold, name) of the dev set that selects the checkpoint
 DevSet = tuple[list[str], list[str], list[float], str]

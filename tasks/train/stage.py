@@ -1,0 +1,159 @@
+"""Stage `train`: the Siamese surrogate of Sun et al. (2022), Sec. 3.4.
+
+The class; the package's docstring (__init__.py) says what it does and which file does what.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from ctxsim.models.training.objectives import (
+    MODULES,
+    OBJECTIVES,
+    ObjectiveContext,
+    get_objective,
+    has_dropout,
+    steps_for,
+)
+from ctxsim.models.training.sentence_encoder import build_model
+from ctxsim.models.training.tiny_backbone import TINY, build_tiny_backbone
+from ctxsim.store.cost_model import CostModel, InputRowsPerQuery, OptimizerSteps
+from ctxsim.store.stage import Stage, StageContext
+from ctxsim.tasks.train.data import DevSet, dev_set, label_columns, training_pairs
+from ctxsim.tasks.train.params import TrainParams
+from ctxsim.tasks.train.report import RunOutcome, history_rows, model_card, run_metrics
+from ctxsim.tasks.train.trainer import (
+    dev_evaluator,
+    fit,
+    make_trainer,
+    training_args,
+    use_bf16,
+)
+
+HISTORY_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("epoch", pa.float64()),
+        ("train_loss", pa.float64()),
+        ("dev_spearman", pa.float64()),
+        ("dev_pearson", pa.float64()),
+    ]
+)
+
+
+def resolve_backbone(name: str) -> str:
+    """A loadable directory or hub id for a backbone name (the registry when it knows it)."""
+    from ctxsim.models.registry import resolve_model
+
+    return str(resolve_model(name))
+
+
+def objective_examples(cols: Any, oc: ObjectiveContext, source: str) -> tuple[Any, Any, Any, int]:
+    """The objective ``oc.params`` names, its training pairs, its examples and its step budget:
+    what the stage trains on, also packed by bench/bench_student_grid.py to train elsewhere."""
+    p = oc.params
+    objective = get_objective(p.objective)
+    pairs = training_pairs(cols, p, source)
+    examples = objective.examples(pairs, oc)
+    max_steps = p.max_steps
+    if objective.pair_budget and max_steps <= 0:
+        max_steps = steps_for(len(pairs), p.batch_size, p.epochs)  # the pair objectives' steps
+    return objective, pairs, examples, max_steps
+
+
+class TrainStage(Stage):
+    name = "train"
+    version = "2"  # 2: max_dev_pairs samples the dev set (was its first rows)
+    Params = TrainParams
+    inputs = ("label",)
+    #: what some objectives read besides the labels (``context``: the queries, then the shard)
+    optional_inputs = tuple(dict.fromkeys(i for o in OBJECTIVES.values() for i in o.inputs))
+    #: training is not bitwise the same across thread counts: the count is in the fingerprint
+    run_fields = ("seed", "device", "torch_threads")
+    #: by labelled pairs; with a fixed step budget (max_steps), by steps (see cost_model)
+    cost = InputRowsPerQuery(rows_of="label", label="labelled pairs")
+    model_artefact = True
+    #: every objective module (found, not imported by name: models/training/objectives/__init__.py)
+    sources = MODULES
+
+    def optional_inputs_for(self, params: TrainParams) -> tuple[str, ...]:
+        """Only the inputs the objective reads: the others keep their fingerprints."""
+        return get_objective(params.objective).inputs
+
+    def cost_model(self, params: TrainParams) -> CostModel:
+        """A fixed step budget is priced by steps: the pilots run a few of them."""
+        if params.max_steps > 0:
+            return OptimizerSteps(
+                steps="max_steps",
+                eval_steps="eval_steps",
+                steps_stat="steps",
+                per_query=("context_corpus_sentences",),
+            )
+        return self.cost
+
+    def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
+        import torch
+
+        p: TrainParams = ctx.params
+        log = ctx.logger
+        t0 = time.perf_counter()
+        label_art = ctx.input("label")
+        cols = label_columns(label_art.read_table(), p, str(label_art.path))
+        oc = ObjectiveContext(
+            p, ctx.device, ctx.run.seed, log, lambda st, c: ctx.input(st).read_table(c)
+        )
+        objective, pairs, examples, max_steps = objective_examples(cols, oc, str(label_art.path))
+
+        dev = dev_set(ctx, p, cols)
+        torch.manual_seed(ctx.run.seed)
+        backbone_path = self._backbone(ctx, p, examples.texts, dev)
+        model = build_model(backbone_path, p.max_seq_length, ctx.device, p.dropout)
+        # the card's Hub widget examples cost a pass over the data and print their own bar
+        model.model_card_data.generate_widget_examples = False
+        if p.freeze_embeddings:
+            model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
+        loss = objective.loss(model, oc, backbone_path) if objective.trains else None
+        if objective.needs_dropout and not has_dropout(model):
+            log.warning(
+                "train: %s has no dropout: SimCSE's positives are identical (set train.dropout)",
+                p.backbone,
+            )
+
+        evaluator, metric = dev_evaluator(dev, p)
+        ckpt_dir = ctx.cache_dir / "checkpoints"
+        bf16 = use_bf16(p, ctx.device)
+        args = training_args(p, ckpt_dir, max_steps, ctx, bf16, metric)
+        trainer = None
+        if objective.trains:
+            trainer = make_trainer(model, args, examples.data, loss, evaluator, log)
+        before, final, resumed, train_cpu = fit(model, trainer, evaluator, ckpt_dir, log)
+
+        out_dir = ctx.files_dir / "model"
+        model.save(str(out_dir))
+        # the model is saved: checkpoints only served a resume, and weigh GBs per backbone
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        run = RunOutcome(trainer, before, final, resumed, bf16, train_cpu, time.perf_counter())
+        info = run_metrics(
+            p, ctx, label_art.fingerprint, pairs, examples, dev, backbone_path, run, t0
+        )
+        (out_dir / "README.md").write_text(model_card(info))
+        (ctx.files_dir / "metrics.json").write_text(json.dumps(info, indent=2))
+        rows = history_rows(trainer.state.log_history if trainer else [], metric)
+        history = pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
+        stats = {k: v for k, v in info.items() if v is not None}
+        return history, stats
+
+    @staticmethod
+    def _backbone(ctx: StageContext, p: TrainParams, texts: list[str], dev: DevSet | None) -> str:
+        """The backbone's directory: a tiny one learnt from the training (and dev) sentences, the
+        same vocabulary and weights for every objective, or the registry's."""
+        if p.backbone != TINY:
+            return resolve_backbone(p.backbone)
+        if dev is not None:
+            texts = texts + dev[0] + dev[1]
+        return str(build_tiny_backbone(texts, ctx.files_dir / "backbone", p, ctx.run.seed))
