@@ -182,7 +182,7 @@ def _digest(*parts: Any) -> str:
     return h.hexdigest()
 
 
-def model_digest(model_dir: str) -> str:
+def arm_model_digest(model_dir: str) -> str:
     """A hash of a model directory's files (names and bytes; "tfidf": the no-model reference):
     a retrained model at the same path is another model."""
     from ctxsim.store.artefacts import content_digest
@@ -206,7 +206,7 @@ def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
         + [("qa", q.name, q.questions, q.answers, q.relevant) for q in qa_sets]
         + [("sts", s.name, s.s1, s.s2, s.gold) for s in sts]
     )
-    return _digest(SCORES_VERSION, model_digest(model_dir), _digest(sets), int(max_seq))
+    return _digest(SCORES_VERSION, arm_model_digest(model_dir), _digest(sets), int(max_seq))
 
 
 def model_similarities(model: Any, pair_sets, qa_sets, sts, batch_size: int = 64) -> dict:

@@ -126,13 +126,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default="encoder_origin_medquad")
     args = ap.parse_args(argv)
 
-    from sentence_transformers import SentenceTransformer
-
-    from ctxsim.models.registry import resolve_model
+    from ctxsim.models.encoders import load_encoder
     from ctxsim.readers.domain import discover_domain
 
     cache = Path(args.cache) if args.cache else None
-    model = SentenceTransformer(str(resolve_model(args.model)), device="cpu")
+    model = load_encoder(args.model, None, "cpu", model_key="--model")
     pair_sets, qa_sets = discover_domain(args.domain_dir)
     rqe, qa = pair_sets[0], qa_sets[0]
     old = model.max_seq_length

@@ -452,10 +452,9 @@ def bench_encode(args: argparse.Namespace) -> list[dict[str, Any]]:
     import shutil
     import tempfile
 
-    from sentence_transformers import SentenceTransformer
     from transformers import AutoConfig, AutoModel
 
-    from ctxsim.tasks.embed import encode
+    from ctxsim.models.encoders import encode, load_encoder
 
     paras = load_paragraphs(args.sentences, 100_000)
     texts = [" ".join(p) for p in paras]
@@ -470,8 +469,7 @@ def bench_encode(args: argparse.Namespace) -> list[dict[str, Any]]:
         for dtype, par in combos:
             # the Rust tokenizer reads this on each batch call: its threads on or off
             os.environ["TOKENIZERS_PARALLELISM"] = par
-            model = SentenceTransformer(str(d), device=args.device)
-            model.max_seq_length = 64
+            model = load_encoder(str(d), 64, args.device)
             model.to(getattr(torch, dtype))
             for batch in args.encode_batches:
                 encode(model, texts[: batch * 2], batch)  # warm-up

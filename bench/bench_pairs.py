@@ -83,11 +83,9 @@ def embed(variant: str, root: str, n_sample: int, dim: int) -> dict[str, Any]:
         svd = TruncatedSVD(n_components=dim, random_state=0, algorithm=algo).fit(xf)
         emb = normalize(svd.transform(vec.transform(queries))).astype(np.float32)
     elif variant == "minilm":
-        from sentence_transformers import SentenceTransformer
+        from ctxsim.models.encoders import load_encoder
 
-        from ctxsim.models.registry import resolve_model
-
-        model = SentenceTransformer(str(resolve_model("minilm")), device="cpu")
+        model = load_encoder("minilm", None, "cpu")
         emb = model.encode(queries, batch_size=128, normalize_embeddings=True)
     else:
         raise ValueError(f"unknown variant {variant!r}")

@@ -104,13 +104,11 @@ def reference_similarity(
         return tfidf_cosine(s1, s2)
     a = [x or "" for x in s1]
     b = [x or "" for x in s2]
-    from sentence_transformers import SentenceTransformer
+    from ctxsim.models.encoders import encode, load_encoder
 
-    from ctxsim.models.registry import resolve_model
-
-    model = SentenceTransformer(str(resolve_model(name)), device=device)
+    model = load_encoder(name, None, device, model_key="label.reference_encoder")
     texts = sorted(set(a) | set(b))
-    emb = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    emb = encode(model, texts, 32, block=len(texts))  # one call: sentence-transformers' default
     row = {t: i for i, t in enumerate(texts)}
     return np.asarray([float(emb[row[x]] @ emb[row[y]]) for x, y in zip(a, b, strict=True)])
 

@@ -30,7 +30,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctxsim.store.atomic import atomic_path, write_json_atomic, write_text_atomic
+# content hashes live in models/ (models/encoders.py names a model by them); re-exported here
+from ctxsim.models.digests import content_digest as content_digest
+from ctxsim.models.digests import sha256_file as sha256_file
+from ctxsim.store.atomic import atomic_path, write_json_atomic
 from ctxsim.store.logs import get_logger
 
 MANIFEST = "_MANIFEST.json"
@@ -46,40 +49,6 @@ def safe_name(value: str, what: str) -> str:
     if not _SAFE_NAME.match(value) or ".." in value:
         raise StoreError(f"unsafe {what} {value!r}: use letters, digits, '_', '-', '.' only")
     return value
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def content_digest(path: Path, cache_file: Path | None = None) -> str:
-    """sha256 of an input file, remembered by (path, size, mtime, inode) so that unchanged
-    files are hashed once. Inputs are fingerprinted by content, not by mtime: a corpus copied
-    to another machine or re-extracted keeps its fingerprint, so nothing is recomputed."""
-    home_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ctxsim"
-    cache_file = cache_file or Path(
-        os.environ.get("CTXSIM_DIGEST_CACHE") or home_cache / "digests.json"
-    )
-    st = path.stat()
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
-    try:
-        cache = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
-        cache = {}
-    if key in cache:
-        return str(cache[key])
-    digest = sha256_file(path)
-    cache[key] = digest
-    try:  # best effort: a read-only home only costs re-hashing
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(cache_file, json.dumps(cache))
-    except OSError:
-        pass
-    return digest
 
 
 def fingerprint(payload: dict[str, Any]) -> str:

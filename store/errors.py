@@ -4,17 +4,16 @@ The message names the file, line or config key at fault; the CLI prints it as on
 traceback only with ``--verbose``). Retrying cannot fix any of them, so the flow's retry policy
 must leave every :class:`InputError` alone, whatever it wraps (a truncated ``.gz`` file raises an
 ``EOFError``/``zlib.error``, a non-gzip one an ``OSError`` subclass).
+
+:class:`InputError` itself is defined in models/errors.py, the bottom of the package graph, so
+that models/ can raise it too (models/encoders.py); import it from here.
 """
 
 from __future__ import annotations
 
+from ctxsim.models.errors import InputError
 
-class InputError(ValueError):
-    """An input the user supplied is wrong; the message names it (file, line, config key).
-
-    The base of every such error: ConfigError, CorpusInputError, StsFormatError, IstsFormatError,
-    ExportError, ContaminationError and the two below. A ValueError, so ``except ValueError``
-    still catches them; flows/cli_errors.py:user_error_types is the one list the CLI uses."""
+__all__ = ["CorruptInputError", "InputError", "UnwritableRootError"]
 
 
 class CorruptInputError(InputError):

@@ -12,71 +12,61 @@ A context unit is a paragraph chunk of the ``contexts`` artefact (``unit: chunk`
 TF-IDF index retrieves) or a context slot's two sides (``unit: window``: text = c< + " " + c>).
 Units of fewer than ``min_words`` words are dropped (headings and list stubs carry no context).
 
-The fingerprint names the scorer by registry name and by a content hash of its files, so a model
+The fingerprint names the encoder by registry name and by a content hash of its files (under the
+key ``scorer``, kept so fingerprints stay: models/encoders.py ``encoder_identity``), so a model
 trained again at the same path gets new embeddings, never the old ones.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ctxsim.models.contextual.encoder_origin import ScatterStats
-from ctxsim.models.registry import REGISTRY, resolve_model
+from ctxsim.models.encoders import (
+    EncoderInputError,
+    declared_limit,
+    encode,
+    encoder_identity,
+    encoder_problem,
+    length_problem,
+    load_encoder,
+    token_counts,
+)
+from ctxsim.models.registry import resolve_model
 from ctxsim.models.tokenizer_threads import tokenizer_threads
-from ctxsim.store.artefacts import Artefact, content_digest
+from ctxsim.store.artefacts import Artefact
 from ctxsim.store.atomic import atomic_path
 from ctxsim.store.cost_model import CorpusBytes
-from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
 from ctxsim.tasks.index import chunk_texts
 
 #: the reduced scatter statistics of all shards, under the artefact's files
 SCATTER_FILE = "scatter.npz"
-#: the scorer followed by Dense(M^(1/2)): the closed form as a model (product/adapted.py)
+#: the encoder followed by Dense(M^(1/2)): the closed form as a model (product/adapted.py)
 ADAPTED_DIR = "adapted-encoder"
-#: files of a model directory that do not change what it computes
-_NOT_MODEL_FILES = {"README.md"}
 
 EMBED_SCHEMA = pa.schema(
     [
         ("context_id", pa.int64()),  # chunk_id (unit chunk) or context_id (unit window)
-        ("n_tokens", pa.int32()),  # scorer tokens, special tokens included, before truncation
+        ("n_tokens", pa.int32()),  # encoder tokens, special tokens included, before truncation
         ("truncated", pa.bool_()),
     ]
 )
 
 
-class EncoderInputError(InputError):
-    """The encoder route's input is unusable: the scorer, the corpus's units or the scatter."""
-
-
-def scorer_problem(name: str) -> str | None:
-    """Why ``name`` cannot be the encoder scorer, or None: a registry name or a local
-    sentence-transformers / transformers model directory (no hub ids: no network at run time)."""
-    if name in REGISTRY:
-        return None
-    path = Path(name).expanduser()
-    if path.is_dir() and ((path / "modules.json").exists() or (path / "config.json").exists()):
-        return None
-    return (
-        f"{name!r} is neither a registered model ({', '.join(REGISTRY)}) nor a model directory "
-        "(one with modules.json or config.json)"
-    )
-
-
 class EmbedParams(StageParams):
     model: str = Field(
         "minilm",
-        description="the scorer whose cosine is the fit score S(c, s): a registry name (minilm, "
-        "mpnet) or a sentence-transformers / transformers model directory (e.g. a trained one)",
+        description="the sentence encoder whose cosine is the fit score S(c, s): a registry name "
+        "(minilm, mpnet) or a sentence-transformers / transformers model directory (e.g. a "
+        "trained one)",
     )
     unit: Literal["chunk", "window"] = Field(
         "chunk",
@@ -86,8 +76,9 @@ class EmbedParams(StageParams):
     max_seq_length: int = Field(
         64,
         ge=8,
-        description="scorer tokens per unit; longer units are truncated (counted in the stats "
-        "and logged): the scatter matrix sees their first tokens only",
+        description="encoder tokens per unit, at most the model's positions (checked at load); "
+        "longer units are truncated (counted in the stats and logged): the scatter matrix sees "
+        "their first tokens only",
     )
     min_words: int = Field(
         8, ge=1, description="units of fewer words (headings, list stubs) are not contexts"
@@ -103,77 +94,22 @@ class EmbedParams(StageParams):
 
     @field_validator("model")
     @classmethod
-    def _known_scorer(cls, value: str) -> str:
-        problem = scorer_problem(value)
+    def _known_encoder(cls, value: str) -> str:
+        problem = encoder_problem(value)
         if problem:
             raise ValueError(problem)
         return value
 
-
-def model_digest(path: str | Path) -> str:
-    """sha256 over (relative path, content digest) of every file of a model directory, model
-    cards and hidden files aside: a retrained model at the same path hashes differently."""
-    root = Path(path)
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*")):
-        rel = f.relative_to(root)
-        if not f.is_file() or f.name in _NOT_MODEL_FILES:
-            continue
-        if any(part.startswith(".") for part in rel.parts):
-            continue
-        h.update(f"{rel.as_posix()}:{content_digest(f)}\n".encode())
-    return h.hexdigest()
-
-
-def scorer_identity(name: str) -> dict[str, str]:
-    """The scorer as the fingerprint names it: its registry name (or resolved path) and content."""
-    path = resolve_model(name)
-    return {"name": name if name in REGISTRY else str(path), "digest": model_digest(path)}
-
-
-def load_encoder(name: str, max_seq_length: int, device: str) -> Any:
-    """The scorer as a SentenceTransformer truncating at ``max_seq_length`` tokens (a plain
-    transformers directory gets mean pooling)."""
-    from sentence_transformers import SentenceTransformer
-
-    problem = scorer_problem(name)
-    if problem:
-        raise EncoderInputError(f"embed.model: {problem}")
-    model = SentenceTransformer(str(resolve_model(name)), device=device)
-    model.max_seq_length = max_seq_length
-    return model
-
-
-def token_counts(model: Any, texts: list[str]) -> np.ndarray:
-    """Tokens each text has for ``model`` (special tokens included), before truncation."""
-    tok = model.tokenizer
-    out = np.zeros(len(texts), np.int32)
-    for lo in range(0, len(texts), 1024):
-        batch = texts[lo : lo + 1024]
-        enc = tok(batch, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
-        out[lo : lo + len(enc)] = [len(e) for e in enc]
-    return out
-
-
-def encode(
-    model: Any, texts: list[str], batch_size: int, bar: Any | None = None, block: int = 2048
-) -> np.ndarray:
-    """Unit-normalised float32 embeddings, in ``block``-sized calls so ``bar`` moves."""
-    dim_of = getattr(model, "get_embedding_dimension", None)  # renamed in sentence-transformers 5
-    dim = int((dim_of or model.get_sentence_embedding_dimension)())
-    out = np.zeros((len(texts), dim), np.float32)
-    for lo in range(0, len(texts), block):
-        part = texts[lo : lo + block]
-        out[lo : lo + len(part)] = model.encode(
-            part,
-            batch_size=batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
+    @model_validator(mode="after")
+    def _length_within_the_model(self) -> EmbedParams:
+        """``max_seq_length`` within the encoder's positions, checked at config load where
+        the model's config is at hand (load_encoder checks the loaded model in any case)."""
+        problem = length_problem(
+            self.max_seq_length, declared_limit(self.model), "embed.max_seq_length", self.model
         )
-        if bar is not None:
-            bar.update(len(part))
-    return out
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 def context_units(
@@ -241,8 +177,9 @@ class EmbedStage(Stage):
     labelling = True
 
     def fingerprint_extra(self, params: EmbedParams) -> dict[str, Any]:
-        """The scorer by content: new weights at the same path give new embeddings."""
-        return {"scorer": scorer_identity(params.model)}
+        """The encoder by content (under the key ``scorer``, as ever): new weights at the same
+        path give new embeddings."""
+        return {"scorer": encoder_identity(params.model)}
 
     def num_shards(self, ctx: StageContext) -> int:
         return ctx.params.n_shards
@@ -331,16 +268,16 @@ class EmbedStage(Stage):
             "scatter_trace": round(float(np.trace(m)), 4),
         }
         out = self._adapted_encoder(ctx, m, n)
-        ctx.logger.info("embed: adapted encoder (scorer + M^(1/2)) at %s", out)
+        ctx.logger.info("embed: adapted encoder (encoder + M^(1/2)) at %s", out)
         return stats
 
     def _adapted_encoder(self, ctx: StageContext, m: np.ndarray, n: int) -> Path:
-        """``files/adapted-encoder/``: the scorer followed by M^(1/2), whose cosine is the
+        """``files/adapted-encoder/``: the encoder followed by M^(1/2), whose cosine is the
         closed-form Origin over this corpus (``ctxsim evaluate DIR``, ``train.backbone=DIR``)."""
         from ctxsim.product.adapted import build_adapted_encoder
 
         p: EmbedParams = ctx.params
-        ident = scorer_identity(p.model)
+        ident = encoder_identity(p.model)
         corpus = {k: a.fingerprint for k, a in sorted(ctx.upstream.items())}
         card = (
             "# ctxsim adapted encoder\n\n"

@@ -304,16 +304,7 @@ class PairsStage(Stage):
                 take = rng.choice(len(corpus), size=min(p.idf_sample, len(corpus)), replace=False)
                 fit = corpus.take(pa.array(np.sort(take))).to_pylist()
             return tfidf_embed(texts, p.embed_dim, fit_texts=fit, seed=ctx.run.seed)
-        from sentence_transformers import SentenceTransformer
+        from ctxsim.models.encoders import encode, load_encoder
 
-        from ctxsim.models.registry import resolve_model
-
-        model = SentenceTransformer(str(resolve_model(p.encoder)), device=ctx.device)
-        emb = model.encode(
-            texts,
-            batch_size=p.encode_batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.asarray(emb, np.float32)
+        model = load_encoder(p.encoder, None, ctx.device, model_key="pairs.encoder")
+        return encode(model, texts, p.encode_batch_size, block=len(texts))  # one call, as before

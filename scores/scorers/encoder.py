@@ -35,11 +35,9 @@ class EncoderScorer(ContextScorer):
         if params.lambda_disc == 0.0 or n == 0:
             src = np.full(n, "off" if params.lambda_disc == 0.0 else "encoder", dtype=object)
             return Scored({"disc_logprob": np.zeros(n, np.float32), "disc_source": src})
-        from sentence_transformers import SentenceTransformer
+        from ctxsim.models.encoders import load_encoder
 
-        from ctxsim.models.registry import resolve_model
-
-        model = SentenceTransformer(str(resolve_model(params.disc_encoder)), device=ctx.device)
+        model = load_encoder(params.disc_encoder, None, ctx.device, model_key="score.disc_encoder")
         texts = np.asarray(
             [f"{a} {b}".strip() for a, b in zip(windows.lefts, windows.rights, strict=True)],
             dtype=object,

@@ -150,3 +150,11 @@ def test_tokenizer_threads_are_on_only_inside_and_restored(monkeypatch) -> None:
     with tokenizer_threads(True):
         assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
     assert "TOKENIZERS_PARALLELISM" not in os.environ
+
+
+def test_max_seq_length_beyond_the_model_is_refused_at_config_load(encoder):
+    """embed.max_seq_length=4096 on MiniLM was a 779-line RuntimeError at embed: now the config
+    is refused at load, one line naming the key (the tiny encoder has 64 positions)."""
+    EmbedParams(model=str(encoder), max_seq_length=64)
+    with pytest.raises(ValueError, match=r"embed\.max_seq_length=4096 is more than the 64 token"):
+        EmbedParams(model=str(encoder), max_seq_length=4096)
