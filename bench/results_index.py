@@ -27,6 +27,9 @@ RESULTS = REPO / "bench" / "results"
 INDEX = RESULTS / "INDEX.md"
 SUPERSEDED_DIR = RESULTS / "superseded"
 SUPERSEDED = SUPERSEDED_DIR / "SUPERSEDED.json"
+#: result name -> one sentence saying what it shows, with its headline figure (written by hand,
+#: preferred over the note the result recorded)
+SHOWS = RESULTS / "SHOWS.json"
 #: where results are cited: the front door, the docs, the configs' comments, the bench README
 CITING = ["README.md", "docs/*.md", "configs/*.yaml", "bench/README.md"]
 _CITED = re.compile(r"(?:\.\.\.)?[\w*.-]*\w\.(?:md|json|png|log)\b")
@@ -35,7 +38,7 @@ _MD_COMMAND = re.compile(r"\*\*command\*\*: (.+)")
 
 def result_files() -> list[Path]:
     """Every file under bench/results except the index and the superseded register."""
-    skip = {INDEX, SUPERSEDED}
+    skip = {INDEX, SUPERSEDED, SHOWS}
     return sorted(p for p in RESULTS.rglob("*") if p.is_file() and p not in skip)
 
 
@@ -152,9 +155,20 @@ def result_key(path: Path) -> str:
 _SHOWS_SKIP = ("Machine:", "Env:", "- **", "|", "Generated", "#", "_no rows_", "load ")
 
 
-def shows(files: list[Path]) -> str:
-    """What a result shows, in one line: its recorded ``shows`` or ``note``, else the first
-    sentence of prose in its .md."""
+def shows_register() -> dict[str, str]:
+    """``bench/results/SHOWS.json``: result name (as in the index) -> what it shows."""
+    if not SHOWS.exists():
+        return {}
+    return json.loads(SHOWS.read_text())
+
+
+def shows(files: list[Path], register: dict[str, str] | None = None) -> str:
+    """What a result shows, in one sentence: its sentence in SHOWS.json, else its recorded
+    ``shows`` or ``note``, else the first sentence of prose in its .md; empty when none (the
+    index test fails on an empty one)."""
+    register = shows_register() if register is None else register
+    if files and (written := register.get(result_key(files[0]))):
+        return written
     doc = next((d for f in files if (d := _json_of(f))), {})
     meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
     text = str(meta.get("shows") or meta.get("note") or "")
@@ -165,9 +179,6 @@ def shows(files: list[Path]) -> str:
             if line and not line.startswith(_SHOWS_SKIP):
                 text = line
                 break
-    if not text:
-        title = doc.get("name") or (files[0].stem if files else "")
-        text = f"benchmark tables of `{title}`"
     text = text.split(". ")[0].rstrip(".")
     return text if len(text) <= 200 else text[:197].rstrip() + "..."
 
@@ -175,6 +186,7 @@ def shows(files: list[Path]) -> str:
 def render() -> str:
     cites = citations()
     register = superseded_register()
+    written = shows_register()
     files = result_files()
     groups: dict[str, list[Path]] = {}
     for path in files:
@@ -188,7 +200,7 @@ def render() -> str:
         kinds = " ".join(f"`{p.name[len(Path(key).name) :]}`" for p in group)
         rows.append(
             f"| `{key}` | {kinds} | {_cell(status_of(first, register))} | {date} | "
-            f"`{commit[:7]}` | {_cell(shows(group))} | "
+            f"`{commit[:7]}` | {_cell(shows(group, written))} | "
             + (f"`{_cell(portable(cmd))}`" if cmd else "written by hand (see the file)")
             + f" | {', '.join(where) or '-'} |"
         )
@@ -202,8 +214,8 @@ def render() -> str:
         "Status: *current*, or superseded",
         "(moved to `superseded/`, with the file that replaces it and why, from",
         "`superseded/SUPERSEDED.json`). Commit: recorded by `harness.write_results`, or else the",
-        "last commit that changed the file; date: that commit's. What it shows: the note the",
-        "result recorded, or the first line of its text. Command: `ROOT` is any scratch",
+        "last commit that changed the file; date: that commit's. What it shows: its sentence in",
+        "`SHOWS.json`, else its recorded note or first line. Command: `ROOT` is any scratch",
         "directory (an artefact root or output folder of the run); results written by hand say",
         "how they were made in their text. Cited in: README, docs, configs and",
         "`bench/README.md` naming the file (or its .md/.json sibling). The figures themselves",

@@ -47,3 +47,55 @@ def test_bench_readme_names_every_module_and_make_bench_runs_every_speed_benchma
     assert not unnamed, f"bench/README.md does not name {unnamed}"
     speed = readme.split("## Speed benchmarks", 1)[1].split("\n## ", 1)[0]
     assert set(re.findall(r"`(bench\.bench_\w+)`", speed)) == set(BENCHES)
+
+
+def _shows_cells(index_text: str) -> dict[str, str]:
+    """Result name -> its 'what it shows' cell (the sixth column) in an index text."""
+    out = {}
+    for line in index_text.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            out[cells[0].strip("`")] = cells[5]
+    return out
+
+
+def _says_nothing(text: str) -> bool:
+    """An empty cell, the old fallback, or a fragment cut from the file's text."""
+    return (
+        not text.strip()
+        or text.startswith("benchmark tables of")
+        or text.startswith(("Command:", "Setup:", "Labels:", "Plots:"))
+        or "**" in text
+        or bool(re.search(r"\(?Eq$", text))
+    )
+
+
+def test_every_index_row_says_what_the_result_shows() -> None:
+    from bench.results_index import render
+
+    empty = sorted(k for k, v in _shows_cells(render()).items() if _says_nothing(v))
+    assert not empty, (
+        "these results do not say what they show: add one sentence each, with the headline "
+        f"figure, to bench/results/SHOWS.json: {empty}"
+    )
+
+
+def test_the_check_catches_a_result_without_a_sentence(tmp_path: Path, monkeypatch) -> None:
+    import bench.results_index as ri
+
+    (tmp_path / "new_result.md").write_text("# Benchmark: new_result\n\n| a |\n|---|\n| 1 |\n")
+    (tmp_path / "new_result.json").write_text('{"name": "new_result", "meta": {}}')
+    monkeypatch.setattr(ri, "RESULTS", tmp_path)
+    monkeypatch.setattr(ri, "SHOWS", tmp_path / "SHOWS.json")
+    assert ri.shows(ri.result_files()) == ""
+    assert _says_nothing(ri.shows(ri.result_files()))
+    (tmp_path / "SHOWS.json").write_text('{"new_result": "x is 2x faster than y"}')
+    assert ri.shows(ri.result_files()) == "x is 2x faster than y"
+
+
+def test_shows_register_names_only_existing_results() -> None:
+    from bench.results_index import result_files, result_key, shows_register
+
+    keys = {result_key(p) for p in result_files()}
+    stale = sorted(set(shows_register()) - keys)
+    assert not stale, f"bench/results/SHOWS.json names results that do not exist: {stale}"
