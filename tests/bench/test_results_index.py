@@ -99,3 +99,18 @@ def test_shows_register_names_only_existing_results() -> None:
     keys = {result_key(p) for p in result_files()}
     stale = sorted(set(shows_register()) - keys)
     assert not stale, f"bench/results/SHOWS.json names results that do not exist: {stale}"
+
+
+def test_bench_readme_says_whether_each_bench_is_live_or_finished() -> None:
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    readme = (bench / "README.md").read_text()
+    table = readme.split("## Live tools and finished experiments", 1)[1].split("\n## ", 1)[0]
+    kind: dict[str, list[str]] = {}
+    for row in table.splitlines():
+        cells = row.split(" | ")
+        if row.startswith("| `bench.") and len(cells) > 1:
+            for mod in re.findall(r"`(bench\.bench_\w+)`", cells[0]):
+                kind.setdefault(mod, []).append(cells[1].split(":")[0])
+    modules = {f"bench.{p.stem}" for p in bench.glob("bench_*.py")}
+    assert set(kind) == modules, f"not classified: {sorted(modules - set(kind))}"
+    assert all(k in (["live"], ["finished"]) for k in kind.values()), kind
