@@ -191,8 +191,11 @@ def quality(args: argparse.Namespace) -> None:
     validation perplexity per direction, for packaged models (zero-shot causal LMs and a
     briefly trained BERT2BERT)."""
     from ctxsim.models.contextual.generator import DIRECTIONS, eq3_example
-    from ctxsim.models.contextual.generator_training import TrainConfig, train_generator
-    from ctxsim.tasks.generator_eval import random_partners
+    from ctxsim.models.contextual.generator_training import (
+        TrainConfig,
+        random_partners,
+        train_generator,
+    )
 
     rng = np.random.default_rng(0)
     w = book_windows(args.books)

