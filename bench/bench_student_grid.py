@@ -157,9 +157,8 @@ def pack_arm(config: str, sets: list[str], run_id: str, out: Path) -> dict[str, 
     from ctxsim.flows.config import load_config
     from ctxsim.flows.pipeline import execute
     from ctxsim.models.training.objectives import ObjectiveContext
+    from ctxsim.models.training.training_data import label_columns, objective_examples
     from ctxsim.store.artefacts import artefact_at, content_digest
-    from ctxsim.tasks.train.data import label_columns
-    from ctxsim.tasks.train.stage import objective_examples
 
     cfg = load_config(config, sets)
     p = cfg.stages["train"]

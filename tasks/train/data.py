@@ -1,15 +1,14 @@
-"""What the `train` stage learns from and selects with: the label artefact's columns, the pairs
-every objective starts from, and the dev set that picks the checkpoint."""
+"""What the `train` stage selects its checkpoint with: the dev set (the label columns and the
+training pairs are models/training/training_data.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
-from ctxsim.models.training.objectives import TrainingPairs
+from ctxsim.models.training.training_data import LabelColumns
 from ctxsim.store.stage import StageContext
 
 if TYPE_CHECKING:
@@ -17,49 +16,6 @@ if TYPE_CHECKING:
 
 #: (first sentences, second sentences, gold, name) of the dev set that selects the checkpoint
 DevSet = tuple[list[str], list[str], list[float], str]
-
-
-class LabelColumns(NamedTuple):
-    """The label artefact's columns the stage reads (``labels``: ``train.label_column``)."""
-
-    table: pa.Table
-    s1: list[str | None]
-    s2: list[str | None]
-    labels: np.ndarray
-    split: np.ndarray
-
-
-def label_columns(table: pa.Table, p: TrainParams, source: str) -> LabelColumns:
-    """The columns of ``table`` (the label artefact at ``source``); a missing one is an error
-    naming it."""
-    for col in ("s1", "s2", p.label_column, "split"):
-        if col not in table.column_names:
-            raise ValueError(f"label artefact {source} has no column {col!r}")
-    return LabelColumns(
-        table,
-        table.column("s1").to_pylist(),
-        table.column("s2").to_pylist(),
-        np.asarray(table.column(p.label_column).to_pylist(), dtype=np.float64),
-        np.asarray(table.column("split").to_pylist(), dtype=object),
-    )
-
-
-def training_pairs(cols: LabelColumns, p: TrainParams, source: str) -> TrainingPairs:
-    """The pairs every objective starts from: split in ``train_splits``, a finite label, both
-    sentences; the first ``max_train_pairs`` of them."""
-    ok = np.isin(cols.split, p.train_splits) & np.isfinite(cols.labels)
-    ok &= np.array(
-        [a is not None and b is not None for a, b in zip(cols.s1, cols.s2, strict=True)],
-        dtype=bool,
-    )
-    idx = np.flatnonzero(ok)
-    if p.max_train_pairs is not None:
-        idx = idx[: p.max_train_pairs]
-    if len(idx) == 0:
-        raise ValueError(f"no labelled pairs with split in {p.train_splits} in {source}")
-    s1 = [cols.s1[i] for i in idx]
-    s2 = [cols.s2[i] for i in idx]
-    return TrainingPairs(s1, s2, cols.labels[idx], idx, cols.table, source)  # type: ignore[arg-type]
 
 
 def dev_set(ctx: StageContext, p: TrainParams, cols: LabelColumns) -> DevSet | None:

@@ -18,13 +18,13 @@ from ctxsim.models.training.objectives import (
     ObjectiveContext,
     get_objective,
     has_dropout,
-    steps_for,
 )
 from ctxsim.models.training.sentence_encoder import build_model
 from ctxsim.models.training.tiny_backbone import TINY, build_tiny_backbone
+from ctxsim.models.training.training_data import label_columns, objective_examples
 from ctxsim.store.cost_model import CostModel, InputRowsPerQuery, OptimizerSteps
 from ctxsim.store.stage import Stage, StageContext
-from ctxsim.tasks.train.data import DevSet, dev_set, label_columns, training_pairs
+from ctxsim.tasks.train.data import DevSet, dev_set
 from ctxsim.tasks.train.params import TrainParams
 from ctxsim.tasks.train.report import RunOutcome, history_rows, model_card, run_metrics
 from ctxsim.tasks.train.trainer import (
@@ -51,19 +51,6 @@ def resolve_backbone(name: str) -> str:
     from ctxsim.models.registry import resolve_model
 
     return str(resolve_model(name))
-
-
-def objective_examples(cols: Any, oc: ObjectiveContext, source: str) -> tuple[Any, Any, Any, int]:
-    """The objective ``oc.params`` names, its training pairs, its examples and its step budget:
-    what the stage trains on, also packed by bench/bench_student_grid.py to train elsewhere."""
-    p = oc.params
-    objective = get_objective(p.objective)
-    pairs = training_pairs(cols, p, source)
-    examples = objective.examples(pairs, oc)
-    max_steps = p.max_steps
-    if objective.pair_budget and max_steps <= 0:
-        max_steps = steps_for(len(pairs), p.batch_size, p.epochs)  # the pair objectives' steps
-    return objective, pairs, examples, max_steps
 
 
 class TrainStage(Stage):

@@ -411,7 +411,7 @@ def test_a_run_whose_prefect_database_fills_the_disk_is_not_left_completed(tmp_p
 @pytest.mark.parametrize(
     "exc",
     [
-        ValueError("no labelled pairs with split in ['train'] in label/abc"),  # tasks/train/data.py
+        ValueError("no labelled pairs with split in ['train'] in label/abc"),  # training_data.py
         KeyboardInterrupt(),
         OSError(28, "No space left on device", "/r/x"),
     ],
