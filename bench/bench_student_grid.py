@@ -54,11 +54,13 @@ ARMS: dict[str, tuple[str | None, list[str]]] = {
     "recipe": (None, []),
     "recipe-angle": (None, ["train.loss=angle"]),
     "recipe-mse": (None, ["train.loss=cosine", "train.label_scale=none"]),
-    "softmax-recipe": (None, ["label.encoder_form=softmax"]),
+    "softmax-recipe": (None, ["label.encoder.form=softmax"]),
     "mpnet-recipe": (None, ["embed.model=mpnet"]),
 }
 DEFAULT_ARMS = ["none", "simcse", "context", "teacher", "minilm-labels", "recipe"]
 PACK_MANIFEST = "MANIFEST.json"
+#: written into every pack; ``pack --overwrite`` replaces only a folder that holds it
+PACK_MARKER = ".ctxsim-pack.json"
 TRIM_FILE = "trim.json"
 RESULTS_FILE = "results.jsonl"
 #: what a packed backbone's word-embedding matrix is called in its safetensors file
@@ -197,7 +199,10 @@ def pack_arm(config: str, sets: list[str], run_id: str, out: Path) -> dict[str, 
     }
 
 
-def pack(args: argparse.Namespace, arms: dict[str, tuple[str | None, list[str]]]) -> None:
+def _make_pack(
+    args: argparse.Namespace, arms: dict[str, tuple[str | None, list[str]]], tmp: Path
+) -> dict[str, Any]:
+    """The pack, written into the fresh folder ``tmp``; returns its manifest."""
     import pyarrow.parquet as pq
 
     from ctxsim.flows.config import load_config
@@ -205,11 +210,6 @@ def pack(args: argparse.Namespace, arms: dict[str, tuple[str | None, list[str]]]
     from ctxsim.readers.domain import discover_domain
     from ctxsim.readers.sts import discover
 
-    out = Path(args.out)
-    if (out / PACK_MANIFEST).exists():
-        raise SystemExit(f"{out}: a pack is already there (remove it first)")
-    tmp = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
     budget = [f"train.max_steps={args.steps}", f"train.batch_size={args.batch_size}"]
     manifest: dict[str, Any] = {"arms": {}, "steps": args.steps, "batch_size": args.batch_size}
     texts: list[str] = []
@@ -244,8 +244,25 @@ def pack(args: argparse.Namespace, arms: dict[str, tuple[str | None, list[str]]]
     manifest["backbone"] = {"name": backbone} | trim
     manifest["sts_sets"] = list(args.sts_sets)
     (tmp / PACK_MANIFEST).write_text(json.dumps(manifest, indent=1))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)  # a pack is whole or absent
+    (tmp / PACK_MARKER).write_text(json.dumps({"writer": "bench_student_grid pack"}))
+    return manifest  # renamed into place by staged_dir: a pack is whole or absent
+
+
+def pack(args: argparse.Namespace, arms: dict[str, tuple[str | None, list[str]]]) -> None:
+    from ctxsim.product.export_target import staged_dir
+    from ctxsim.store.errors import InputError
+
+    # the package's guard, as `ctxsim export` uses it: a new or empty folder, or with
+    # --overwrite a previous pack (its PACK_MARKER), never an artefact root or anything inside
+    # or containing one, never the working directory; checked before any work
+    out = Path(args.out).expanduser().absolute()
+    if (out / PACK_MANIFEST).is_file() and not args.overwrite:
+        raise SystemExit(f"--out {out}: a pack is already there (remove it or pass --overwrite)")
+    try:
+        with staged_dir(out, args.overwrite, None, PACK_MARKER, "pack") as tmp:
+            manifest = _make_pack(args, arms, tmp)
+    except InputError as e:
+        raise SystemExit(str(e)) from None
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
     print(f"pack {out}: {len(manifest['arms'])} arms, {size:.1f} MiB")
 
@@ -519,6 +536,9 @@ def main(argv: list[str] | None = None) -> None:
     pk.add_argument("--sts-sets", nargs="*", default=["STSb.dev"])
     pk.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     pk.add_argument("--out", required=True)
+    pk.add_argument(
+        "--overwrite", action="store_true", help="replace a previous pack (never anything else)"
+    )
     rn = sub.add_parser("run", help="train and score every arm x lr, then seeds")
     rn.add_argument("--pack", required=True)
     rn.add_argument("--out", required=True)

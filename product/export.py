@@ -9,9 +9,10 @@ Everything is written into a temporary directory beside DIR and renamed into pla
 an error leaves nothing behind, and nothing is written outside DIR and that sibling. A non-empty
 DIR is refused unless ``overwrite``, and ``overwrite`` replaces only a previous export (one holding
 the marker file every export writes), never the artefact root, a directory containing it or the
-current working directory. Nothing at or below an artefact root (the store's, or the root the run
-was made in) is ever a target, marker or not: the marker is a hint anyone can forge, and the
-store owns everything under its root.
+current working directory. Nothing at or below an artefact root (the store's, the root the run
+was made in, or any other, recognised by its runs/, _cache/ and manifests) is ever a target,
+marker or not: the marker is a hint anyone can forge, and the store owns everything under its
+root.
 
 This module reads the run and writes the rows; the target checks are product/export_target.py,
 the card (README.md) product/card.py.

@@ -80,6 +80,117 @@ def test_export_refuses_the_root_a_run_was_made_in(labelled_store, tmp_path):
     assert "is inside the artefact root" in _error_line(res)
 
 
+# ---- export and bench packs: no artefact root is replaced, whoever's it is ----------------------
+def _other_root(base: Path, markers: str) -> Path:
+    """Another artefact root than the one exported from, recognised only by the markers named
+    (``runs``: run records, ``cache``: ``_cache/``, ``manifest``: a published artefact)."""
+    root = base / "root2"
+    root.mkdir(parents=True)
+    if "runs" in markers:
+        (root / "runs").mkdir()
+        (root / "runs" / "other.json").write_text("{}")
+    if "cache" in markers:
+        (root / "_cache" / "scores").mkdir(parents=True)
+    if "manifest" in markers:
+        art = root / "label" / "0123456789abcdef"
+        art.mkdir(parents=True)
+        (art / "_MANIFEST.json").write_text("{}")
+        (art / "part-00000.parquet").write_bytes(b"rows")
+    return root
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _write_with(command: str, out: Path, store, monkeypatch, tmp_path: Path) -> str:
+    """``ctxsim export`` or ``bench_student_grid pack`` with ``--out out --overwrite``: the one
+    line it fails with. The pack's pipeline and backbone are stubbed: today's code ran to its
+    end (and deleted ``out``) in a second."""
+    if command == "export":
+        args = ["export", "r", "--root", str(store.root), "--out", str(out), "--overwrite"]
+        return _error_line(CliRunner().invoke(app, args))
+    from bench import bench_student_grid as grid
+
+    spec = {"files": {}, "examples": 0}
+    monkeypatch.setattr(grid, "pack_arm", lambda *a, **k: dict(spec))
+    monkeypatch.setattr(grid, "trim_backbone", lambda *a, **k: {})
+    empty = tmp_path / "empty"
+    empty.mkdir(exist_ok=True)
+    argv = ["pack", "--config", str(QUICKSTART), "--arms", "none", "--out", str(out)]
+    argv += ["--eval-dir", str(empty), "--sts-dir", str(empty), "--overwrite"]
+    with pytest.raises(SystemExit) as err:
+        grid.main(argv)
+    line = str(err.value.code)
+    assert "\n" not in line and "Traceback" not in line
+    return line
+
+
+@pytest.mark.parametrize("command", ["export", "pack"])
+@pytest.mark.parametrize(
+    ("markers", "target", "expected"),
+    [
+        ("runs cache manifest", "ROOT2", "--out ROOT2 is the artefact root ROOT2"),
+        ("runs", "ROOT2", "--out ROOT2 is the artefact root ROOT2"),
+        ("cache", "ROOT2", "--out ROOT2 is the artefact root ROOT2"),
+        ("manifest", "ROOT2", "--out ROOT2 is the artefact root ROOT2"),
+        ("runs cache manifest", "ROOT2/label", "--out ROOT2/label is inside the artefact root"),
+        ("manifest", "ROOT2/label", "--out ROOT2/label is inside the artefact root ROOT2"),
+        ("runs", "ROOT2/new", "--out ROOT2/new is inside the artefact root ROOT2"),
+        ("runs cache manifest", "HOLDER", "--out HOLDER contains the artefact root ROOT2"),
+        ("", "USER", "--out USER is not a previous ctxsim COMMAND (no MARKER)"),
+    ],
+)
+def test_no_export_or_pack_replaces_another_root_or_a_folder_it_did_not_write(
+    labelled_store, tmp_path, monkeypatch, command, markers, target, expected
+):
+    """Issue 57 items 1-2: ``--out`` naming another artefact root, a folder inside one, a
+    folder holding one (each with a forged marker), or a user's folder: one line naming both,
+    and not a file lost (today: exit 0 and 14 artefacts -> 0, or a user folder deleted)."""
+    from bench.bench_student_grid import PACK_MARKER
+    from ctxsim.product.export_target import EXPORT_MARKER
+
+    marker = EXPORT_MARKER if command == "export" else PACK_MARKER
+    holder = tmp_path / "holder"
+    root2 = _other_root(holder, markers)
+    (root2 / "label").mkdir(exist_ok=True)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_text("mine")
+    names = {"ROOT2": root2, "HOLDER": holder, "USER": user}
+    out = Path(names.get(target.split("/")[0], root2), *target.split("/")[1:])
+    if out.is_dir() and out != user:
+        (out / marker).write_text("{}")  # forged: the marker says nothing about a root
+    before_root, before_user = _tree(holder), _tree(user)
+    line = _write_with(command, out, labelled_store, monkeypatch, tmp_path)
+    want = expected.replace("COMMAND", command).replace("MARKER", marker)
+    for name, path in names.items():
+        want = want.replace(name, str(path))
+    assert want in line, line
+    assert _tree(holder) == before_root and _tree(user) == before_user
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_pack_replaces_only_a_previous_pack(tmp_path, monkeypatch):
+    """With --overwrite a pack replaces what a pack wrote (its marker), and nothing else."""
+    from bench import bench_student_grid as grid
+
+    monkeypatch.setattr(grid, "pack_arm", lambda *a, **k: {"files": {}, "examples": 0})
+    monkeypatch.setattr(grid, "trim_backbone", lambda *a, **k: {})
+    out, empty = tmp_path / "grid", tmp_path / "empty"
+    empty.mkdir()
+    argv = ["pack", "--config", str(QUICKSTART), "--arms", "none"]
+    argv += ["--eval-dir", str(empty), "--sts-dir", str(empty), "--out", str(out)]
+    grid.main(argv)
+    assert (out / grid.PACK_MARKER).is_file() and (out / grid.PACK_MANIFEST).is_file()
+    (out / "stale.txt").write_text("old")
+    with pytest.raises(SystemExit, match="a pack is already there"):
+        grid.main(argv)
+    grid.main([*argv, "--overwrite"])
+    assert not (out / "stale.txt").exists() and (out / grid.PACK_MANIFEST).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "grid"]
+
+
 # ---- evaluate: outputs checked before the work, figures never thrown away ---------------------
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
