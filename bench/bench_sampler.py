@@ -95,8 +95,8 @@ def rows_kept(run: Callable[[], list[str]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from ctxsim.models.contextual.context_sampling import load_sampler_lm
     from ctxsim.models.registry import resolve_model
-    from ctxsim.tasks.gencontexts import _load_lm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> None:
     path = str(resolve_model(args.model))
     warn = logging.getLogger(__name__).warning
     models = {
-        w: _load_lm(path, "cpu", warn if w == "bfloat16" else None) for w in ("float32", "bfloat16")
+        w: load_sampler_lm(path, "cpu", warn if w == "bfloat16" else None)
+        for w in ("float32", "bfloat16")
     }
 
     # name -> (weights, n prompts, run): interleaved repeats, so load drifts hit every variant

@@ -116,7 +116,7 @@ def check_sts(cfg: PipelineConfig) -> None:
             raise InputError("queries.sts_dir: must be set when queries.source is 'sts'")
         if not Path(where).expanduser().is_dir():
             raise InputError(f"queries.sts_dir: {where} is not a directory")
-        from ctxsim.tasks.queries import pair_sets_as_sts
+        from ctxsim.readers.domain import pair_sets_as_sts
 
         found = discover(Path(where).expanduser()) + pair_sets_as_sts(where)
         names = [f"{s.dataset}.{s.subset}" for s in found]

@@ -161,3 +161,17 @@ def discover_domain(root: str | Path) -> tuple[list[PairSet], list[QaSet]]:
         read_qa(p, _set_name(p, root, ".jsonl")) for p in sorted(root.rglob(QA_GLOB)) if p.is_file()
     ]
     return pairs, qa
+
+
+def pair_sets_as_sts(root: str | Path) -> list:
+    """Pair-classification files (``NAME.SPLIT.pairs.tsv``) as gold-scored sets
+    ``NAME.SPLIT`` with gold 0/1: Origin (Eq. 4) of a domain's labelled pairs (MEDIQA RQE)."""
+    from ctxsim.readers.sts import StsSet
+
+    out = []
+    for ps in discover_domain(root)[0]:
+        stem = Path(ps.path).name[: -len(".pairs.tsv")]
+        dataset, _, subset = stem.partition(".")
+        gold = [float(y) for y in ps.labels]
+        out.append(StsSet(dataset, subset or "all", ps.s1, ps.s2, gold, ps.path))
+    return out

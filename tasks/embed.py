@@ -42,6 +42,7 @@ from ctxsim.models.registry import resolve_model
 from ctxsim.models.tokenizer_threads import tokenizer_threads
 from ctxsim.store.artefacts import Artefact
 from ctxsim.store.atomic import atomic_path
+from ctxsim.store.chunks import chunk_texts
 from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of

@@ -224,6 +224,7 @@ class GenContextsStage(Stage):
 
         from ctxsim.models.contextual.context_sampling import (
             SamplingSettings,
+            load_sampler_lm,
             render,
             sample_texts,
             stops_at_quote,

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from ctxsim.models.corpus.retrieval import fit_index

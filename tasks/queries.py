@@ -220,6 +220,7 @@ class QueriesStage(Stage):
     def _sts(
         self, p: QueriesParams, rng: np.random.Generator
     ) -> tuple[list[str], list[int | None], list[str], pa.Table]:
+        from ctxsim.readers.domain import pair_sets_as_sts
         from ctxsim.readers.sts import discover
 
         if not p.sts_dir:

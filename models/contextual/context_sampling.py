@@ -102,6 +102,22 @@ def _draw(logits: torch.Tensor, s: SamplingSettings, gens: list[torch.Generator]
     return out
 
 
+def load_sampler_lm(path: str, device: str, bf16_warn: Any | None = None) -> tuple[Any, Any]:
+    """(causal LM, tokenizer) from ``path`` for ``sample_texts`` (float32 on ``device``); given
+    ``bf16_warn`` (bf16 weights on CPU: a logger's ``warning``) its weights cast to bfloat16
+    (the sampler takes float32 logits). `gencontexts` loads it only when a sample is not in its
+    cache; bench/bench_sampler.py times both."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ctxsim.models.contextual.quantize import to_bf16_weights
+
+    tok = AutoTokenizer.from_pretrained(path)
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    if bf16_warn is not None:
+        to_bf16_weights(lm, "gencontexts.bf16_weights_on_cpu", bf16_warn)
+    return lm, tok
+
+
 @torch.no_grad()
 def sample_texts(
     model: torch.nn.Module,

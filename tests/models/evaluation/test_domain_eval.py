@@ -181,7 +181,7 @@ def test_evaluate_model_reports_the_domain_tasks_with_intervals(tmp_path):
 def test_pair_files_are_gold_sets_for_origin(tmp_path):
     """`ctxsim origin --sts-dir` on a folder of *.pairs.tsv: each file is a set NAME.SPLIT with
     gold 0/1, so Origin (Eq. 4) can be read on a domain's labelled pairs."""
-    from ctxsim.tasks.queries import pair_sets_as_sts
+    from ctxsim.readers.domain import pair_sets_as_sts
 
     _pairs(tmp_path / "RQE.dev.pairs.tsv", [("a b", "a c", "1"), ("a b", "d e", "0")])
     (sts,) = pair_sets_as_sts(str(tmp_path))
