@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_surrogate_compare import arm_label_cpu, label_and_pair_stages
+from bench.common import (
+    arm_label_cpu,
+    arm_similarities,
+    intervals,
+    label_and_pair_stages,
+    model_similarities,  # noqa: F401  (bench_student_grid's import, until it moves)
+    summarise,
+)
 from bench.harness import RESULTS_DIR, write_results
 
 #: arm name -> train overrides
@@ -166,136 +172,6 @@ def label_agreement(label: Any, encoders: list[str]) -> list[dict[str, Any]]:
                 row[f"vs {e}"] = round(100 * float(spearmanr(lab[m], c[m])[0]), 1)
             rows.append(row)
     return rows
-
-
-#: bump when what arm_similarities computes changes (its cache keys change with it)
-SCORES_VERSION = "2"
-
-
-def _digest(*parts: Any) -> str:
-    import hashlib
-
-    h = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        h.update(json.dumps(part, sort_keys=True, default=str).encode())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def arm_model_digest(model_dir: str) -> str:
-    """A hash of a model directory's files (names and bytes; "tfidf": the no-model reference):
-    a retrained model at the same path is another model."""
-    from ctxsim.store.artefacts import content_digest
-
-    if model_dir == "tfidf":
-        return "tfidf"
-    root = Path(model_dir)
-    files = sorted(f for f in root.rglob("*") if f.is_file() and not f.name.startswith("."))
-    if not files:
-        raise SystemExit(f"{model_dir}: no model files")
-    return _digest({f.relative_to(root).as_posix(): content_digest(f) for f in files})
-
-
-def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
-    """The arm-score cache key: everything the cached scores depend on: the model's content, the
-    content of every evaluation set (pairs and labels, questions, answers and their relevance,
-    STS pairs and gold: so the files and the --sts-sets chosen), the sequence cap and the
-    version of the scoring code."""
-    sets = (
-        [("pairs", p.name, p.s1, p.s2, p.labels) for p in pair_sets]
-        + [("qa", q.name, q.questions, q.answers, q.relevant) for q in qa_sets]
-        + [("sts", s.name, s.s1, s.s2, s.gold) for s in sts]
-    )
-    return _digest(SCORES_VERSION, arm_model_digest(model_dir), _digest(sets), int(max_seq))
-
-
-def model_similarities(model: Any, pair_sets, qa_sets, sts, batch_size: int = 64) -> dict:
-    """Per-pair cosines, per-query retrieval metrics (through the evaluate stage's
-    ``evaluate_domain``) and STS cosines of one loaded model (None: TF-IDF 1-2 grams)."""
-    from ctxsim.tasks.evaluate import pair_similarities
-    from ctxsim.tasks.evaluate.domain import evaluate_domain
-
-    dom = evaluate_domain(
-        {"arm": model},
-        pair_sets,
-        qa_sets,
-        batch_size=batch_size,
-        bootstrap_resamples=0,
-        per_item=True,
-    )
-    out: dict[str, np.ndarray] = {}
-    for name, by_system in dom["per_item"]["pairs"].items():
-        out[f"pairs/{name}"] = by_system["arm"]
-    for name, by_system in dom["per_item"]["retrieval"].items():
-        for metric, v in by_system["arm"].items():
-            out[f"qa/{name}/{metric}"] = v
-    for s in sts:
-        if model is None:
-            from ctxsim.models.training.objectives import tfidf_cosine
-
-            out[f"sts/{s.name}"] = tfidf_cosine(s.s1, s.s2)
-        else:
-            sims = pair_similarities(model, s.s1, s.s2, batch_size, ("cosine",))
-            out[f"sts/{s.name}"] = sims["cosine"]
-    return out
-
-
-def arm_similarities(
-    model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int, device: str = "cpu"
-) -> dict:
-    """``model_similarities`` of a saved model ("tfidf": TF-IDF 1-2 grams), cached under
-    ``arm_cache_key`` (scores do not depend on the device beyond float rounding)."""
-    from ctxsim.tasks.evaluate import load_st
-
-    path = cache / f"{arm_cache_key(model_dir, pair_sets, qa_sets, sts, max_seq)}.npz"
-    if path.exists():
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files}
-    model = load_st(model_dir, device, max_seq) if model_dir != "tfidf" else None
-    out = model_similarities(model, pair_sets, qa_sets, sts)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
-    np.savez(tmp, **out)
-    os.replace(tmp, path)  # never a half-written cache file under the key
-    return out
-
-
-def summarise(scores: dict, pair_sets, qa_sets, sts) -> dict[str, float]:
-    from ctxsim.models.evaluation import domain_metrics as D
-    from ctxsim.models.evaluation import metrics as M
-
-    row: dict[str, float] = {}
-    for ps in pair_sets:
-        v = D.pair_classification_scores(scores[f"pairs/{ps.name}"], ps.labels)
-        row[f"{ps.name} AP"] = round(v["ap"], 2)
-        row[f"{ps.name} F1"] = round(v["f1"], 2)
-    for qa in qa_sets:
-        for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
-            row[f"{qa.name} {metric}"] = round(float(np.mean(scores[f"qa/{qa.name}/{metric}"])), 2)
-    for s in sts:
-        row[f"{s.name} spearman"] = round(M.spearman(scores[f"sts/{s.name}"], s.gold), 2)
-    return row
-
-
-def intervals(a: dict, b: dict, pair_sets, qa_sets, sts, n: int, seed: int) -> dict[str, str]:
-    from ctxsim.models.evaluation import domain_metrics as D
-    from ctxsim.models.evaluation import metrics as M
-
-    out: dict[str, str] = {}
-
-    def fmt(ci: dict) -> str:
-        return f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
-
-    for ps in pair_sets:
-        k = f"pairs/{ps.name}"
-        out[f"{ps.name} AP"] = fmt(D.ap_diff_ci(ps.labels, a[k], b[k], n, 0.95, seed))
-    for qa in qa_sets:
-        k = f"qa/{qa.name}/ndcg_at_10"
-        out[f"{qa.name} nDCG@10"] = fmt(D.mean_diff_ci(a[k], b[k], n, 0.95, seed))
-    for s in sts:
-        k = f"sts/{s.name}"
-        out[f"{s.name}"] = fmt(M.bootstrap_diff_ci(s.gold, a[k], b[k], "spearman", n, 0.95, seed))
-    return out
 
 
 def main(argv: list[str] | None = None) -> None:

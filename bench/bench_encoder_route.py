@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         if arm not in arms:
             ap.error(f"unknown arm {arm!r}: use {list(arms)} or --arm NAME:KEY=VALUE")
 
-    from bench.bench_domain_adapt import arm_similarities, intervals, summarise
+    from bench.common import arm_similarities, intervals, summarise
     from bench.harness import RESULTS_DIR, write_results
     from ctxsim.flows.config import load_config
     from ctxsim.flows.pipeline import execute

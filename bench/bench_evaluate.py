@@ -21,11 +21,11 @@ import argparse
 import random
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from bench.common import loss_step
 from bench.harness import machine_info, median, peak_rss_mb, reset_peak_rss, timeit, write_results
 
 STS = Path(__file__).resolve().parents[2] / "shared" / "data" / "sts"
@@ -158,22 +158,6 @@ def _peak_delta(fn) -> tuple[float, float]:
     fn()
     dt = time.perf_counter() - t0
     return dt, (peak_rss_mb() - base) if reset_ok else float("nan")
-
-
-def loss_step(b: int, L: int, d: int, sparse: bool) -> Callable[[], None]:
-    """One CLRCMD loss forward + backward over B x B pairwise RCMD of random token vectors."""
-    from ctxsim.models.evaluation.similarity import rcmd_pairwise
-
-    g = torch.Generator().manual_seed(b)
-    x, y = torch.randn(b, L, d, generator=g), torch.randn(b, L, d, generator=g)
-    m = torch.ones(b, L, dtype=torch.bool)
-
-    def step() -> None:
-        xx, yy = x.clone().requires_grad_(), y.clone().requires_grad_()
-        logits = rcmd_pairwise(xx, m, yy, m, sparse=sparse) / 0.05
-        torch.nn.functional.cross_entropy(logits, torch.arange(b)).backward()
-
-    return step
 
 
 def bench_train(model, batches: list[int], full_batches: list[int], L: int) -> list[dict]:

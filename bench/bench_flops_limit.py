@@ -25,38 +25,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import torch
 
+from bench.common import FF, TOKENS, VOCAB, D, flops_per_s, matmul_speeds
 from bench.harness import RESULTS_DIR, write_results
 
-D, FF, TOKENS, VOCAB = 576, 1536, 4096, 49152  # SmolLM2-135M: hidden 576, MLP 1536, vocab 49152
 NON_EMB_PARAMS = 134.5e6 - VOCAB * D  # tied embedding / head
-
-
-def flops_per_s(fn, flops: float, min_cpu: float = 3.0) -> float:
-    fn()
-    n, c0 = 0, time.process_time()
-    while time.process_time() - c0 < min_cpu:
-        fn()
-        n += 1
-    return flops * n / (time.process_time() - c0)
-
-
-def matmul_speeds() -> dict[str, float]:
-    """FLOP per CPU-second of the scorer's MLP-shaped matmul, float32 and dynamic int8."""
-    from torch.ao.quantization import quantize_dynamic
-
-    x = torch.randn(TOKENS, D)
-    lin = torch.nn.Linear(D, FF, bias=False)
-    q = quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
-    flops = 2.0 * TOKENS * D * FF
-    with torch.inference_mode():
-        return {
-            "fp32": flops_per_s(lambda: lin(x), flops),
-            "int8": flops_per_s(lambda: q(x), flops),
-        }
 
 
 #: SmolLM2-135M's matrix products per token: (rows, in, out) x how many per layer / per model

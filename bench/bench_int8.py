@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from bench.bench_score import book_windows, make_scorer
+from bench.common import book_windows, make_scorer
 from bench.harness import write_results
 from ctxsim.models.contextual.generator import CausalPrefixScorer
 from ctxsim.models.contextual.quantize import quantize_int8

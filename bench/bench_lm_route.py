@@ -17,10 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
-import pickle
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -30,92 +27,17 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from bench.bench_pipeline import stage_rows, stages_to_label
-from bench.harness import peak_rss_mb, reset_peak_rss, write_results
+from bench.common import (
+    bf16_scorer,
+    capture_run,
+    engine_config,
+    load_capture,
+    run_engine,
+    save_capture,
+    stages_to_label,
+)
+from bench.harness import write_results
 from ctxsim.models.contextual import score_engine as se
-
-
-def capture_run(config: str, root: Path, queries: int, run_id: str) -> dict[str, Any]:
-    """Run `config` to `label` on a fresh root; return the score stage's engine calls."""
-    from ctxsim.flows.pipeline import run_pipeline
-
-    calls: list[dict[str, Any]] = []
-    real = se.ScoringEngine.score
-
-    def spy(self, lefts, sentences, rights, directions=se.DIRECTIONS):  # noqa: ANN001, ANN202
-        t0 = time.process_time()
-        out = real(self, lefts, sentences, rights, directions)
-        calls.append(
-            {
-                "windows": (list(lefts), list(sentences), list(rights)),
-                "directions": tuple(directions),
-                "cpu_s": time.process_time() - t0,
-                "config": self.config,
-                "scorer": self.scorer,
-                "scores": out,
-            }
-        )
-        return out
-
-    if root.exists():
-        shutil.rmtree(root)
-    se.ScoringEngine.score = spy  # type: ignore[method-assign]
-    try:
-        overrides = [
-            f"queries.n_corpus={queries}",
-            "run.no_progress=true",
-            f"run.torch_threads={torch.get_num_threads()}",  # the replays run with as many
-        ]
-        run_pipeline(config, overrides, root=str(root), until="label", run_id=run_id)
-    finally:
-        se.ScoringEngine.score = real  # type: ignore[method-assign]
-    if not calls:
-        raise RuntimeError(f"{config}: the score stage ran no engine call (reused?)")
-    rows, rec = stage_rows(root, run_id)
-    return {"calls": calls, "stages": rows, "record": rec}
-
-
-def save_capture(cap: dict[str, Any], path: Path) -> None:
-    """The captured calls without their scorer (rebuilt by ``load_capture``), so the replays can
-    run again (``--reuse``) without the run."""
-    calls = []
-    for c in cap["calls"]:
-        int8 = any("quantized" in type(m).__module__ for m in c["scorer"].model.modules())
-        calls.append({k: v for k, v in c.items() if k != "scorer"} | {"int8": int8})
-    with open(path, "wb") as f:
-        pickle.dump({**cap, "calls": calls}, f)
-
-
-def load_capture(path: Path) -> dict[str, Any]:
-    from ctxsim.models.contextual.quantize import quantize_int8
-    from ctxsim.scores.eq3 import INT8_FLOAT_LAYERS
-    from ctxsim.scores.loading import load_scorer
-
-    with open(path, "rb") as f:
-        cap = pickle.load(f)
-    gen_dir = Path(cap["record"]["stages"]["generator"]["path"]) / "files"
-    scorers: dict[bool, Any] = {}
-    for c in cap["calls"]:
-        if c["int8"] not in scorers:
-            sc, _ = load_scorer(gen_dir, "cpu")
-            scorers[c["int8"]] = quantize_int8(sc, skip=INT8_FLOAT_LAYERS) if c["int8"] else sc
-        c["scorer"] = scorers[c["int8"]]
-    return cap
-
-
-def bf16_scorer(generator_dir: Path) -> Any:
-    """The run's float32 scorer with its weights cast to bfloat16 (score.bf16_weights_on_cpu)."""
-    from ctxsim.models.contextual.quantize import to_bf16_weights
-    from ctxsim.scores.loading import load_scorer
-
-    sc, _ = load_scorer(generator_dir, "cpu")
-    to_bf16_weights(sc.model, "score.bf16_weights_on_cpu", logging.getLogger(__name__).warning)
-    return sc
-
-
-def engine_config(call: dict[str, Any], group: bool) -> se.EngineConfig:
-    """The score stage's engine settings of a captured call, prompts grouped or not, no bar."""
-    return se.EngineConfig(**{**call["config"].__dict__, "group_prompts": group, "progress": False})
 
 
 def compiled_bf16_scorer(
@@ -205,28 +127,6 @@ def heads_copied(on: bool) -> contextlib.AbstractContextManager[Any]:
     from ctxsim.models.contextual.native_gqa import GQA_ENV
 
     return mock.patch.dict(os.environ, {GQA_ENV: "0"}) if on else contextlib.nullcontext()
-
-
-def run_engine(
-    calls: list[dict[str, Any]], group: bool, scorer: Any | None = None
-) -> dict[str, Any]:
-    """Every captured call again with a fresh engine of the stage's settings (on ``scorer``
-    instead of the stage's where given); CPU-s and stats."""
-    out: dict[str, Any] = {"cpu_s": 0.0, "scores": [], "stats": se.EngineStats()}
-    reset_peak_rss()
-    base = peak_rss_mb()
-    for c in calls:
-        cfg = engine_config(c, group)
-        eng = se.ScoringEngine(scorer if scorer is not None else c["scorer"], cfg)
-        t0 = time.process_time()
-        got = eng.score(*c["windows"], c["directions"])
-        out["cpu_s"] += time.process_time() - t0
-        out["scores"].append(np.concatenate([got[d] for d in c["directions"]]))
-        for k in ("target_tokens", "padded_tokens", "run_tokens", "forward_calls"):
-            setattr(out["stats"], k, getattr(out["stats"], k) + getattr(eng.stats, k))
-    out["rss_mb"] = peak_rss_mb() - base
-    out["scores"] = np.concatenate(out["scores"])
-    return out
 
 
 def fp32_agreement(

@@ -26,10 +26,10 @@ its run id.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from bench.common import stage_rows, stages_to_label
 from bench.harness import write_results
 
 
@@ -38,39 +38,6 @@ def per_query_stages() -> tuple[str, ...]:
     from ctxsim.tasks import STAGES, load_stage
 
     return tuple(n for n in STAGES if load_stage(n).per_query)
-
-
-def stages_to_label() -> tuple[str, ...]:
-    """The stages a run takes to its labels: `label` and every stage before it."""
-    from ctxsim.tasks import STAGES
-
-    names = list(STAGES)
-    return tuple(names[: names.index("label") + 1])
-
-
-def stage_rows(root: Path, run_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    rec_path = root / "runs" / f"{run_id}.json"
-    if not rec_path.exists():
-        raise FileNotFoundError(f"{rec_path}: no such run record (see `ctxsim runs`)")
-    rec = json.loads(rec_path.read_text())
-    rows = []
-    for name, st in rec["stages"].items():
-        manifest = Path(st["path"]) / "_MANIFEST.json"
-        m = json.loads(manifest.read_text()) if manifest.exists() else {}
-        stats = m.get("stats", {})
-        wall = float(m.get("timings", {}).get("total_seconds", st.get("seconds", 0.0)))
-        rows.append(
-            {
-                "run": run_id,
-                "stage": name,
-                "status": st.get("status"),
-                "rows": st.get("rows"),
-                "shards": st.get("shards"),
-                "wall_s": round(wall, 1),
-                "cpu_s": round(float(stats["cpu_seconds"]), 1) if "cpu_seconds" in stats else None,
-            }
-        )
-    return rows, rec
 
 
 def summarise(rows: list[dict[str, Any]], rec: dict[str, Any]) -> dict[str, Any]:

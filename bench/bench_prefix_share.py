@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_score import book_windows
+from bench.common import book_windows, make_scorer
 from bench.harness import write_results
 
 
@@ -97,8 +97,6 @@ def time_engine(scorer: Any, w: dict[str, Any], windows: list[tuple[int, int]]) 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from bench.bench_score import make_scorer
-
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--cs", type=int, default=4)

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from bench.bench_evaluate import loss_step
+from bench.common import loss_step
 from bench.harness import write_results
 
 

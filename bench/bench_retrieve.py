@@ -11,27 +11,15 @@ one call, and the overlap of each method's top-K set with ours.
 from __future__ import annotations
 
 import argparse
-import glob
-import gzip
 import json
 import time
 
 import numpy as np
 import scipy.sparse as sp
 
+from bench.common import load_paragraphs
 from bench.harness import median, timeit, traced_peak, write_results
 from ctxsim.models.corpus.retrieval import fit_index, topk_blocked
-
-BOOKS = "/work/shared/data/corpus/standardebooks/*.jsonl.gz"
-
-
-def load_paragraphs(max_books: int | None) -> list[str]:
-    out = []
-    for path in sorted(glob.glob(BOOKS))[:max_books]:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                out.extend(p for p in json.loads(line)["paragraphs"] if p.strip())
-    return out
 
 
 def sample_queries(paras: list[str], n: int, seed: int) -> list[str]:

@@ -25,23 +25,14 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from bench.bench_retrieve import load_paragraphs
+from bench.common import SIZES, book_windows, load_paragraphs, make_scorer
 from bench.harness import median, peak_rss_mb, reset_peak_rss, timeit, write_results
 from ctxsim.models.contextual.generator import (
-    CausalPrefixScorer,
     GenerativeScorer,
-    Seq2SeqScorer,
-    TinyConfig,
-    tiny_causal,
-    tiny_seq2seq,
     train_wordpiece_tokenizer,
 )
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine, naive_score
 
-SIZES = {
-    "tiny": TinyConfig(64, 2, 2, 128),
-    "small": TinyConfig(256, 4, 4, 1024),
-}
 CUDA_NOTES = {
     "cuda_autocast": "torch.autocast('cuda', dtype=torch.bfloat16); log-softmax in float32",
     "cuda_inference": "torch.inference_mode(); weights stay float32, matmuls run in bf16",
@@ -67,32 +58,6 @@ def book_sentences(n: int, seed: int = 0) -> list[list[str]]:
         if len(out) == n:
             break
     return out
-
-
-def make_scorer(backend: str, size: str, tok: Any) -> GenerativeScorer:
-    if size == "minilm":
-        from transformers import AutoTokenizer
-
-        from ctxsim.models.contextual.generator import add_control_tokens, warm_start_seq2seq
-        from ctxsim.models.registry import resolve_model
-
-        path = str(resolve_model("minilm"))
-        t = AutoTokenizer.from_pretrained(path)
-        add_control_tokens(t)
-        return Seq2SeqScorer(warm_start_seq2seq(path, t), t)
-    if size in ("smollm2-135m", "gemma-270m"):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from ctxsim.models.registry import resolve_model
-
-        path = str(resolve_model(size))
-        return CausalPrefixScorer(
-            AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
-        )
-    cfg = SIZES[size]
-    if backend == "seq2seq":
-        return Seq2SeqScorer(tiny_seq2seq(tok, cfg), tok)
-    return CausalPrefixScorer(tiny_causal(tok, cfg), tok)
 
 
 def workload(paras: list[list[str]], q: int, c: int, width: int, rng: np.random.Generator):
@@ -154,36 +119,6 @@ def bench_one(
         "engine_peak_rss_growth_mb": eng_rss,
         "naive_peak_rss_growth_mb": naive_rss,
     }
-
-
-def book_windows(n_books: int, seed: int = 0) -> dict[str, Any]:
-    """Windows [c<, s, c>] (one sentence per side) inside sections of the first n books."""
-    import glob
-    import gzip
-    import json
-
-    import blingfire
-
-    from bench.bench_retrieve import BOOKS
-
-    w: dict[str, list] = {k: [] for k in ("left", "sentence", "right", "doc", "section")}
-    sec = 0
-    for doc, path in enumerate(sorted(glob.glob(BOOKS))[:n_books]):
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                sents = [
-                    s
-                    for para in json.loads(line)["paragraphs"]
-                    for s in blingfire.text_to_sentences(para).split("\n")
-                    if len(s.split()) >= 3
-                ]
-                for i in range(1, len(sents) - 1):
-                    for k, v in zip(
-                        w, (sents[i - 1], sents[i], sents[i + 1], doc, sec), strict=True
-                    ):
-                        w[k].append(v)
-                sec += 1
-    return {k: np.asarray(v) if k in ("doc", "section") else v for k, v in w.items()}
 
 
 def quality(args: argparse.Namespace) -> None:
@@ -286,10 +221,10 @@ def main() -> None:
     import sys
 
     if "--lm-route" in sys.argv:  # the LM route's engines on a real run's windows
-        from bench.bench_lm_route import main as lm_route
+        import subprocess  # bench_lm_route run as a tool, the command its results record
 
-        lm_route([a for a in sys.argv[1:] if a != "--lm-route"])
-        return
+        args = [a for a in sys.argv[1:] if a != "--lm-route"]
+        sys.exit(subprocess.call([sys.executable, "-m", "bench.bench_lm_route", *args]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--quality", action="store_true", help="true-context-wins with real models")
     ap.add_argument("--models", default="gemma-270m,smollm2-135m,minilm")

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from bench.bench_flops_limit import matmul_speeds
+from bench.common import matmul_speeds
 from bench.harness import RESULTS_DIR, run_artefacts, write_results
 from ctxsim.models.contextual.origin import ContextSets, ScoreLookup, origin_labels, spearman_x100
 from ctxsim.models.contextual.quantize import quantize_int8

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from bench.bench_retrieve import load_paragraphs
+from bench.common import load_paragraphs
 from bench.harness import median, timeit, traced_peak, write_results
 from ctxsim.models.contextual.discriminator import (
     CoherenceDiscriminator,

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.common import arm_label_cpu, label_and_pair_stages
 from bench.harness import RESULTS_DIR, write_results
 from ctxsim.models.training.objectives import get_objective
 from ctxsim.store.artefacts import total_cpu_seconds
@@ -46,28 +47,6 @@ ARMS: dict[str, dict[str, str]] = {
 }
 #: every arm gets paired CIs against these (the paper's loss, the label-free peer, the backbone)
 REFERENCES = ("ctxsim-L2", "simcse", "none")
-
-
-def label_and_pair_stages() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(stages Eq. 4 labels cost on top of the pairs, the pair-mining stages shared by ctxsim and
-    TF-IDF labels): of the stages up to `label`, those with `Stage.labelling` and the rest
-    (gencontexts counts only where select.source generates contexts)."""
-    from ctxsim.tasks import STAGES, load_stage
-
-    names = list(STAGES)
-    to_label = names[: names.index("label") + 1]
-    labelling = tuple(n for n in to_label if load_stage(n).labelling)
-    return labelling, tuple(n for n in to_label if n not in labelling)
-
-
-def arm_label_cpu(objective: str, eq4_cpu: float, metrics: dict[str, Any]) -> float:
-    """What an arm's labels cost: the labelling stages' CPU for an objective that trains on Eq. 4
-    labels, the train stage's own labelling CPU for one that labels the pairs itself (TF-IDF,
-    a teacher), nothing for one without labels (models/training/objectives/)."""
-    obj = get_objective(objective)
-    if obj.eq4_labels:
-        return float(eq4_cpu)
-    return float(metrics.get("label_cpu_seconds") or 0.0) if obj.computes_labels else 0.0
 
 
 def train_arm(

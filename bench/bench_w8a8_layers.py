@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from bench.bench_lm_route import (
+from bench.common import (
     bf16_scorer,
     capture_run,
     load_capture,

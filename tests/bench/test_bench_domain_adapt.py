@@ -37,7 +37,7 @@ def test_every_arm_trains_a_registered_objective():
 
 
 def test_label_cpu_follows_what_the_objective_labels_with():
-    from bench.bench_surrogate_compare import arm_label_cpu
+    from bench.common import arm_label_cpu
 
     m = {"label_cpu_seconds": 2.5}
     assert arm_label_cpu("ctxsim", 100.0, m) == arm_label_cpu("joint", 100.0, m) == 100.0
@@ -63,7 +63,7 @@ def test_an_unsafe_reuse_fingerprint_is_one_line_before_any_labelling(tmp_path, 
 
 
 def test_the_cache_key_follows_the_model_the_sets_and_the_sequence_cap(tmp_path):
-    from bench.bench_domain_adapt import arm_cache_key
+    from bench.common import arm_cache_key
 
     model = tmp_path / "model"
     model.mkdir()
@@ -84,7 +84,7 @@ def test_the_cache_key_follows_the_model_the_sets_and_the_sequence_cap(tmp_path)
 
 
 def test_scores_come_from_evaluate_domain_and_are_cached(tmp_path, monkeypatch):
-    from bench import bench_domain_adapt as B
+    from bench import common as B
     from ctxsim.models.evaluation import domain_metrics as D
     from ctxsim.tasks.evaluate.domain import pair_set_similarities, qa_similarity
 

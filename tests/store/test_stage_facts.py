@@ -31,8 +31,8 @@ def test_prefect_yaml_deploys_exactly_the_stages_in_order() -> None:
 def test_stage_facts_give_the_lists_they_replaced() -> None:
     """The hand-kept lists of flows/plan.py, product/explain.py and the benches, as they were
     before the facts moved onto the stages: plan, explain and the benches behave the same."""
-    from bench.bench_pipeline import per_query_stages, stages_to_label
-    from bench.bench_surrogate_compare import label_and_pair_stages
+    from bench.bench_pipeline import per_query_stages
+    from bench.common import label_and_pair_stages, stages_to_label
     from ctxsim.flows.explain import new_query_stages
 
     assert _with("cost_basis", "corpus") == ["shard", "contexts", "index", "embed"]

@@ -1,0 +1,467 @@
+"""What several benches share beyond timing (bench/harness.py): the books corpus and its windows,
+scorers, a finished run's records, the domain evaluation of an encoder arm, the LM route's captured
+engine calls. No bench imports another bench; a part two benches need lives here (heavy imports
+inside the functions, so a speed bench importing this stays light)."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import logging
+import os
+import pickle
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bench.harness import peak_rss_mb, reset_peak_rss
+
+if TYPE_CHECKING:
+    from ctxsim.models.contextual.generator import GenerativeScorer
+    from ctxsim.models.contextual.score_engine import EngineConfig
+
+# -- inputs: the books corpus, its windows, scorers
+
+BOOKS = "/work/shared/data/corpus/standardebooks/*.jsonl.gz"
+#: random scorer sizes (``TinyConfig``: hidden, layers, heads, intermediate)
+SIZES = {"tiny": (64, 2, 2, 128), "small": (256, 4, 4, 1024)}
+
+
+def load_paragraphs(max_books: int | None) -> list[str]:
+    out = []
+    for path in sorted(glob.glob(BOOKS))[:max_books]:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                out.extend(p for p in json.loads(line)["paragraphs"] if p.strip())
+    return out
+
+
+def book_windows(n_books: int, seed: int = 0) -> dict[str, Any]:
+    """Windows [c<, s, c>] (one sentence per side) inside sections of the first n books."""
+    import blingfire
+
+    w: dict[str, list] = {k: [] for k in ("left", "sentence", "right", "doc", "section")}
+    sec = 0
+    for doc, path in enumerate(sorted(glob.glob(BOOKS))[:n_books]):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                sents = [
+                    s
+                    for para in json.loads(line)["paragraphs"]
+                    for s in blingfire.text_to_sentences(para).split("\n")
+                    if len(s.split()) >= 3
+                ]
+                for i in range(1, len(sents) - 1):
+                    for k, v in zip(
+                        w, (sents[i - 1], sents[i], sents[i + 1], doc, sec), strict=True
+                    ):
+                        w[k].append(v)
+                sec += 1
+    return {k: np.asarray(v) if k in ("doc", "section") else v for k, v in w.items()}
+
+
+def make_scorer(backend: str, size: str, tok: Any) -> GenerativeScorer:
+    """A generative scorer: a packaged model by name, else a random one of ``SIZES[size]``."""
+    from ctxsim.models.contextual.generator import (
+        CausalPrefixScorer,
+        Seq2SeqScorer,
+        TinyConfig,
+        tiny_causal,
+        tiny_seq2seq,
+    )
+
+    if size == "minilm":
+        from transformers import AutoTokenizer
+
+        from ctxsim.models.contextual.generator import add_control_tokens, warm_start_seq2seq
+        from ctxsim.models.registry import resolve_model
+
+        path = str(resolve_model("minilm"))
+        t = AutoTokenizer.from_pretrained(path)
+        add_control_tokens(t)
+        return Seq2SeqScorer(warm_start_seq2seq(path, t), t)
+    if size in ("smollm2-135m", "gemma-270m"):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from ctxsim.models.registry import resolve_model
+
+        path = str(resolve_model(size))
+        return CausalPrefixScorer(
+            AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+        )
+    cfg = TinyConfig(*SIZES[size])
+    if backend == "seq2seq":
+        return Seq2SeqScorer(tiny_seq2seq(tok, cfg), tok)
+    return CausalPrefixScorer(tiny_causal(tok, cfg), tok)
+
+
+#: SmolLM2-135M: hidden 576, MLP 1536, vocab 49152; the engine's token budget
+D, FF, TOKENS, VOCAB = 576, 1536, 4096, 49152
+
+
+def flops_per_s(fn, flops: float, min_cpu: float = 3.0) -> float:
+    fn()
+    n, c0 = 0, time.process_time()
+    while time.process_time() - c0 < min_cpu:
+        fn()
+        n += 1
+    return flops * n / (time.process_time() - c0)
+
+
+def matmul_speeds() -> dict[str, float]:
+    """FLOP per CPU-second of the scorer's MLP-shaped matmul, float32 and dynamic int8."""
+    import torch
+    from torch.ao.quantization import quantize_dynamic
+
+    x = torch.randn(TOKENS, D)
+    lin = torch.nn.Linear(D, FF, bias=False)
+    q = quantize_dynamic(torch.nn.Sequential(lin), {torch.nn.Linear}, dtype=torch.qint8)
+    flops = 2.0 * TOKENS * D * FF
+    with torch.inference_mode():
+        return {
+            "fp32": flops_per_s(lambda: lin(x), flops),
+            "int8": flops_per_s(lambda: q(x), flops),
+        }
+
+
+def loss_step(b: int, L: int, d: int, sparse: bool) -> Callable[[], None]:
+    """One CLRCMD loss forward + backward over B x B pairwise RCMD of random token vectors."""
+    import torch
+
+    from ctxsim.models.evaluation.similarity import rcmd_pairwise
+
+    g = torch.Generator().manual_seed(b)
+    x, y = torch.randn(b, L, d, generator=g), torch.randn(b, L, d, generator=g)
+    m = torch.ones(b, L, dtype=torch.bool)
+
+    def step() -> None:
+        xx, yy = x.clone().requires_grad_(), y.clone().requires_grad_()
+        logits = rcmd_pairwise(xx, m, yy, m, sparse=sparse) / 0.05
+        torch.nn.functional.cross_entropy(logits, torch.arange(b)).backward()
+
+    return step
+
+
+# -- a finished run
+
+
+def load_run(root: Path, run_id: str) -> dict[str, Any]:
+    """The select, score and label artefacts of a finished run."""
+    from ctxsim.store.artefacts import ArtefactStore
+
+    rec = json.loads((root / "runs" / f"{run_id}.json").read_text())
+    store = ArtefactStore(root)
+    return {
+        name: store.require(name, rec["stages"][name]["fingerprint"])
+        for name in ("select", "score", "label")
+    }
+
+
+def stages_to_label() -> tuple[str, ...]:
+    """The stages a run takes to its labels: `label` and every stage before it."""
+    from ctxsim.tasks import STAGES
+
+    names = list(STAGES)
+    return tuple(names[: names.index("label") + 1])
+
+
+def stage_rows(root: Path, run_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One row per stage of a run record (status, rows, shards, wall and CPU seconds)."""
+    rec_path = root / "runs" / f"{run_id}.json"
+    if not rec_path.exists():
+        raise FileNotFoundError(f"{rec_path}: no such run record (see `ctxsim runs`)")
+    rec = json.loads(rec_path.read_text())
+    rows = []
+    for name, st in rec["stages"].items():
+        manifest = Path(st["path"]) / "_MANIFEST.json"
+        m = json.loads(manifest.read_text()) if manifest.exists() else {}
+        stats = m.get("stats", {})
+        wall = float(m.get("timings", {}).get("total_seconds", st.get("seconds", 0.0)))
+        rows.append(
+            {
+                "run": run_id,
+                "stage": name,
+                "status": st.get("status"),
+                "rows": st.get("rows"),
+                "shards": st.get("shards"),
+                "wall_s": round(wall, 1),
+                "cpu_s": round(float(stats["cpu_seconds"]), 1) if "cpu_seconds" in stats else None,
+            }
+        )
+    return rows, rec
+
+
+def label_and_pair_stages() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(stages Eq. 4 labels cost on top of the pairs, the pair-mining stages shared by ctxsim and
+    TF-IDF labels): of the stages up to `label`, those with `Stage.labelling` and the rest
+    (gencontexts counts only where select.source generates contexts)."""
+    from ctxsim.tasks import STAGES, load_stage
+
+    names = list(STAGES)
+    to_label = names[: names.index("label") + 1]
+    labelling = tuple(n for n in to_label if load_stage(n).labelling)
+    return labelling, tuple(n for n in to_label if n not in labelling)
+
+
+def arm_label_cpu(objective: str, eq4_cpu: float, metrics: dict[str, Any]) -> float:
+    """What an arm's labels cost: the labelling stages' CPU for an objective that trains on Eq. 4
+    labels, the train stage's own labelling CPU for one that labels the pairs itself (TF-IDF,
+    a teacher), nothing for one without labels (models/training/objectives/)."""
+    from ctxsim.models.training.objectives import get_objective
+
+    obj = get_objective(objective)
+    if obj.eq4_labels:
+        return float(eq4_cpu)
+    return float(metrics.get("label_cpu_seconds") or 0.0) if obj.computes_labels else 0.0
+
+
+# -- an encoder arm on the domain dev tasks
+
+#: bump when what arm_similarities computes changes (its cache keys change with it)
+SCORES_VERSION = "2"
+
+
+def _digest(*parts: Any) -> str:
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(json.dumps(part, sort_keys=True, default=str).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def arm_model_digest(model_dir: str) -> str:
+    """A hash of a model directory's files (names and bytes; "tfidf": the no-model reference):
+    a retrained model at the same path is another model."""
+    from ctxsim.store.artefacts import content_digest
+
+    if model_dir == "tfidf":
+        return "tfidf"
+    root = Path(model_dir)
+    files = sorted(f for f in root.rglob("*") if f.is_file() and not f.name.startswith("."))
+    if not files:
+        raise SystemExit(f"{model_dir}: no model files")
+    return _digest({f.relative_to(root).as_posix(): content_digest(f) for f in files})
+
+
+def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
+    """The arm-score cache key: everything the cached scores depend on: the model's content, the
+    content of every evaluation set (pairs and labels, questions, answers and their relevance,
+    STS pairs and gold: so the files and the --sts-sets chosen), the sequence cap and the
+    version of the scoring code."""
+    sets = (
+        [("pairs", p.name, p.s1, p.s2, p.labels) for p in pair_sets]
+        + [("qa", q.name, q.questions, q.answers, q.relevant) for q in qa_sets]
+        + [("sts", s.name, s.s1, s.s2, s.gold) for s in sts]
+    )
+    return _digest(SCORES_VERSION, arm_model_digest(model_dir), _digest(sets), int(max_seq))
+
+
+def model_similarities(model: Any, pair_sets, qa_sets, sts, batch_size: int = 64) -> dict:
+    """Per-pair cosines, per-query retrieval metrics (through the evaluate stage's
+    ``evaluate_domain``) and STS cosines of one loaded model (None: TF-IDF 1-2 grams)."""
+    from ctxsim.tasks.evaluate import pair_similarities
+    from ctxsim.tasks.evaluate.domain import evaluate_domain
+
+    dom = evaluate_domain(
+        {"arm": model},
+        pair_sets,
+        qa_sets,
+        batch_size=batch_size,
+        bootstrap_resamples=0,
+        per_item=True,
+    )
+    out: dict[str, np.ndarray] = {}
+    for name, by_system in dom["per_item"]["pairs"].items():
+        out[f"pairs/{name}"] = by_system["arm"]
+    for name, by_system in dom["per_item"]["retrieval"].items():
+        for metric, v in by_system["arm"].items():
+            out[f"qa/{name}/{metric}"] = v
+    for s in sts:
+        if model is None:
+            from ctxsim.models.training.objectives import tfidf_cosine
+
+            out[f"sts/{s.name}"] = tfidf_cosine(s.s1, s.s2)
+        else:
+            sims = pair_similarities(model, s.s1, s.s2, batch_size, ("cosine",))
+            out[f"sts/{s.name}"] = sims["cosine"]
+    return out
+
+
+def arm_similarities(
+    model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int, device: str = "cpu"
+) -> dict:
+    """``model_similarities`` of a saved model ("tfidf": TF-IDF 1-2 grams), cached under
+    ``arm_cache_key`` (scores do not depend on the device beyond float rounding)."""
+    from ctxsim.tasks.evaluate import load_st
+
+    path = cache / f"{arm_cache_key(model_dir, pair_sets, qa_sets, sts, max_seq)}.npz"
+    if path.exists():
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    model = load_st(model_dir, device, max_seq) if model_dir != "tfidf" else None
+    out = model_similarities(model, pair_sets, qa_sets, sts)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
+    np.savez(tmp, **out)
+    os.replace(tmp, path)  # never a half-written cache file under the key
+    return out
+
+
+def summarise(scores: dict, pair_sets, qa_sets, sts) -> dict[str, float]:
+    from ctxsim.models.evaluation import domain_metrics as D
+    from ctxsim.models.evaluation import metrics as M
+
+    row: dict[str, float] = {}
+    for ps in pair_sets:
+        v = D.pair_classification_scores(scores[f"pairs/{ps.name}"], ps.labels)
+        row[f"{ps.name} AP"] = round(v["ap"], 2)
+        row[f"{ps.name} F1"] = round(v["f1"], 2)
+    for qa in qa_sets:
+        for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
+            row[f"{qa.name} {metric}"] = round(float(np.mean(scores[f"qa/{qa.name}/{metric}"])), 2)
+    for s in sts:
+        row[f"{s.name} spearman"] = round(M.spearman(scores[f"sts/{s.name}"], s.gold), 2)
+    return row
+
+
+def intervals(a: dict, b: dict, pair_sets, qa_sets, sts, n: int, seed: int) -> dict[str, str]:
+    from ctxsim.models.evaluation import domain_metrics as D
+    from ctxsim.models.evaluation import metrics as M
+
+    out: dict[str, str] = {}
+
+    def fmt(ci: dict) -> str:
+        return f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
+
+    for ps in pair_sets:
+        k = f"pairs/{ps.name}"
+        out[f"{ps.name} AP"] = fmt(D.ap_diff_ci(ps.labels, a[k], b[k], n, 0.95, seed))
+    for qa in qa_sets:
+        k = f"qa/{qa.name}/ndcg_at_10"
+        out[f"{qa.name} nDCG@10"] = fmt(D.mean_diff_ci(a[k], b[k], n, 0.95, seed))
+    for s in sts:
+        k = f"sts/{s.name}"
+        out[f"{s.name}"] = fmt(M.bootstrap_diff_ci(s.gold, a[k], b[k], "spearman", n, 0.95, seed))
+    return out
+
+
+# -- the LM route: a run's score-stage engine calls, captured and replayed
+
+
+def capture_run(config: str, root: Path, queries: int, run_id: str) -> dict[str, Any]:
+    """Run `config` to `label` on a fresh root; return the score stage's engine calls."""
+    import torch
+
+    from ctxsim.flows.pipeline import run_pipeline
+    from ctxsim.models.contextual import score_engine as se
+
+    calls: list[dict[str, Any]] = []
+    real = se.ScoringEngine.score
+
+    def spy(self, lefts, sentences, rights, directions=se.DIRECTIONS):  # noqa: ANN001, ANN202
+        t0 = time.process_time()
+        out = real(self, lefts, sentences, rights, directions)
+        calls.append(
+            {
+                "windows": (list(lefts), list(sentences), list(rights)),
+                "directions": tuple(directions),
+                "cpu_s": time.process_time() - t0,
+                "config": self.config,
+                "scorer": self.scorer,
+                "scores": out,
+            }
+        )
+        return out
+
+    if root.exists():
+        shutil.rmtree(root)
+    se.ScoringEngine.score = spy  # type: ignore[method-assign]
+    try:
+        overrides = [
+            f"queries.n_corpus={queries}",
+            "run.no_progress=true",
+            f"run.torch_threads={torch.get_num_threads()}",  # the replays run with as many
+        ]
+        run_pipeline(config, overrides, root=str(root), until="label", run_id=run_id)
+    finally:
+        se.ScoringEngine.score = real  # type: ignore[method-assign]
+    if not calls:
+        raise RuntimeError(f"{config}: the score stage ran no engine call (reused?)")
+    rows, rec = stage_rows(root, run_id)
+    return {"calls": calls, "stages": rows, "record": rec}
+
+
+def save_capture(cap: dict[str, Any], path: Path) -> None:
+    """The captured calls without their scorer (rebuilt by ``load_capture``), so the replays can
+    run again (``--reuse``) without the run."""
+    calls = []
+    for c in cap["calls"]:
+        int8 = any("quantized" in type(m).__module__ for m in c["scorer"].model.modules())
+        calls.append({k: v for k, v in c.items() if k != "scorer"} | {"int8": int8})
+    with open(path, "wb") as f:
+        pickle.dump({**cap, "calls": calls}, f)
+
+
+def load_capture(path: Path) -> dict[str, Any]:
+    from ctxsim.models.contextual.quantize import quantize_int8
+    from ctxsim.scores.eq3 import INT8_FLOAT_LAYERS
+    from ctxsim.scores.loading import load_scorer
+
+    with open(path, "rb") as f:
+        cap = pickle.load(f)
+    gen_dir = Path(cap["record"]["stages"]["generator"]["path"]) / "files"
+    scorers: dict[bool, Any] = {}
+    for c in cap["calls"]:
+        if c["int8"] not in scorers:
+            sc, _ = load_scorer(gen_dir, "cpu")
+            scorers[c["int8"]] = quantize_int8(sc, skip=INT8_FLOAT_LAYERS) if c["int8"] else sc
+        c["scorer"] = scorers[c["int8"]]
+    return cap
+
+
+def bf16_scorer(generator_dir: Path) -> Any:
+    """The run's float32 scorer with its weights cast to bfloat16 (score.bf16_weights_on_cpu)."""
+    from ctxsim.models.contextual.quantize import to_bf16_weights
+    from ctxsim.scores.loading import load_scorer
+
+    sc, _ = load_scorer(generator_dir, "cpu")
+    to_bf16_weights(sc.model, "score.bf16_weights_on_cpu", logging.getLogger(__name__).warning)
+    return sc
+
+
+def engine_config(call: dict[str, Any], group: bool) -> EngineConfig:
+    """The score stage's engine settings of a captured call, prompts grouped or not, no bar."""
+    from ctxsim.models.contextual import score_engine as se
+
+    return se.EngineConfig(**{**call["config"].__dict__, "group_prompts": group, "progress": False})
+
+
+def run_engine(
+    calls: list[dict[str, Any]], group: bool, scorer: Any | None = None
+) -> dict[str, Any]:
+    """Every captured call again with a fresh engine of the stage's settings (on ``scorer``
+    instead of the stage's where given); CPU-s and stats."""
+    from ctxsim.models.contextual import score_engine as se
+
+    out: dict[str, Any] = {"cpu_s": 0.0, "scores": [], "stats": se.EngineStats()}
+    reset_peak_rss()
+    base = peak_rss_mb()
+    for c in calls:
+        cfg = engine_config(c, group)
+        eng = se.ScoringEngine(scorer if scorer is not None else c["scorer"], cfg)
+        t0 = time.process_time()
+        got = eng.score(*c["windows"], c["directions"])
+        out["cpu_s"] += time.process_time() - t0
+        out["scores"].append(np.concatenate([got[d] for d in c["directions"]]))
+        for k in ("target_tokens", "padded_tokens", "run_tokens", "forward_calls"):
+            setattr(out["stats"], k, getattr(out["stats"], k) + getattr(eng.stats, k))
+    out["rss_mb"] = peak_rss_mb() - base
+    out["scores"] = np.concatenate(out["scores"])
+    return out
