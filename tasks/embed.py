@@ -46,7 +46,6 @@ from ctxsim.store.chunks import chunk_texts
 from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
-from ctxsim.tasks.index import chunk_texts
 
 #: the reduced scatter statistics of all shards, under the artefact's files
 SCATTER_FILE = "scatter.npz"

@@ -185,22 +185,6 @@ def _model_identity(model: str) -> tuple[str, str]:
     return path, ident
 
 
-def _load_lm(path: str, device: str, bf16_warn: Any | None = None) -> tuple[Any, Any]:
-    """(causal LM, tokenizer), loaded only when a sample is not in the cache; given
-    ``bf16_warn`` (bf16 weights on CPU: a logger's ``warning``) its weights cast to bfloat16
-    (the sampler takes float32 logits)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ctxsim.models.contextual.quantize import to_bf16_weights
-
-    tok = AutoTokenizer.from_pretrained(path)
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
-    if bf16_warn is not None:
-        to_bf16_weights(lm, "gencontexts.bf16_weights_on_cpu", bf16_warn)
-    return lm, tok
-
-
 class GenContextsStage(Stage):
     name = "gencontexts"
     version = "2"  # 2: finished rows leave the decoding batch (bf16 samples move by rounding)
@@ -261,7 +245,7 @@ class GenContextsStage(Stage):
             got = cache.get(keys) if cache is not None else {}
             todo = [r for r, key in enumerate(keys) if key not in got]
             if todo and lm is None:
-                lm, tok = _load_lm(path, ctx.device, ctx.logger.warning if bf16 else None)
+                lm, tok = load_sampler_lm(path, ctx.device, ctx.logger.warning if bf16 else None)
             bar = tqdm(
                 total=len(todo),
                 desc=f"gencontexts {template}",

@@ -126,21 +126,6 @@ GIVEN_PAIRS_SCHEMA = pa.schema(
 )
 
 
-def pair_sets_as_sts(root: str) -> list:
-    """Pair-classification files (``NAME.SPLIT.pairs.tsv``, readers/domain.py) as gold-scored sets
-    ``NAME.SPLIT`` with gold 0/1: Origin (Eq. 4) of a domain's labelled pairs (MEDIQA RQE)."""
-    from ctxsim.readers.domain import discover_domain
-    from ctxsim.readers.sts import StsSet
-
-    out = []
-    for ps in discover_domain(root)[0]:
-        stem = Path(ps.path).name[: -len(".pairs.tsv")]
-        dataset, _, subset = stem.partition(".")
-        gold = [float(y) for y in ps.labels]
-        out.append(StsSet(dataset, subset or "all", ps.s1, ps.s2, gold, ps.path))
-    return out
-
-
 class QueriesStage(Stage):
     name = "queries"
     version = "1"
