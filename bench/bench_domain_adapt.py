@@ -41,7 +41,6 @@ from bench.common import (
     arm_similarities,
     intervals,
     label_and_pair_stages,
-    model_similarities,  # noqa: F401  (bench_student_grid's import, until it moves)
     summarise,
 )
 from bench.harness import RESULTS_DIR, write_results

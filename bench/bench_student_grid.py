@@ -353,7 +353,7 @@ def best_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def run(args: argparse.Namespace) -> None:
     import torch
 
-    from bench.bench_domain_adapt import model_similarities
+    from bench.common import model_similarities
     from ctxsim.tasks.evaluate import load_st
 
     pack_dir = Path(args.pack)
@@ -431,7 +431,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def report(args: argparse.Namespace) -> None:
-    from bench.bench_domain_adapt import arm_similarities, intervals, summarise
+    from bench.common import arm_similarities, intervals, summarise
     from bench.harness import RESULTS_DIR, write_results
 
     pack_dir, runs = Path(args.pack), Path(args.runs)
