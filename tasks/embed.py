@@ -19,7 +19,10 @@ trained again at the same path gets new embeddings, never the old ones.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,15 +43,17 @@ from ctxsim.models.encoders import (
 )
 from ctxsim.models.registry import resolve_model
 from ctxsim.models.tokenizer_threads import tokenizer_threads
-from ctxsim.store.artefacts import Artefact
+from ctxsim.store.artefacts import Artefact, sha256_file
 from ctxsim.store.atomic import atomic_path
-from ctxsim.store.chunks import chunk_texts
 from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
+from ctxsim.tasks.index import chunk_texts
 
 #: the reduced scatter statistics of all shards, under the artefact's files
 SCATTER_FILE = "scatter.npz"
+#: the key of a shard's completion record (its stats) holding the sha256 of each file it wrote
+FILE_SUMS = "file_sha256"
 #: the encoder followed by Dense(M^(1/2)): the closed form as a model (product/adapted.py)
 ADAPTED_DIR = "adapted-encoder"
 
@@ -156,6 +161,33 @@ def load_scatter(path: Path) -> ScatterStats:
         raise EncoderInputError(f"embed: {exc}") from None
 
 
+def shard_problem(files: Path, shard: int, stats: dict[str, Any]) -> str | None:
+    """Why a finished shard's files cannot be merged, or None: each must match the sha256 its
+    completion record (``stats[FILE_SUMS]``) holds, and the embeddings and scatter be finite
+    (a swapped-in scatter of another corpus, a flipped byte, a NaN from the encoder)."""
+    want = stats.get(FILE_SUMS) or {}
+    emb_path, stats_path = shard_files(files, shard)
+    for f in (emb_path, stats_path):
+        if not f.is_file():
+            return f"{f.name} is missing"
+        if f.name not in want:
+            return f"{f.name} has no checksum in the shard's record (written before checksums)"
+        if sha256_file(f) != want[f.name]:
+            return f"{f.name} does not match the sha256 recorded when the shard finished"
+    try:
+        emb = np.load(emb_path, mmap_mode="r", allow_pickle=False)
+        finite = bool(np.isfinite(emb).all())
+    except (OSError, ValueError) as exc:
+        return f"{emb_path.name} is unreadable ({exc})"
+    if not finite:
+        return f"{emb_path.name}: the embeddings are not finite (NaN or inf)"
+    try:
+        ScatterStats.load(stats_path)
+    except ValueError as exc:
+        return str(exc).replace(str(stats_path), stats_path.name)
+    return None
+
+
 def read_embeddings(art: Artefact) -> np.ndarray:
     """All context embeddings of an embed artefact, in the order of its rows."""
     files = sorted(art.files_dir.glob("emb-*.npy"))
@@ -227,6 +259,8 @@ class EmbedStage(Stage):
             "truncated": int(truncated.sum()),
             "encode_seconds": round(seconds, 3),
             "dim": int(emb.shape[1]),
+            # kept in the shard's completion record: checked before the files are merged
+            FILE_SUMS: {f.name: sha256_file(f) for f in (emb_path, stats_path)},
         }
         return table, stats
 
@@ -234,18 +268,18 @@ class EmbedStage(Stage):
         """The shards' scatter statistics merged into ``files/scatter.npz`` (refused when not
         finite), and the counts: contexts, truncated ones, contexts per second."""
         p: EmbedParams = ctx.params
-        parts = [load_scatter(shard_files(ctx.files_dir, s)[1]) for s in range(p.n_shards)]
+        shard_stats = list(shard_stats)
+        parts = [self._checked_shard(ctx, s, shard_stats) for s in range(p.n_shards)]
         total = parts[0]
         for part in parts[1:]:
             total = total.merge(part)
         m = total.matrix(centred=True)
+        files = ctx.files_dir
         if not np.all(np.isfinite(m)):
             raise EncoderInputError(
-                f"embed: the scatter matrix of {ctx.files_dir} is not finite (an encoder that "
+                f"embed: the scatter matrix of {files} is not finite (an encoder that "
                 "returns NaN or inf embeddings?)"
             )
-        with atomic_path(ctx.files_dir / SCATTER_FILE, suffix=".npz") as tmp:
-            total.save(tmp)
         n = sum(int(s.get("contexts", 0)) for s in shard_stats)
         truncated = sum(int(s.get("truncated", 0)) for s in shard_stats)
         secs = sum(float(s.get("encode_seconds", 0.0)) for s in shard_stats)
@@ -267,11 +301,61 @@ class EmbedStage(Stage):
             "cpu_seconds": round(cpu, 3),
             "scatter_trace": round(float(np.trace(m)), 4),
         }
-        out = self._adapted_encoder(ctx, m, n)
+        with atomic_path(files / SCATTER_FILE, suffix=".npz") as tmp:
+            total.save(tmp)
+        out = self._adapted_encoder(ctx, m, n, files)
         ctx.logger.info("embed: adapted encoder (encoder + M^(1/2)) at %s", out)
         return stats
 
-    def _adapted_encoder(self, ctx: StageContext, m: np.ndarray, n: int) -> Path:
+    def _checked_shard(
+        self, ctx: StageContext, shard: int, shard_stats: list[dict[str, Any]]
+    ) -> ScatterStats:
+        """The shard's scatter, once its files match the checksums its completion record
+        holds and are finite. A shard that fails is moved aside (``ROOT/embed/.corrupt-<fp>-
+        shard-<n>-...`` with a ``_WHY`` file, logged) and computed again, its record and
+        ``shard_stats[shard]`` replaced; failing again, it is refused."""
+        files = ctx.files_dir
+        problem = shard_problem(files, shard, shard_stats[shard])
+        if problem is None:
+            return load_scatter(shard_files(files, shard)[1])
+        dest = self._move_aside(ctx, files, shard, problem)
+        ctx.logger.warning(
+            "embed: shard %d: %s; its files moved to %s, recomputing the shard",
+            shard,
+            problem,
+            dest,
+        )
+        t0, c0 = time.perf_counter(), time.process_time()
+        table, stats = self.run_shard(ctx, shard)
+        stats = {**stats, "cpu_seconds": round(time.process_time() - c0, 3)}
+        ctx.store.write_shard(
+            ctx.stage, ctx.fingerprint, shard, table, stats, time.perf_counter() - t0
+        )
+        shard_stats[shard] = stats
+        problem = shard_problem(files, shard, stats)
+        if problem is not None:
+            raise EncoderInputError(
+                f"embed: shard {shard} computed again: {problem} (an encoder that returns NaN or "
+                "inf embeddings?)"
+            )
+        return load_scatter(shard_files(files, shard)[1])
+
+    @staticmethod
+    def _move_aside(ctx: StageContext, files: Path, shard: int, why: str) -> Path:
+        """The shard's files to ``ROOT/embed/.corrupt-<fp>-shard-<n>-<time>-<id>/`` with a
+        ``_WHY`` file: the store's corrupt-part convention, out of every glob of good files."""
+        dest = files.parent.parent / (
+            f".corrupt-{ctx.fingerprint}-shard-{shard:05d}-{int(time.time())}-"
+            f"{uuid.uuid4().hex[:6]}"
+        )
+        dest.mkdir(parents=True)
+        for f in shard_files(files, shard):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f, dest / f.name)
+        (dest / "_WHY").write_text(why + "\n")
+        return dest
+
+    def _adapted_encoder(self, ctx: StageContext, m: np.ndarray, n: int, files: Path) -> Path:
         """``files/adapted-encoder/``: the encoder followed by M^(1/2), whose cosine is the
         closed-form Origin over this corpus (``ctxsim evaluate DIR``, ``train.backbone=DIR``)."""
         from ctxsim.product.adapted import build_adapted_encoder
@@ -300,7 +384,7 @@ class EmbedStage(Stage):
         return build_adapted_encoder(
             resolve_model(p.model),
             m,
-            ctx.files_dir / ADAPTED_DIR,
+            files / ADAPTED_DIR,
             card_text=card,
             meta=meta,
             device=ctx.device,
