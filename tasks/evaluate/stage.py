@@ -101,16 +101,19 @@ class EvaluateParams(StageParams):
     )
     batch_size: int = knob(
         64,
+        ge=1,
         description=(
             "Sentences per encoder forward pass. Speed and memory only: out of the fingerprint."
         ),
     )
     max_seq_length: int = Field(
         128,
+        ge=1,
         description="Tokens per sentence when encoding; longer sentences are truncated.",
     )
     max_pairs_per_subset: int | None = Field(
         None,
+        ge=1,
         description="Seeded sample of each STS subset's pairs, for quick runs; None: every pair.",
     )
     bootstrap_resamples: int = Field(

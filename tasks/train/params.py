@@ -82,6 +82,7 @@ class TrainParams(StageParams):
     )
     max_train_pairs: int | None = Field(
         None,
+        ge=1,
         description=(
             "Train on the first this-many eligible pairs only (None: all); for quick runs and "
             "learning curves."
@@ -89,6 +90,7 @@ class TrainParams(StageParams):
     )
     max_seq_length: int = Field(
         64,
+        ge=1,
         description=(
             "Tokens per sentence; longer sentences are truncated. Raise it for long sentences at a "
             "quadratic attention cost."
@@ -96,6 +98,7 @@ class TrainParams(StageParams):
     )
     batch_size: int = Field(
         16,
+        ge=1,
         description=(
             "Pairs per training step; with in-batch objectives it also sets the number of "
             "negatives."
@@ -142,6 +145,7 @@ class TrainParams(StageParams):
     )
     eval_steps: int = Field(
         10,
+        ge=1,
         description=(
             "Evaluate on the dev set (and checkpoint) every this many steps; the checkpoint with "
             "the best dev Spearman is kept."
@@ -149,10 +153,12 @@ class TrainParams(StageParams):
     )
     save_total_limit: int = Field(
         2,
+        ge=1,
         description="Checkpoints kept on disk in training (with a dev set the best is kept too).",
     )
     logging_steps: int = Field(
         5,
+        ge=1,
         description="Log the training loss every this many steps.",
     )
     sts_dir: str | None = Field(
@@ -212,6 +218,7 @@ class TrainParams(StageParams):
     )
     clrcmd_chunk_size: int = Field(
         8,
+        ge=1,
         description=(
             "loss clrcmd, clrcmd_sparse: sentences per block of the memory-saving form (bounds "
             "memory)."
@@ -219,18 +226,22 @@ class TrainParams(StageParams):
     )
     tiny_vocab_size: int = Field(
         2000,
+        ge=1,
         description="tiny-random backbone: size of the WordPiece vocabulary learnt from the texts.",
     )
     tiny_hidden_size: int = Field(
         32,
+        ge=1,
         description="tiny-random backbone: hidden size.",
     )
     tiny_layers: int = Field(
         2,
+        ge=1,
         description="tiny-random backbone: transformer layers.",
     )
     tiny_heads: int = Field(
         2,
+        ge=1,
         description="tiny-random backbone: attention heads.",
     )
 

@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ctxsim.flows.cli import app
+from ctxsim.store.errors import InputError
 
 
 def _error_line(res) -> str:
@@ -293,7 +294,7 @@ def _not_a_model(tmp_path: Path) -> dict[str, str]:
         ("label.split_ratios=[98,.nan,1]", "label.split_ratios[1]: nan is not a finite number"),
         ("train.lr=.nan", "train.lr: nan is not a finite number"),
         ("train.epochs=.inf", "train.epochs: inf is not a finite number"),
-        ("train.batch_size=-4", "train.batch_size: -4 is negative"),
+        ("train.weight_decay=-4", "train.weight_decay: -4 is negative"),
         ("score.lambda_left=.nan", "score.lambda_left: nan is not a finite number"),
         ("run.seed=-1", "run.seed: -1 is negative"),
         ("run.torch_threads=-3", "run.torch_threads: -3 is negative"),
@@ -303,6 +304,24 @@ def _not_a_model(tmp_path: Path) -> dict[str, str]:
         ("pairs.encoder=FILE", "pairs.encoder: FILE is a file"),
         ("gencontexts.model=EMPTY", "gencontexts.model: EMPTY holds no model"),
         ("evaluate.extra_models={simcse: FILE}", "evaluate.extra_models.simcse: FILE is a file"),
+        # issue 57 item 11: a count where 0 means nothing is refused at load, naming the key
+        *(
+            (f"{key}=0", f"{key}: Input should be greater than or equal to 1")
+            for key in (
+                "train.batch_size",
+                "train.eval_steps",
+                "train.logging_steps",
+                "train.save_total_limit",
+                "train.max_seq_length",
+                "train.max_train_pairs",
+                "train.clrcmd_chunk_size",
+                "train.tiny_vocab_size",
+                "train.tiny_heads",
+                "evaluate.batch_size",
+                "evaluate.max_seq_length",
+                "evaluate.max_pairs_per_subset",
+            )
+        ),
     ],
 )
 def test_a_bad_value_is_refused_at_load_naming_the_key(tmp_path, override, expected):
@@ -522,7 +541,7 @@ def test_a_run_whose_prefect_database_fills_the_disk_is_not_left_completed(tmp_p
 @pytest.mark.parametrize(
     "exc",
     [
-        ValueError("no labelled pairs with split in ['train'] in label/abc"),  # training_data.py
+        InputError("no labelled pairs with split in ['train'] in label/abc"),  # training_data.py
         KeyboardInterrupt(),
         OSError(28, "No space left on device", "/r/x"),
     ],
