@@ -67,6 +67,7 @@ def _says_nothing(text: str) -> bool:
         or text.startswith(("Command:", "Setup:", "Labels:", "Plots:"))
         or "**" in text
         or bool(re.search(r"\(?Eq$", text))
+        or text.endswith("...")  # a long note cut at 200 characters
     )
 
 
