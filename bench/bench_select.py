@@ -20,20 +20,16 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from bench.common import CORPUS
 from bench.harness import median, timeit, traced_peak, write_results
 from ctxsim.models.corpus.selection import lsh_miss_probability, select, token_ranks, word_set
 
-DEFAULT_CORPUS = (
-    Path(os.environ.get("CTXSIM_BOOKS", Path(__file__).resolve().parents[2] / "shared/data/corpus"))
-    / "standardebooks"
-)
 _SPLIT = re.compile(r"(?<=[.!?”])\s+(?=[A-Z“])")
 
 
@@ -65,7 +61,7 @@ METHODS = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer queries and repeats")
-    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
     args = ap.parse_args()
     n_queries = 3 if args.quick else 8
     repeat = 1 if args.quick else 3

@@ -21,21 +21,17 @@ import argparse
 import gzip
 import hashlib
 import json
-import os
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.common import CORPUS
 from bench.harness import current_rss_mb, median, run_isolated, write_results
 from ctxsim.models.corpus.sentences import METHODS, split_sentences
 
 GOLD = Path(__file__).resolve().parent / "splitter_gold.json"
-DEFAULT_CORPUS = (
-    Path(os.environ.get("CTXSIM_BOOKS", Path(__file__).resolve().parents[2] / "shared/data/corpus"))
-    / "standardebooks"
-)
 
 
 def _norm(text: str, j: int) -> int:
@@ -191,7 +187,7 @@ def long_input(methods: list[str], text: str) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2%% and 10%% instead of 10%% and 100%%")
-    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument(
         "--max-seconds",

@@ -23,17 +23,16 @@ import argparse
 import gzip
 import hashlib
 import json
-import os
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+from bench.common import CORPUS as BOOKS
 from bench.harness import median, run_isolated, write_results
 from ctxsim.models.training.wordpiece import BERT_SPECIALS as SPECIALS
 
 REPO = Path(__file__).resolve().parents[1]
-BOOKS = Path(os.environ.get("CTXSIM_BOOKS", REPO.parent / "shared/data/corpus")) / "standardebooks"
 
 
 def load_paragraphs(n: int) -> list[str]:

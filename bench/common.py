@@ -27,7 +27,12 @@ if TYPE_CHECKING:
 
 # -- inputs: the books corpus, its windows, scorers
 
-BOOKS = "/work/shared/data/corpus/standardebooks/*.jsonl.gz"
+#: the books corpus (Standard Ebooks, JSON Lines): $CTXSIM_BOOKS, else ../shared/data/corpus
+CORPUS = (
+    Path(os.environ.get("CTXSIM_BOOKS", Path(__file__).resolve().parents[2] / "shared/data/corpus"))
+    / "standardebooks"
+)
+BOOKS = str(CORPUS / "*.jsonl.gz")
 #: random scorer sizes (``TinyConfig``: hidden, layers, heads, intermediate)
 SIZES = {"tiny": (64, 2, 2, 128), "small": (256, 4, 4, 1024)}
 
