@@ -163,7 +163,7 @@ def test_generated_ranks_have_no_gaps() -> None:
     """`both` puts sample r beside screen rank r: ranks run 0, 1, 2 ... per query whatever
     sides were sampled (right-only samples once got 0, 2, 4 ...: 5 retrieved to 3 generated in
     a |Cs| of 8)."""
-    from ctxsim.tasks.select_contexts import generated_ranks
+    from ctxsim.tasks.select_contexts.stage import generated_ranks
 
     q = np.array([5, 5, 5, 5, 2, 2, 2])  # query 5: right only; query 2: both sides, no left 1
     sample = np.array([3, 0, 2, 1, 0, 0, 1])

@@ -157,7 +157,7 @@ def _run_select(spine, store, screen, **params):
 
 def test_select_stage_applies_the_rules(spine, tmp_path) -> None:
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.tasks.select_contexts import ContextIndex, SentenceTexts
+    from ctxsim.tasks.select_contexts.lookups import ContextIndex, SentenceTexts
 
     store = ArtefactStore(tmp_path)
     screen = _publish(store, "screen", _fake_screen(spine, 60))

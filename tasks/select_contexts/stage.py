@@ -1,45 +1,24 @@
 """Stage `select`: a diverse context set Cs for every query (Sec. 3.3, "Constructing C").
 
-Candidates are the query's screened contexts in discriminator rank order (Eq. 1 via `screen`);
-Cs is built incrementally (models/corpus/selection.py): one context per text chunk, and no context
-whose
-(i-1)-th sentence has word-set Jaccard >= 0.5 with that of a chosen one, up to |Cs| (paper 500).
-
-``order_by: score`` is the paper's order: the top ``rerank_top`` screened candidates of each
-query are scored with the full Eq. 3 S(s, c) (the generator through the score stage's engine, with
-the `score` section's lambdas unless ``scoring`` is given) and taken in descending S, then the
-rest in screen order; the diversity rules apply unchanged. It costs ``rerank_top`` generative
-scores per query, so the default ``screen`` order (free: the screen already ranked them) is what
-a CPU run uses.
-
-``source``: where candidates come from: ``retrieve`` (the screened corpus contexts), ``generate``
-(the query's own LM-sampled contexts from `gencontexts`, in sample order; no retrieval stages
-needed) or ``both`` (merged by rank: screen rank r beside sample r). Generated slots pass the same
-diversity rule, on their one sentence; the own-window exclusion does not apply to them.
-
-Ablations of Sec. 5.4: ``strategy: random`` draws |Cs| contexts uniformly from the whole corpus;
-``one_per_chunk: false`` + ``jaccard_threshold: null`` is "two-step without diversity".
-
-Rows: query_id, context_id, position (0-based order within Cs), chunk_id, rank (the screen rank),
-order_score (the S it was ordered by; NaN in screen order or past ``rerank_top``).
+The class; the package's docstring (__init__.py) says what it does and which file does what.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
 
 from ctxsim.models.corpus.selection import select as select_contexts
-from ctxsim.models.corpus.selection import token_ranks, word_set
-from ctxsim.scores import ScoreParams, query_texts, score_rows
+from ctxsim.models.corpus.selection import token_ranks
+from ctxsim.scores import query_texts, score_rows
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
 from ctxsim.store.cost_model import PerQueryRows
-from ctxsim.store.stage import Stage, StageContext, StageParams
-from ctxsim.store.tables import rows_of
+from ctxsim.store.stage import Stage, StageContext
+from ctxsim.tasks.select_contexts.lookups import ContextIndex, SentenceTexts
+from ctxsim.tasks.select_contexts.params import SelectParams
 
 SELECT_SCHEMA = pa.schema(
     [
@@ -64,124 +43,6 @@ def generated_ranks(query_id: np.ndarray, sample: np.ndarray, left: np.ndarray) 
     ranks = np.empty(len(q), np.int64)
     ranks[order] = np.arange(len(q)) - first
     return ranks
-
-
-class SelectParams(StageParams):
-    max_size: int = Field(
-        8,
-        ge=1,
-        description=(
-            "|Cs|, the contexts kept per query (the paper: 500, Table 7). Larger sets give smoother"
-            " Eq. 4 labels and cost score time linearly."
-        ),
-    )
-    strategy: Literal["ranked", "random"] = Field(
-        "ranked",
-        description=(
-            "ranked keeps the best-ordered candidates that pass the diversity rules; random draws "
-            "|Cs| contexts uniformly from the whole corpus (the Sec. 5.4 ablation (2))."
-        ),
-    )
-    one_per_chunk: bool = Field(
-        True,
-        description=(
-            "At most one context per text chunk, so a set is not filled from one paragraph (false "
-            'with jaccard_threshold null is the paper\'s "two-step without diversity" ablation).'
-        ),
-    )
-    jaccard_threshold: float | None = Field(
-        0.5,
-        ge=0.0,
-        le=1.0,
-        description=(
-            "Skip a candidate whose (i-1)-th sentence has word-set Jaccard similarity at least this"
-            " with that of a chosen one (the paper's diversity rule, 0.5); None disables the rule."
-        ),
-    )
-    method: Literal["prefix", "lsh", "exact"] = Field(
-        "prefix",
-        description=(
-            "How the Jaccard rule is checked (models/corpus/selection.py): prefix (prefix "
-            "filtering, equal"
-            " to the rule and fast), exact (the every-pair reference) or lsh (MinHash LSH: faster "
-            "on large sets, may rarely miss a conflict)."
-        ),
-    )
-    num_perm: int = Field(
-        128,
-        ge=8,
-        description="MinHash permutations (method lsh): more are more exact and slower.",
-    )
-    lsh_threshold: float = Field(
-        0.3,
-        gt=0.0,
-        lt=1.0,
-        description=(
-            "LSH operating point (method lsh), set below the rule's threshold so that few conflicts"
-            " are missed; hits are verified exactly."
-        ),
-    )
-    exclude_own: bool = Field(
-        True,
-        description=(
-            "Drop contexts whose window contains the query sentence itself (its own context would "
-            "make every label trivially high)."
-        ),
-    )
-    order_by: Literal["screen", "score"] = Field(
-        "screen",
-        description=(
-            "Candidate order: screen (the discriminator's rank) or score (the full Eq. 3 S, the "
-            "paper's order; costs rerank_top generative scores per query)."
-        ),
-    )
-    rerank_top: int = Field(
-        32,
-        ge=1,
-        description=(
-            "With order_by score: the top screened candidates per query rescored by Eq. 3 and "
-            "reordered; the rest follow in screen order."
-        ),
-    )
-    scoring: ScoreParams | None = Field(
-        None,
-        description=(
-            "The Eq. 3 settings of order_by score (a `score` section); default: the config's "
-            "`score` section."
-        ),
-    )
-    source: Literal["retrieve", "generate", "both"] = Field(
-        "retrieve",
-        description=(
-            "Candidates: screened corpus contexts (retrieve), the contexts the gencontexts stage "
-            "samples (generate), or both (module doc)."
-        ),
-    )
-
-    def required_sections(self) -> dict[str, tuple[str, str]]:
-        """Sections the config must have for these settings: {section: (key, why)} (checked
-        by flows/config.py before any stage runs)."""
-        if self.source == "retrieve":
-            return {}
-        return {
-            "gencontexts": (
-                "source",
-                f"{self.source!r} takes the contexts the `gencontexts` stage samples",
-            )
-        }
-
-    def link(self, sections: dict[str, StageParams]) -> None:
-        if self.order_by == "score" and self.scoring is None:
-            score = sections.get("score")
-            self.scoring = score if isinstance(score, ScoreParams) else ScoreParams()
-        gen = sections.get("gencontexts")
-        if self.source == "generate" and gen is not None:
-            if getattr(gen, "k_right", 1) == 0 and getattr(gen, "k_left", 0) == 0:
-                raise ValueError(
-                    "select.source 'generate' with gencontexts.k_right=0 and k_left=0 can select "
-                    "no context (every label would be NaN): sample a side (k_right or k_left > 0) "
-                    "or use select.source: both or retrieve"
-                )
 
 
 class SelectStage(Stage):
@@ -416,75 +277,3 @@ class SelectStage(Stage):
             out["rank"].extend([-1] * len(cids))
             out["order_score"].extend([float("nan")] * len(cids))
         return out
-
-
-class ContextIndex:
-    """Vectorised look-ups into the `contexts` table by context_id."""
-
-    def __init__(self, table: pa.Table):
-        ids = table.column("context_id").to_numpy()
-        order = np.argsort(ids, kind="stable")
-        self.context_ids = ids[order]
-        self._chunk = table.column("chunk_id").to_numpy()[order]
-        self._centre = table.column("centre_sent_id").to_numpy()[order]
-        left = table.column("left_sent_ids").combine_chunks()
-        right = table.column("right_sent_ids").combine_chunks()
-        lo = left.offsets.to_numpy()
-        lv = left.values.to_numpy()
-        nl = np.diff(lo)
-        last = np.where(nl > 0, lv[np.maximum(lo[1:] - 1, 0)] if len(lv) else -1, -1)
-        self._prev = last[order]
-        # window bounds (ids are consecutive inside a section): [first left, last right]
-        ro = right.offsets.to_numpy()
-        rv = right.values.to_numpy()
-        nr = np.diff(ro)
-        first = np.where(nl > 0, lv[np.minimum(lo[:-1], max(len(lv) - 1, 0))] if len(lv) else 0, 0)
-        lastr = np.where(nr > 0, rv[np.maximum(ro[1:] - 1, 0)] if len(rv) else 0, 0)
-        # a generated right-only slot (tasks/gencontexts.py) has no c<: its one sentence, c>,
-        # stands in for the diversity rule
-        firstr = rv[np.minimum(ro[:-1], max(len(rv) - 1, 0))] if len(rv) else np.zeros_like(nr)
-        self._prev = np.where((nl == 0) & (nr > 0), firstr, last)[order]
-        centre = table.column("centre_sent_id").to_numpy()
-        self._lo = np.where(nl > 0, first, centre)[order]
-        self._hi = np.where(nr > 0, lastr, centre)[order]
-        self.width = int(nl.max()) if len(nl) else 0
-
-    def _rows(self, cids: np.ndarray) -> np.ndarray:
-        return rows_of(self.context_ids, cids, "select: context_ids of the candidates")
-
-    def prev_sent_ids(self, cids: np.ndarray) -> np.ndarray:
-        """The (i-1)-th sentence of each context (last left sentence; -1 if none)."""
-        return self._prev[self._rows(cids)]
-
-    def chunk_ids(self, cids: np.ndarray) -> np.ndarray:
-        return self._chunk[self._rows(cids)]
-
-    def window_contains(self, cids: np.ndarray, sent_id: int) -> np.ndarray:
-        r = self._rows(cids)
-        return (self._lo[r] <= sent_id) & (sent_id <= self._hi[r])
-
-
-class SentenceTexts:
-    """Texts of corpus sentences by sent_id, read once per shard."""
-
-    def __init__(self, shard_artefact: Any):
-        t = (
-            shard_artefact
-            if isinstance(shard_artefact, pa.Table)
-            else shard_artefact.read_table(["sent_id", "text"])
-        )
-        ids = t.column("sent_id").to_numpy()
-        order = np.argsort(ids, kind="stable")
-        self.ids = ids[order]
-        self.texts = t.column("text").take(pa.array(order))
-
-    def word_sets(self, sent_ids: np.ndarray) -> list[frozenset[str]]:
-        sent_ids = np.asarray(sent_ids, np.int64)
-        uniq, inv = np.unique(sent_ids, return_inverse=True)
-        valid = uniq >= 0
-        rows = rows_of(self.ids, uniq[valid], "select: sent_ids of the contexts")
-        texts = self.texts.take(pa.array(rows)).to_pylist()
-        sets_u: list[frozenset[str]] = [frozenset()] * len(uniq)
-        for j, text in zip(np.flatnonzero(valid), texts, strict=True):
-            sets_u[j] = word_set(text)
-        return [sets_u[i] for i in inv.ravel()]
