@@ -119,8 +119,9 @@ def _mount_point(path: Path) -> Path:
 
 def disk_full(exc: BaseException, root: str | Path) -> str | None:
     """``no space left on <file system> (<path>)`` when ``exc`` (or what caused it) is a full
-    disk: an ENOSPC or EDQUOT OSError, or SQLite's "database or disk is full" (Prefect's
-    database); None for anything else."""
+    disk: an ENOSPC or EDQUOT OSError, SQLite's "database or disk is full" (Prefect's
+    database), or any error whose message holds the OS's words for it (safetensors'
+    SafetensorError); None for anything else."""
     import errno
 
     seen: set[int] = set()
@@ -132,6 +133,10 @@ def disk_full(exc: BaseException, root: str | Path) -> str | None:
             path = Path(e.filename) if isinstance(e.filename, str) else Path(root)
         elif "database or disk is full" in str(e):
             path = Path(root) / "_prefect"
+        elif any(words in str(e) for words in _DISK_FULL):
+            # a library that wraps the OS error in its own class and keeps only its words:
+            # safetensors' SafetensorError ("... No space left on device ...")
+            path = Path(root)
         if path is not None:
             try:
                 where = f"the file system at {_mount_point(path)}"

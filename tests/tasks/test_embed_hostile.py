@@ -31,6 +31,12 @@ from ctxsim.tasks.embed import (
 )
 from tests.tasks.tiny_encoder import build_tiny_encoder
 
+#: a full disk as safetensors reports it: its own error class, the OS's words in the message
+ENOSPC_TEXT = (
+    'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left '
+    'on device" })'
+)
+
 
 @pytest.fixture(scope="module")
 def encoder(spine, tmp_path_factory):
@@ -144,3 +150,37 @@ def test_max_seq_length_beyond_the_model_is_one_line_before_anything_runs(encode
     assert res.exit_code != 0 and len(lines) == 1, res.output
     assert "embed.max_seq_length=4096 is more than the 64 token positions" in lines[0]
     assert not root.exists()
+
+
+def _full_disk_on_safetensors(monkeypatch) -> None:
+    """Every safetensors write of transformers and sentence-transformers fails as on ENOSPC."""
+    import sentence_transformers.base.modules.module as st_module
+    import transformers.modeling_utils as mu
+    from safetensors import SafetensorError
+
+    def full(*a, **kw):
+        raise SafetensorError(ENOSPC_TEXT)
+
+    monkeypatch.setattr(mu, "safe_save_file", full)
+    monkeypatch.setattr(st_module, "save_safetensors_model", full)
+
+
+def test_a_full_disk_while_the_adapted_encoder_is_written_is_one_line(
+    spine, encoder, tmp_path, monkeypatch
+):
+    """Issue 57 item 9: safetensors' SafetensorError on a full disk gave 248 lines: the
+    disk-full check knew only OSError. Now the CLI's one line, and no partial folder left."""
+    from safetensors import SafetensorError
+
+    from ctxsim.flows.cli_errors import disk_full
+
+    plan = _plan(spine, tmp_path / "root", encoder)
+    _full_disk_on_safetensors(monkeypatch)
+    with pytest.raises(SafetensorError) as err:
+        run_stage_locally(plan)
+    line = disk_full(err.value, tmp_path / "root")
+    assert line is not None and "\n" not in line
+    assert line.startswith("no space left on the file system at /")
+    assert line.endswith("free space there and rerun to resume")
+    assert not list((tmp_path / "root" / "embed").rglob("*.partial"))
+    assert disk_full(SafetensorError("Error while serializing: invalid header"), tmp_path) is None
