@@ -93,6 +93,7 @@ def run(
     configure_prefect(cfg.run.root)
     from ctxsim.flows.cli_errors import disk_full, hide_input_error_tracebacks, interrupt_exits
     from ctxsim.flows.pipeline import run_pipeline
+    from ctxsim.flows.prefect_env import server_start_failure
     from ctxsim.flows.run_records import mark_ended
 
     hide_input_error_tracebacks()
@@ -105,6 +106,9 @@ def run(
         full = disk_full(e, cfg.run.root)
         if full:
             _fail(full, 1)
+        slow = server_start_failure(e)
+        if slow:
+            _fail(slow, 1)
         if isinstance(e, cli_error_types()):
             _fail(e, 1)
         if isinstance(e, ConnectionError) and cfg.run.runner_address:
@@ -338,6 +342,7 @@ def origin(
 
     from ctxsim.flows.cli_errors import hide_input_error_tracebacks, interrupt_exits
     from ctxsim.flows.pipeline import new_run_id, run_pipeline
+    from ctxsim.flows.prefect_env import server_start_failure
     from ctxsim.store.artefacts import ArtefactStore
 
     hide_input_error_tracebacks()
@@ -346,8 +351,14 @@ def origin(
     resume = shlex.join(["ctxsim", *sys.argv[1:]])
     if "--run-id" not in sys.argv:
         resume += f" --run-id {shlex.quote(run_id)}"
-    with user_errors(1), interrupt_exits(cfg.run.root, run_id, resume):
-        record = run_pipeline(str(config), overrides, root, "label", run_id)
+    try:
+        with user_errors(1), interrupt_exits(cfg.run.root, run_id, resume):
+            record = run_pipeline(str(config), overrides, root, "label", run_id)
+    except RuntimeError as e:
+        slow = server_start_failure(e)
+        if slow:
+            _fail(slow, 1)
+        raise
     label = record["stages"]["label"]
     art = ArtefactStore(cfg.run.root).require("label", label["fingerprint"])
     report = json.loads((art.files_dir / "origin.json").read_text())

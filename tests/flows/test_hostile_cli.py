@@ -538,6 +538,40 @@ def test_a_run_whose_prefect_database_fills_the_disk_is_not_left_completed(tmp_p
     assert record["status"] == "failed" and "database or disk is full" in record["error"]
 
 
+@pytest.mark.parametrize("command", ["run", "origin"])
+def test_a_prefect_server_too_slow_to_start_is_one_line_saying_what_to_do(
+    tmp_path, monkeypatch, command
+):
+    """Issue 57 item 10: on a loaded machine Prefect's ephemeral API server did not start in
+    time and the run ended in 164 lines (Prefect's RuntimeError holds the server's output). The
+    server now gets 600 s, and a timeout still is one line naming the setting, the database's
+    folder and what to do (exit 1)."""
+    import ctxsim.flows.pipeline
+    from ctxsim.flows.prefect_env import STARTUP_TIMED_OUT, STARTUP_TIMEOUT
+
+    for key in (STARTUP_TIMEOUT, "PREFECT_HOME", "PREFECT_API_URL"):
+        monkeypatch.delenv(key, raising=False)  # restored after the test
+
+    def slow_server(*a, **k):
+        server_output = "\n".join(f"INFO: server log line {i}" for i in range(160))
+        raise RuntimeError(f"{STARTUP_TIMED_OUT}. stdout: {server_output}")
+
+    monkeypatch.setattr(ctxsim.flows.pipeline, "run_pipeline", slow_server)
+    root = tmp_path / "root"
+    args = [command, "--root", str(root), "--run-id", "r"]
+    if command == "origin":
+        (tmp_path / "sts").mkdir()
+        rows = "".join(f"A cat sat {i}.\tA dog lay {i}.\t{i}\n" for i in range(4))
+        (tmp_path / "sts" / "STSb.dev.tsv").write_text("sentence1\tsentence2\tscore\n" + rows)
+        args += ["--sts-dir", str(tmp_path / "sts")]
+    res = CliRunner().invoke(app, args)
+    line = _error_line(res)
+    assert res.exit_code == 1
+    assert f"{STARTUP_TIMEOUT}=600 s" in line and str(root / "_prefect") in line
+    assert "PREFECT_API_URL" in line and "run the same command again" in line
+    assert os.environ[STARTUP_TIMEOUT] == "600"
+
+
 @pytest.mark.parametrize(
     "exc",
     [
