@@ -10,9 +10,10 @@ Three steps, so that the training can run where a GPU is lent (whose carry holds
   embedding rows those texts use travel: the others are zeros when unpacked, which changes no
   output or gradient of a sentence-embedding loss on these texts).
 - ``run`` (any device): each arm x learning rate, then more seeds for the best arms, through the
-  train stage's trainer (``training_args``, ``make_trainer``) and the domain bench's scorer
-  (``model_similarities``); per-item scores and one JSON line per model, written as they come
-  (a run cut short by ``--budget-s`` or a timeout keeps what it finished).
+  train stage's own trainer and its arguments (``training_args``, ``make_trainer``: no stand-in
+  for a stage context) and the shared domain scorer (``model_similarities``); per-item scores
+  and one JSON line per model, written as they come (a run cut short by ``--budget-s`` or a
+  timeout keeps what it finished).
 - ``report`` (anywhere): each arm's learning rate chosen on dev (the mean of the pair AP and the
   retrieval nDCG@10, the two dev tasks of the goal; ties to the lower rate), the arms at their
   chosen rate with paired bootstrap intervals against the download and the teacher, the seeds,
@@ -38,7 +39,6 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -313,8 +313,7 @@ def train_one(
 
     oc = ObjectiveContext(p, device, seed, log, refuse)
     loss = objective.loss(model, oc, str(backbone))
-    ctx = SimpleNamespace(device=device, run=SimpleNamespace(seed=seed))
-    args = training_args(p, work, spec["max_steps"], ctx, use_bf16(p, device), None)
+    args = training_args(p, work, spec["max_steps"], device, seed, use_bf16(p, device), None)
     trainer = make_trainer(model, args, data, loss, None, log)
     t0 = time.perf_counter()
     trainer.train()

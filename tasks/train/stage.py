@@ -114,7 +114,7 @@ class TrainStage(Stage):
         evaluator, metric = dev_evaluator(dev, p)
         ckpt_dir = ctx.cache_dir / "checkpoints"
         bf16 = use_bf16(p, ctx.device)
-        args = training_args(p, ckpt_dir, max_steps, ctx, bf16, metric)
+        args = training_args(p, ckpt_dir, max_steps, ctx.device, ctx.run.seed, bf16, metric)
         trainer = None
         if objective.trains:
             trainer = make_trainer(model, args, examples.data, loss, evaluator, log)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxsim.store.checked import seal, sidecar, verified
-from ctxsim.store.stage import StageContext
 from ctxsim.tasks.train.data import DevSet
 
 if TYPE_CHECKING:
@@ -47,7 +46,8 @@ def training_args(
     p: TrainParams,
     ckpt_dir: Path,
     max_steps: int,
-    ctx: StageContext,
+    device: str,
+    seed: int,
     bf16: bool,
     metric: str | None,
 ) -> Any:
@@ -55,7 +55,6 @@ def training_args(
     best dev Spearman kept when there is a dev set), the run's seed and device."""
     from sentence_transformers import SentenceTransformerTrainingArguments
 
-    device, seed = ctx.device, ctx.run.seed
     return SentenceTransformerTrainingArguments(
         output_dir=str(ckpt_dir),
         num_train_epochs=p.epochs,

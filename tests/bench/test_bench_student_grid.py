@@ -198,3 +198,15 @@ def test_a_budget_cut_keeps_the_models_it_finished(tiny_st, tmp_path):
     rows = (tmp_path / "runs" / RESULTS_FILE).read_text().splitlines()
     assert [json.loads(r)["arm"] for r in rows] == ["none"]
     assert (tmp_path / "runs" / json.loads(rows[0])["scores"]).exists()
+
+
+def test_the_grid_gets_the_train_stage_arguments_from_a_device_and_a_seed(tmp_path) -> None:
+    """The trainer's arguments take the run's device and seed, so the grid (which has no stage
+    context) calls the stage's own ``training_args`` without a stand-in context."""
+    from ctxsim.tasks.train import TrainParams
+    from ctxsim.tasks.train.trainer import training_args
+
+    p = TrainParams(lr=3e-5, batch_size=8)
+    args = training_args(p, tmp_path / "ckpt", 25, "cpu", 7, False, None)
+    assert (args.seed, args.data_seed, args.max_steps, args.use_cpu) == (7, 7, 25, True)
+    assert (args.learning_rate, args.per_device_train_batch_size) == (3e-5, 8)
