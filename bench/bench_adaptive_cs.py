@@ -23,10 +23,14 @@ import numpy as np
 from bench.bench_origin import load_run
 from bench.harness import write_results
 from ctxsim.models.contextual.adaptive_cs import adaptive_origin
-from ctxsim.models.contextual.origin import ContextSets, ScoreLookup, spearman_conventions
+from ctxsim.models.contextual.origin import (
+    ContextSets,
+    ScoreLookup,
+    report_name,
+    spearman_conventions,
+)
 from ctxsim.models.evaluation.metrics import bootstrap_diff_ci
-from ctxsim.tasks.label_lm import ablation_views
-from ctxsim.tasks.label_report import report_name
+from ctxsim.scores.views import ablation_views
 
 
 def evaluate(

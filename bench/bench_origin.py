@@ -29,12 +29,12 @@ from ctxsim.models.contextual.origin import (
     ContextSets,
     ScoreLookup,
     origin_labels,
+    report_name,
     required_scores,
     spearman_conventions,
 )
+from ctxsim.scores.views import ablation_views
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.tasks.label_lm import ablation_views
-from ctxsim.tasks.label_report import report_name
 
 
 def load_run(root: Path, run_id: str) -> dict[str, Any]:

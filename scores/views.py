@@ -1,5 +1,6 @@
 """The score artefact as Eq. 4 reads it: one value column per view (S and each Eq. 3 term), and
-the |Cs| each pair stopped at under adaptive |Cs|; shared by `score` and `label`."""
+the |Cs| each pair stopped at under adaptive |Cs|, and the ablation views of Eq. 3's terms;
+shared by `score`, `label` and the Origin benches."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ctxsim.models.contextual.origin import (
     ContextSets,
     ScoreLookup,
     origin_labels,
+    recover_lambdas,
 )
 
 ADAPTIVE_FILE = "adaptive.parquet"  # in the score artefact's files: (pair_id, cs_size)
@@ -35,6 +37,33 @@ def score_views(score: pa.Table) -> tuple[list[str], np.ndarray]:
         else:
             cols.append(np.full(score.num_rows, np.nan))
     return names, np.stack(cols, axis=1) if cols else np.zeros((0, len(names)))
+
+
+def ablation_views(
+    score: pa.Table, ablations: bool
+) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    """Score views, plus S without each term (Table 9) and without both context terms when
+    ``ablations`` and the λ of Eq. 3 can be recovered from the rows; returns (names, values, λ)."""
+    names, values = score_views(score)
+    if not ablations:
+        return names, values, None
+    lam = recover_lambdas(values[:20000, 0], values[:20000, 1:])
+    if lam is None:
+        return names, values, None
+    tiny = 1e-4 * max(1.0, float(np.nanmax(np.abs(values[:, 0]), initial=0.0)))
+
+    def without(col: np.ndarray) -> np.ndarray:
+        # S had no other term: what is left is float rounding of λ, not a score (NaN, no view)
+        return np.full_like(col, np.nan) if np.nanmax(np.abs(col), initial=0.0) <= tiny else col
+
+    for k, term in enumerate(TERMS):
+        if lam[k] != 0 and not np.all(np.isnan(values[:, 1 + k])):
+            names.append(f"wo_{term}")
+            rest = without(values[:, 0] - lam[k] * values[:, 1 + k])
+            values = np.column_stack([values, rest])
+    both = lam[2] * np.nan_to_num(values[:, 3]) + lam[3] * np.nan_to_num(values[:, 4])
+    names.append("wo_both_contexts")
+    return names, np.column_stack([values, without(values[:, 0] - both)]), lam
 
 
 def read_cs_sizes(score_files: Path, pair_ids: np.ndarray) -> np.ndarray | None:

@@ -52,8 +52,12 @@ def is_knob(field: FieldInfo) -> bool:
 def fingerprint_params(params: BaseModel) -> dict[str, Any]:
     """The params as they enter a fingerprint: the JSON dump without performance knobs, in nested
     sections too (``select.scoring``). Only knobs are removed from nested dumps, so everything
-    else hashes as it did before knobs were declared."""
-    return _drop_knobs(params, params.model_dump(mode="json"))
+    else hashes as it did before knobs were declared. A section whose layout changed maps the
+    dump back to the layout of before (``StageParams.fingerprint_layout``), so its artefacts
+    keep their fingerprints."""
+    dump = _drop_knobs(params, params.model_dump(mode="json"))
+    layout = getattr(params, "fingerprint_layout", None)
+    return layout(dump) if layout is not None else dump
 
 
 def _drop_knobs(params: BaseModel, dump: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +87,12 @@ class StageParams(BaseModel):
             if key in out and out[key] == default:
                 del out[key]
         return out
+
+    def fingerprint_layout(self, dump: dict[str, Any]) -> dict[str, Any]:
+        """The params as they enter the fingerprint, from the dump without knobs: the dump
+        itself, unless a stage moved keys and maps them back to where they were hashed before
+        (`label`'s sub-sections)."""
+        return dump
 
     def link(self, sections: dict[str, StageParams]) -> None:
         """Fill settings this stage shares with another section (called once all sections of a

@@ -281,6 +281,16 @@ def spearman_x100(pred: np.ndarray, gold: np.ndarray) -> float:
     return float(spearmanr(pred[ok], gold[ok]).statistic * 100.0)
 
 
+#: subset names that are separate evaluation sets rather than parts of one year's set
+SPLIT_SUBSETS = {"train", "dev", "test", "trial"}
+
+
+def report_name(dataset: str, subset: str) -> str:
+    """Evaluation-set name: a year's subsets form one set (STS12), splits are sets of their own
+    (STSb.dev, SICK-R.trial)."""
+    return f"{dataset}.{subset}" if subset in SPLIT_SUBSETS else dataset
+
+
 def spearman_conventions(
     pred: np.ndarray, gold: np.ndarray, subset: Sequence[str]
 ) -> tuple[float, float]:

@@ -58,7 +58,7 @@ def test_labels_crowded_at_one_warn(tmp_path, caplog):
     score = score.set_column(score.schema.get_field_index("S"), "S", pa.array(s))
     arts["score"] = _publish(store, "score", score)
     with caplog.at_level("WARNING"):
-        art = _run_label(store, arts, ablations=False)
+        art = _run_label(store, arts, lm={"ablations": False})
     assert art.stats["diag_near_one_share"] > 0.5
     assert len(art.stats["diag_warnings"]) == 2
     assert "within 0.0001 of 1.0" in caplog.text and "warn_band_width" in caplog.text

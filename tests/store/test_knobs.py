@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from ctxsim.store.artefacts import ArtefactStore
-from ctxsim.store.stage import RunParams, fingerprint_params, is_knob, resolve_stage
+from ctxsim.store.stage import RunParams, StageParams, fingerprint_params, is_knob, resolve_stage
 from ctxsim.tasks import STAGES, load_stage
 
 #: the knobs the docs promise; a new one is added here and declared with store.stage.knob
@@ -21,13 +22,36 @@ EXPECTED = {
     "generator": {"token_budget"},
     "score": {"token_budget", "max_batch", "max_logit_elems", "disc_batch", "compile_blocks"},
     "evaluate": {"batch_size"},
-    "label": {"block_pairs"},
+    "label": {"lm.block_pairs"},
     "gencontexts": {"batch_size"},
 }
 
 
 def _knobs(name: str) -> set[str]:
-    return {k for k, f in load_stage(name).Params.model_fields.items() if is_knob(f)}
+    """The stage's knobs, those of its own sub-sections as ``section.key`` (``label.lm``)."""
+    out = set()
+    for k, f in load_stage(name).Params.model_fields.items():
+        if is_knob(f):
+            out.add(k)
+        sub = f.default_factory() if f.default_factory is not None else f.default
+        if isinstance(sub, BaseModel) and not isinstance(sub, StageParams):
+            out |= {f"{k}.{n}" for n, g in type(sub).model_fields.items() if is_knob(g)}
+    return out
+
+
+def _field(name: str, key: str) -> Any:
+    """The field of ``key`` (``section.key`` inside a sub-section)."""
+    fields = load_stage(name).Params.model_fields
+    if "." in key:
+        section, key = key.split(".")
+        fields = fields[section].default_factory().model_fields
+    return fields[key]
+
+
+def _nested(key: str, value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``a.b``, ``{key: value}`` otherwise."""
+    section, _, sub = key.partition(".")
+    return {section: {sub: value}} if sub else {key: value}
 
 
 def _fp(name: str, store: ArtefactStore, **params: Any) -> str:
@@ -57,11 +81,10 @@ def test_a_knob_keeps_the_fingerprint_and_a_real_parameter_does_not(
     store = ArtefactStore(tmp_path)
     given = {"model": tiny_scorer} if name == "embed" else {}
     base = _fp(name, store, **given)
-    fields = load_stage(name).Params.model_fields
     for key in EXPECTED[name]:
-        d = fields[key].default
+        d = _field(name, key).default
         other = (not d) if isinstance(d, bool) else d * 2
-        assert _fp(name, store, **given, **{key: other}) == base, key
+        assert _fp(name, store, **given, **_nested(key, other)) == base, key
     real = {
         "retrieve": {"top_k": 7},
         "screen": {"keep": 7},
@@ -70,7 +93,7 @@ def test_a_knob_keeps_the_fingerprint_and_a_real_parameter_does_not(
         "generator": {"train_steps": 7},
         "score": {"lambda_fwd": 0.5},
         "evaluate": {"max_seq_length": 32},
-        "label": {"similarity": "pearson"},
+        "label": {"lm": {"similarity": "pearson"}},
         "gencontexts": {"top_k": 7},
     }[name]
     assert _fp(name, store, **given, **real) != base

@@ -193,7 +193,7 @@ def _fake_world(
 ):
     """8 sentences in two topics; a sentence 'fits' contexts of its own topic better."""
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.tasks.label_lm import required_score_table
+    from ctxsim.tasks.label.contextual.lm import required_score_table
 
     store = ArtefactStore(tmp_path)
     n = 8
@@ -296,7 +296,7 @@ def test_label_stage_given_pairs_reports_spearman(tmp_path) -> None:
         views
     ) and "sim_cosine" not in views
     for how in ("neg_rmse", "cross_fit"):
-        other = _run_label(store, arts, similarity=how)
+        other = _run_label(store, arts, lm={"similarity": how})
         rep = json.loads((other.files_dir / "origin.json").read_text())["datasets"]["STSb.dev"]
         assert rep["spearman_all"] == views[f"sim_{how}"]["spearman_all"]
         assert rep["views"]["sim_cosine"]["spearman_all"] == st["spearman_all.STSb.dev"]
@@ -402,7 +402,7 @@ def test_origin_report_has_the_generator_backbone_cosine(tmp_path) -> None:
 def test_without_the_only_term_is_no_view():
     """S = λ·left alone (λ recovered with float32 rounding): S without left is NaN, not a
     rescaled copy of left that would report left's Spearman under another name."""
-    from ctxsim.tasks.label_lm import ablation_views
+    from ctxsim.scores.views import ablation_views
 
     rng = np.random.default_rng(0)
     left = rng.normal(-3, 1, 50).astype(np.float32)

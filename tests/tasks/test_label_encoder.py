@@ -9,17 +9,11 @@ import numpy as np
 import pytest
 
 from ctxsim.models.contextual.encoder_origin import explicit_profile_similarity
+from ctxsim.models.encoders import EncoderInputError, encode, load_encoder
 from ctxsim.store.artefacts import ArtefactStore
 from ctxsim.store.errors import InputError
-from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
-from ctxsim.tasks.embed import (
-    EmbedParams,
-    EmbedStage,
-    EncoderInputError,
-    encode,
-    load_encoder,
-    read_embeddings,
-)
+from ctxsim.store.stage import RunParams, fingerprint_params, resolve_stage, run_stage_locally
+from ctxsim.tasks.embed import EmbedParams, EmbedStage, read_embeddings
 from ctxsim.tasks.label import LabelParams, LabelStage
 from ctxsim.tasks.pairs import PairsParams, PairsStage
 from tests.tasks.tiny_encoder import build_tiny_encoder
@@ -51,10 +45,10 @@ def route(spine, tmp_path_factory):
     return store, enc, embed, pairs
 
 
-def _label(spine, route, **params):
+def _label(spine, route, **encoder):
     store, _, embed, pairs = route
     up = {"queries": spine["queries"], "pairs": pairs, "embed": embed}
-    return _run(LabelStage(), LabelParams(contextual="encoder", **params), store, up)
+    return _run(LabelStage(), LabelParams(contextual="encoder", encoder=encoder), store, up)
 
 
 def test_pairs_mine_neighbours_and_random_without_select(route):
@@ -89,21 +83,21 @@ def test_closed_form_labels_are_the_explicit_profiles(spine, route):
 
 def test_softmax_and_topk_forms_label_every_pair(spine, route):
     closed = _label(spine, route).read_table().column("label").to_numpy()
-    soft = _label(spine, route, encoder_form="softmax", tau=0.1)
-    top = _label(spine, route, encoder_form="topk", k=4)
+    soft = _label(spine, route, form="softmax", tau=0.1)
+    top = _label(spine, route, form="topk", k=4)
     for art in (soft, top):
         lab = art.read_table().column("label").to_numpy()
         assert np.isfinite(lab).all() and (np.abs(lab) <= 1 + 1e-6).all()
         assert not np.allclose(lab, closed)
     assert (top.read_table().column("n_ctx1").to_numpy() == 4).all()
     # a large temperature makes the softmax profile linear: the closed form again
-    flat = _label(spine, route, encoder_form="softmax", tau=1e4).read_table()
+    flat = _label(spine, route, form="softmax", tau=1e4).read_table()
     assert np.allclose(flat.column("label").to_numpy(), closed, atol=1e-3)
 
 
 def test_lm_route_keeps_its_fingerprint_and_needs_select_and_score(spine, route):
-    dump = LabelParams().model_dump(mode="json")
-    assert not {"contextual", "encoder_form", "tau", "k", "centred"} & set(dump)
+    dump = fingerprint_params(LabelParams())
+    assert not {"contextual", "encoder_form", "tau", "k", "centred", "encoder"} & set(dump)
     store, _, embed, pairs = route
     with pytest.raises(InputError, match="needs the select and score stage"):
         _run(LabelStage(), LabelParams(), store, {"queries": spine["queries"], "pairs": pairs})
@@ -179,3 +173,23 @@ def test_given_pairs_get_an_origin_report_with_the_scorers_cosine(spine, route, 
     assert set(art.read_table().column("split").to_pylist()) == {"eval"}
     assert art.stats["n_pairs.STSb.dev"] == 20
     assert "spearman_all.STSb.dev.scorer_cosine" in art.stats
+
+
+def test_embed_settings_are_read_typed_and_unreadable_ones_refused(route, tmp_path) -> None:
+    """The encoder route reads embed's settings through EmbedParams (they were an untyped dict,
+    ``ep["max_seq_length"]``); settings it cannot read name the key and say rerun embed."""
+    from types import SimpleNamespace
+
+    from ctxsim.tasks.label.contextual.encoder import embed_params
+
+    _, enc, embed, _ = route
+    ep = embed_params(embed)
+    assert isinstance(ep, EmbedParams) and ep.max_seq_length == 32 and ep.model == str(enc)
+    for params, key in (
+        ({**embed.manifest["params"], "max_seq_len": 32}, "embed.max_seq_len"),  # older key
+        ({**embed.manifest["params"], "model": str(tmp_path / "gone")}, "embed.model"),
+    ):
+        art = SimpleNamespace(manifest={"params": params}, path=tmp_path / "embed-art")
+        with pytest.raises(EncoderInputError, match="rerun embed") as e:
+            embed_params(art)
+        assert key in str(e.value) and "\n" not in str(e.value)

@@ -32,7 +32,7 @@ from ctxsim.product.diagnostics import (
 from ctxsim.store.stage import StageContext
 
 if TYPE_CHECKING:
-    from ctxsim.tasks.label import LabelParams
+    from ctxsim.tasks.label.params import LabelParams
 
 
 def diagnostics(ctx: StageContext, p: LabelParams, table: pa.Table, given: bool) -> dict[str, Any]:

@@ -9,24 +9,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ctxsim.models.contextual.origin import TERMS, spearman_conventions
+from ctxsim.models.contextual.origin import TERMS, report_name, spearman_conventions
 from ctxsim.models.training.objectives import tfidf_cosine
 from ctxsim.store.stage import StageContext
 
 if TYPE_CHECKING:
-    from ctxsim.tasks.label import LabelParams
+    from ctxsim.tasks.label.params import LabelParams
 
 #: the splits of generated pairs (a seeded hash of the pair, ``label.split_ratios``); given
 #: pairs get "eval"
 SPLITS = ("train", "dev", "test")
-#: subset names that are separate evaluation sets rather than parts of one year's set
-SPLIT_SUBSETS = {"train", "dev", "test", "trial"}
-
-
-def report_name(dataset: str, subset: str) -> str:
-    """Evaluation-set name: a year's subsets form one set (STS12), splits are sets of their own
-    (STSb.dev, SICK-R.trial)."""
-    return f"{dataset}.{subset}" if subset in SPLIT_SUBSETS else dataset
 
 
 def label_stats(
@@ -85,22 +77,21 @@ def origin_report(
     ctx: StageContext,
     p: LabelParams,
     table: pa.Table,
-    names: list[str],
     labels: np.ndarray,
+    views: dict[str, np.ndarray],
     lam: np.ndarray | None,
-    other: dict[str, np.ndarray],
 ) -> dict[str, Any]:
     """``files/origin.json`` of given pairs: per evaluation set, Spearman x100 of the labels in
-    the "all" and "mean" conventions and of every view (each term alone, without each term, the
-    other similarities and the baselines); the λ recovered and the run's config."""
+    the "all" and "mean" conventions and of every view (the contextual model's: each term alone,
+    without each term, the other similarities, the encoder's cosine; and the baselines); the λ
+    recovered and the run's config."""
     ds = table.column("dataset").to_pylist()
     sub = table.column("subset").to_pylist()
     gold = table.column("gold").to_numpy(zero_copy_only=False).astype(np.float64)
     sets = np.asarray([report_name(d, s) for d, s in zip(ds, sub, strict=True)], dtype=object)
     subs = np.asarray(sub, dtype=object)
     base = tfidf_cosine(table.column("s1").to_pylist(), table.column("s2").to_pylist())
-    views = {names[k]: labels[:, k] for k in range(1, len(names)) if p.ablations}
-    views.update(other)
+    views = dict(views)
     views["tfidf_cosine"] = base
     if "generator" in ctx.upstream:
         views["backbone_cosine"] = backbone_cosine(
@@ -109,12 +100,12 @@ def origin_report(
     out: dict[str, Any] = {}
     for name in sorted(set(sets)):
         m = sets == name
-        s_all, s_mean = spearman_conventions(labels[m, 0], gold[m], subs[m])
+        s_all, s_mean = spearman_conventions(labels[m], gold[m], subs[m])
         r: dict[str, Any] = {
             "spearman_all": _r(s_all),
             "spearman_mean": _r(s_mean),
             "n_pairs": int(m.sum()),
-            "n_nan": int(np.isnan(labels[m, 0]).sum()),
+            "n_nan": int(np.isnan(labels[m]).sum()),
             "views": {},
         }
         for view, pred in views.items():
