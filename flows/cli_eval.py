@@ -11,6 +11,7 @@ import typer
 
 from ctxsim.flows.cli_errors import fail
 from ctxsim.flows.cli_options import VerboseOpt
+from ctxsim.store.errors import InputError
 
 
 def _fail(msg: str | BaseException, code: int = 2) -> None:
@@ -121,7 +122,7 @@ def _model_path(model: str, what: str = "model") -> str:
 
     problem = model_name_problem(model)
     if problem:
-        raise ValueError(f"{what}: {problem}")
+        raise InputError(f"{what}: {problem}")
     return str(resolve_model(model))
 
 

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from ctxsim.store.errors import InputError
+
 
 def _fail(msg: str, code: int = 2) -> None:
     typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
@@ -60,7 +62,7 @@ def server(
         )
     try:
         info = ops.start_server(host, port, home, ui=ui, timeout=timeout)
-    except (RuntimeError, TimeoutError) as e:
+    except (InputError, ops.ServerStartError, TimeoutError) as e:
         _fail(str(e), 1)
     typer.echo(f"Prefect server healthy at {info.api_url} (pid {info.pid}, {info.database})")
     typer.echo(f"  use it:  export PREFECT_API_URL={info.api_url}")
@@ -90,7 +92,7 @@ def worker(
     try:
         gpu_list = ops.parse_gpus(gpus)
         specs = ops.worker_specs(pool, gpu_list, cpu_workers, name, work_queue)
-    except ValueError as e:
+    except InputError as e:
         _fail(str(e))
     note = ops.gpu_note(gpus, gpu_list, starting=not (dry_run or compose))
     if note:
@@ -127,13 +129,11 @@ def serve(
     until: Annotated[str | None, typer.Option(help="stop after this stage")] = None,
 ) -> None:
     """Serve the pipeline on this host with a cron schedule (Prefect serve); Ctrl-C stops."""
-    from ctxsim.flows.config import ConfigError
-
     if not os.environ.get("PREFECT_API_URL"):
         _fail("PREFECT_API_URL is not set: start a server (ctxsim server) and export it")
     from ctxsim.flows import ops
 
     try:
         ops.serve_pipeline(str(config), cron, name, list(set_ or []), root, until)
-    except (ConfigError, ValueError) as e:
+    except InputError as e:  # ConfigError, a bad --until or --cron
         _fail(str(e))

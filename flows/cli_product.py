@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from ctxsim.store.errors import InputError
+
 ConfigOpt = Annotated[
     Path | None,
     typer.Option("--config", "-c", help="YAML config naming the artefact root (run.root)"),
@@ -52,7 +54,7 @@ def latest_labelled_run(store: Any) -> str:
     for rec in reversed(store.list_runs()):
         if rec.get("status") == "completed" and "label" in rec.get("stages", {}):
             return str(rec["run_id"])
-    raise ValueError(f"no completed run with a label stage under {store.root}; give --run")
+    raise InputError(f"no completed run with a label stage under {store.root}; give --run")
 
 
 def register(app: typer.Typer) -> None:
@@ -121,8 +123,10 @@ def register(app: typer.Typer) -> None:
         """Why two sentences get their Origin label: S of both over C = Cs1 + Cs2 (from the
         score cache where scored before), the contexts that contribute most to the similarity
         and those where the two disagree most, each with its document and section. A sentence
-        the run did not label gets its Cs from the run's own retrieve/screen/select."""
-        from ctxsim.flows.cli_errors import cli_error_types
+        the run did not label gets its Cs from the run's own retrieve/screen/select. On an
+        encoder-route run (closed form): the corpus units pushing the label up and pulling it
+        down most, each with its term's share of the label."""
+        from ctxsim.flows.cli_errors import user_error_types
         from ctxsim.flows.explain import explain_pair
         from ctxsim.product.explain import render_table
 
@@ -134,7 +138,7 @@ def register(app: typer.Typer) -> None:
         try:
             rid = run_id or latest_labelled_run(store)
             result = explain_pair(store, rid, s1, s2, top=top)
-        except cli_error_types() as e:
+        except user_error_types() as e:
             _fail(str(e), 1)
         if json_out:
             typer.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))

@@ -199,7 +199,7 @@ def load_config(
     for name, params in parsed.items():
         try:
             params.link(parsed)  # type: ignore[attr-defined]
-        except ValueError as e:  # settings of two sections that do not fit together
+        except InputError as e:  # settings of two sections that do not fit together
             raise ConfigError(f"{source}: section {name!r}: {e}") from None
     return PipelineConfig(run=run, stages=parsed, source=source, raw=raw)
 
@@ -307,9 +307,9 @@ def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:
     names = cfg.stage_names
     if until is not None:
         if until not in STAGES:
-            raise ValueError(f"--until {until!r} is not a stage; known: {', '.join(STAGES)}")
+            raise ConfigError(f"--until {until!r} is not a stage; known: {', '.join(STAGES)}")
         if until not in names:
-            raise ValueError(f"--until {until!r}: that stage is not in the config")
+            raise ConfigError(f"--until {until!r}: that stage is not in the config")
         # only what `until` is built from: `--until generator` trains the generator without
         # retrieving and screening first (optional inputs count when the config has them)
         need, todo = {until}, [until]

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxsim.store.errors import InputError
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4200
 DEFAULT_POOL = "ctxsim"
@@ -36,6 +38,13 @@ def prefect_exe() -> str:
 
 
 # ---- server ---------------------------------------------------------------------------------
+
+
+class ServerStartError(RuntimeError):
+    """The Prefect server exited while starting (its log tail says why): not the user's input,
+    not a bug of ours; ``ctxsim server`` prints it as one line."""
+
+
 @dataclass
 class ServerInfo:
     """A started server: where it answers, which process it is, where its log and state live."""
@@ -82,7 +91,7 @@ def wait_healthy(
         if healthy(url):
             return
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"Prefect server exited with code {proc.returncode}{_tail(log)}")
+            raise ServerStartError(f"Prefect server exited with code {proc.returncode}{_tail(log)}")
         time.sleep(0.5)
     raise TimeoutError(f"Prefect server at {url} not healthy after {timeout:.0f}s{_tail(log)}")
 
@@ -149,7 +158,7 @@ def start_server(
     home.mkdir(parents=True, exist_ok=True)
     url = api_url(host, port)
     if healthy(url):
-        raise RuntimeError(f"something already answers at {url}; stop it or choose --port")
+        raise InputError(f"something already answers at {url}; stop it or choose --port")
     env = server_env(home, database_url)
     env.update(extra_env or {})
     log = home / "server.log"
@@ -239,9 +248,9 @@ def parse_gpus(text: str | None) -> list[str]:
     gpus = [g.strip() for g in text.split(",")]
     for g in gpus:
         if not g or not (g.isdigit() or g.startswith(("GPU-", "MIG-"))):
-            raise ValueError(f"--gpus {text!r}: expected indices like 0,1 or UUIDs, or 'all'")
+            raise InputError(f"--gpus {text!r}: expected indices like 0,1 or UUIDs, or 'all'")
     if len(set(gpus)) != len(gpus):
-        raise ValueError(f"--gpus {text!r}: a GPU is listed twice")
+        raise InputError(f"--gpus {text!r}: a GPU is listed twice")
     return gpus
 
 
@@ -281,9 +290,9 @@ def worker_specs(
     and limited to one flow run at a time (a run owns its GPU); without GPUs, ``n_cpu`` CPU
     workers with no GPU visible. The same list defines the docker-compose worker services."""
     if n_cpu < 1 and not gpus:
-        raise ValueError("need at least one worker: give --gpus or --cpu-workers >= 1")
+        raise InputError("need at least one worker: give --gpus or --cpu-workers >= 1")
     if limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {limit}")
+        raise InputError(f"--limit must be >= 1, got {limit}")
 
     def argv(name: str) -> tuple[str, ...]:
         cmd = [
@@ -403,6 +412,15 @@ def serve_pipeline(
     from ctxsim.flows.pipeline import select_stages
 
     select_stages(load_config(config_path, overrides, root), until)  # fail fast, before serving
+    if cron is not None:
+        from prefect.client.schemas.schedules import CronSchedule
+        from pydantic import ValidationError
+
+        try:
+            CronSchedule(cron=cron)
+        except ValidationError as e:
+            why = "; ".join(str(x["msg"]).removeprefix("Value error, ") for x in e.errors())
+            raise InputError(f"--cron {cron!r}: {why}") from None
     params: dict[str, Any] = {
         "config": config_path,
         "overrides": overrides or [],

@@ -17,7 +17,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 
-from ctxsim.flows.config import PipelineConfig, load_config, select_stages
+from ctxsim.flows.config import ConfigError, PipelineConfig, load_config, select_stages
 from ctxsim.flows.console import console_line
 from ctxsim.flows.run_records import process_identity
 from ctxsim.flows.runners import make_task_runner, shard_options, submit_options
@@ -201,7 +201,7 @@ def execute(
             stage = load_stage(name)
             missing = [i for i in stage.inputs if i not in artefacts]
             if missing:
-                raise ValueError(f"stage {name!r} needs {missing}, which this config does not run")
+                raise ConfigError(f"stage {name!r} needs {missing}, which this config does not run")
             upstream = {i: artefacts[i] for i in stage.inputs}
             optional = stage.optional_inputs_for(cfg.stages[name])
             upstream |= {i: artefacts[i] for i in optional if i in artefacts}

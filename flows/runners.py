@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ctxsim.flows.config import ConfigError
 from ctxsim.store.stage import RunParams
 
 
@@ -29,7 +30,7 @@ def make_task_runner(run: RunParams) -> Any | None:
         try:
             from prefect_dask import DaskTaskRunner
         except ImportError:
-            raise ValueError("run.task_runner: dask needs `pip install prefect-dask`") from None
+            raise ConfigError("run.task_runner: dask needs `pip install prefect-dask`") from None
         if run.runner_address:
             return DaskTaskRunner(address=run.runner_address)
         return DaskTaskRunner(
@@ -43,12 +44,12 @@ def make_task_runner(run: RunParams) -> Any | None:
         try:
             from prefect_ray import RayTaskRunner
         except ImportError:
-            raise ValueError("run.task_runner: ray needs `pip install prefect-ray`") from None
+            raise ConfigError("run.task_runner: ray needs `pip install prefect-ray`") from None
         init: dict[str, Any] = {"num_cpus": run.max_workers, "include_dashboard": False}
         return RayTaskRunner(
             address=run.runner_address, init_kwargs=None if run.runner_address else init
         )
-    raise ValueError(
+    raise ConfigError(
         f"run.task_runner: unknown runner {kind!r} (sequential, thread, process, dask, ray)"
     )
 
@@ -69,7 +70,7 @@ def shard_options(
     """
     want = run.gpus_per_task
     if want < 0:
-        raise ValueError(f"run.gpus_per_task must be >= 0, got {want:g}")
+        raise ConfigError(f"run.gpus_per_task must be >= 0, got {want:g}")
     if want == 0 or run.task_runner == "sequential":
         return {}
     say = log or (lambda msg: None)
@@ -87,7 +88,7 @@ def shard_options(
         )
         return {}
     if want > have:
-        raise ValueError(
+        raise ConfigError(
             f"run.gpus_per_task={want:g} but the Ray cluster has {have:g} GPU(s) in all: no "
             "shard task could ever be scheduled"
         )

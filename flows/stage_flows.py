@@ -14,6 +14,7 @@ from typing import Any
 from prefect import flow
 
 from ctxsim.flows.pipeline import run_pipeline
+from ctxsim.store.errors import InputError
 from ctxsim.tasks import STAGES
 
 
@@ -39,5 +40,5 @@ def stage_flow(
 ) -> dict[str, Any]:
     """One stage (and whatever upstream stages are not published yet)."""
     if stage not in STAGES:
-        raise ValueError(f"stage {stage!r} is not a stage; known: {', '.join(STAGES)}")
+        raise InputError(f"stage {stage!r} is not a stage; known: {', '.join(STAGES)}")
     return run_pipeline(config, overrides, root, stage, run_id)

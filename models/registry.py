@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from ctxsim.models.errors import InputError
+
 DEFAULT_CACHE_ENV = "CTXSIM_MODEL_CACHE"
 _MARKER = ".complete"
 
@@ -236,12 +238,13 @@ def model_name_problem(name: str) -> str | None:
 
 def check_model_name(name: str, *also: str) -> str:
     """``name`` when :func:`model_name_problem` accepts it (or it is one of ``also``, e.g.
-    ``tiny-random``); else ValueError (a pydantic validator turns it into ``section.key``)."""
+    ``tiny-random``); else InputError, a ValueError (a pydantic validator turns it into
+    ``section.key``)."""
     if name in also:
         return name
     problem = model_name_problem(name)
     if problem:
-        raise ValueError(problem)
+        raise InputError(problem)
     return name
 
 

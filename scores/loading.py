@@ -26,6 +26,7 @@ from ctxsim.models.contextual.generator import (
     Seq2SeqScorer,
 )
 from ctxsim.store.atomic import write_text_atomic
+from ctxsim.store.errors import InputError
 
 META_FILE = "generator.json"
 #: a discriminator's tokenizer: (text, max tokens) -> token ids
@@ -109,7 +110,7 @@ def hf_encoder(tok_dir: Path) -> tuple[Encoder, int]:
 
     tok = AutoTokenizer.from_pretrained(str(tok_dir))
     if tok.pad_token_id != 0:
-        raise ValueError(f"{tok_dir}: pad token id is {tok.pad_token_id}, the model expects 0")
+        raise InputError(f"{tok_dir}: pad token id is {tok.pad_token_id}, the model expects 0")
 
     def encode(text: str, max_len: int) -> np.ndarray:
         ids = tok(text, add_special_tokens=False, truncation=True, max_length=max_len)["input_ids"]

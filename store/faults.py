@@ -3,7 +3,7 @@
 ``CTXSIM_FAULT_FILE=/path/fault.json`` arms it; while that file exists and holds
 ``{"stage": "queries", "shard": 1, "kind": "permanent"}`` (optionally ``"root": "/abs/root"``
 to hit only runs on that artefact root), computing that shard raises
-(``permanent`` -> ValueError, which Prefect does not retry; ``transient`` -> OSError, retried;
+(``permanent`` -> an InputError, which Prefect does not retry; ``transient`` -> OSError, retried;
 ``enospc`` -> the OSError a full disk raises, naming a file in the shard's partial folder), or
 with ``"kind": "delay", "seconds": 60`` sleeps first (a window to SIGKILL or Ctrl-C a run
 mid-stage).
@@ -22,9 +22,11 @@ import json
 import os
 from pathlib import Path
 
+from ctxsim.store.errors import InputError
 
-class InjectedFault(ValueError):
-    """A deliberate, permanent failure (bad-input class: not retried)."""
+
+class InjectedFault(InputError):
+    """A deliberate, permanent failure (bad-input class: not retried, one line in the CLI)."""
 
 
 class InjectedTransientFault(OSError):

@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ctxsim.models.corpus.retrieval import vectorizer_from_state, vectorizer_state
+from ctxsim.store.artefacts import StoreError
 
 META_FILE = "index.json"
 
@@ -48,7 +49,7 @@ def load_index(
         idf = np.load(files / f"{prefix}idf.npy", allow_pickle=False)
         mat = sp.csr_matrix(sp.load_npz(files / f"{prefix}chunks.npz"), dtype=np.float32)
         if mat.shape != (len(chunk_ids), len(terms)):
-            raise ValueError(
+            raise StoreError(
                 f"{files}/{prefix}chunks.npz has shape {mat.shape}, expected "
                 f"({len(chunk_ids)}, {len(terms)})"
             )

@@ -27,12 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from ctxsim.store.atomic import write_bytes_atomic
+from ctxsim.store.errors import InputError
 
 
 def default_ttl() -> float:
     """Lease lifetime in seconds (``CTXSIM_LEASE_TTL``, default 60): how long a lost worker's
     shard stays blocked before another worker takes it over."""
-    return float(os.environ.get("CTXSIM_LEASE_TTL", "60"))
+    text = os.environ.get("CTXSIM_LEASE_TTL", "60")
+    try:
+        ttl = float(text)
+    except ValueError:
+        raise InputError(f"CTXSIM_LEASE_TTL={text!r}: expected seconds, e.g. 60") from None
+    if not ttl > 0:  # NaN too
+        raise InputError(f"CTXSIM_LEASE_TTL={text!r}: must be > 0 seconds")
+    return ttl
 
 
 class LeaseTimeout(TimeoutError):

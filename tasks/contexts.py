@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from ctxsim.store.cost_model import CorpusBytes
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
@@ -148,7 +149,7 @@ class ContextsStage(Stage):
         sents = ctx.input("shard").read_table(cols).sort_by("sent_id")
         arr = {c: sents.column(c).to_numpy() for c in cols}
         if len(arr["sent_id"]) == 0:
-            raise ValueError("contexts: the shard artefact has no sentences")
+            raise InputError("contexts: the shard artefact has no sentences")
         contexts, chunks = build_contexts(
             arr["sent_id"],
             arr["section_id"],
@@ -163,7 +164,7 @@ class ContextsStage(Stage):
         pq.write_table(chunk_table, ctx.files_dir / "chunks.parquet", compression="zstd")
         table = pa.table(contexts, schema=CONTEXT_SCHEMA)
         if table.num_rows == 0:
-            raise ValueError(
+            raise InputError(
                 f"contexts: no section has {2 * p.width + 1} consecutive sentences; "
                 "lower contexts.width or add longer documents"
             )

@@ -32,6 +32,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from ctxsim.store.cost_model import PerQueryRows
+from ctxsim.store.errors import InputError
 from ctxsim.store.sample_cache import SampleCache
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
@@ -155,7 +156,7 @@ class GenContextsParams(StageParams):
         for k, lam in ((self.k_right, "lambda_right"), (self.k_left, "lambda_left")):
             if k > 0 and score is not None and getattr(score, lam, 1.0) == 0.0:
                 side = "k_right" if lam == "lambda_right" else "k_left"
-                raise ValueError(
+                raise InputError(
                     f"gencontexts.{side} > 0 needs score.{lam} != 0 (a one-sided generated "
                     "slot has only that term)"
                 )

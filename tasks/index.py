@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 from ctxsim.models.corpus.retrieval import fit_index
 from ctxsim.store.chunks import chunk_texts
 from ctxsim.store.cost_model import CorpusBytes
+from ctxsim.store.errors import InputError
 from ctxsim.store.index_files import META_FILE, save_index_matrix
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
@@ -97,7 +98,7 @@ class IndexStage(Stage):
         p: IndexParams = ctx.params
         chunk_ids, texts = chunk_texts(ctx.input("contexts"), ctx.input("shard"))
         if len(texts) == 0:
-            raise ValueError("index: the contexts artefact has no chunks (empty corpus)")
+            raise InputError("index: the contexts artefact has no chunks (empty corpus)")
         common = {"lowercase": p.lowercase, "sublinear_tf": p.sublinear_tf}
         vec, mat = fit_index(
             texts,

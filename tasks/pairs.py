@@ -217,7 +217,7 @@ class PairsStage(Stage):
         need = {"pair_id", "s1_query_id", "s2_query_id", "dataset", "subset", "gold"}
         missing = need - set(g.column_names)
         if missing:
-            raise ValueError(f"{path}: missing columns {sorted(missing)}")
+            raise InputError(f"{path}: missing columns {sorted(missing)}")
         n = g.num_rows
         return pa.table(
             {
@@ -238,7 +238,7 @@ class PairsStage(Stage):
         ids = q.column("query_id").to_numpy()
         texts = q.column("text").to_pylist()
         if len(ids) < 2:
-            raise ValueError("pairs: fewer than two queries to pair")
+            raise InputError("pairs: fewer than two queries to pair")
         if p.skip_same_text:  # keep the first query of each distinct text
             _, first = np.unique(np.asarray(texts, dtype=object), return_index=True)
             keep = np.sort(first)

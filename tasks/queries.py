@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from pydantic import Field
 
 from ctxsim.store.cost_model import QueryCount
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 
@@ -185,7 +186,7 @@ class QueriesStage(Stage):
             ok &= np.isin(ids, centres)
         candidates = np.flatnonzero(ok)
         if len(candidates) == 0:
-            raise ValueError("queries: no corpus sentence passes the length bounds")
+            raise InputError("queries: no corpus sentence passes the length bounds")
         if p.lead_share is None:
             take = rng.choice(candidates, size=min(p.n_corpus, len(candidates)), replace=False)
         else:
@@ -209,7 +210,7 @@ class QueriesStage(Stage):
         from ctxsim.readers.sts import discover
 
         if not p.sts_dir:
-            raise ValueError("queries.source is 'sts' but queries.sts_dir is not set")
+            raise InputError("queries.source is 'sts' but queries.sts_dir is not set")
         found = discover(p.sts_dir) + pair_sets_as_sts(p.sts_dir)
         sets = [
             s
@@ -217,7 +218,7 @@ class QueriesStage(Stage):
             if any(fnmatch.fnmatch(f"{s.dataset}.{s.subset}", pat) for pat in p.sts_sets)
         ]
         if not sets:
-            raise ValueError(f"queries: no STS set under {p.sts_dir} matches {p.sts_sets}")
+            raise InputError(f"queries: no STS set under {p.sts_dir} matches {p.sts_sets}")
         index: dict[str, int] = {}
         texts: list[str] = []
         origins: list[str] = []

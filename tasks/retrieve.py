@@ -18,6 +18,7 @@ from pydantic import Field
 
 from ctxsim.models.corpus.retrieval import resolve_backend, retrieve
 from ctxsim.store.cost_model import Hits
+from ctxsim.store.errors import InputError
 from ctxsim.store.index_files import load_index
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
@@ -82,7 +83,7 @@ class RetrieveStage(Stage):
         q = ctx.input_shard("queries", shard, ["query_id", "text"])
         chunk_ids, vec, mat, fb_vec, fb_mat = load_index(ctx.input("index").files_dir)
         if mat.shape[0] == 0:
-            raise ValueError("retrieve: the index has no chunks (empty corpus)")
+            raise InputError("retrieve: the index has no chunks (empty corpus)")
         texts = q.column("text").to_pylist()
         if any(t is None for t in texts):
             raise ValueError("retrieve: the queries artefact has a null text")

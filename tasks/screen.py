@@ -40,6 +40,7 @@ from ctxsim.store.artefacts import fingerprint, sha256_file
 from ctxsim.store.atomic import atomic_path, write_json_atomic
 from ctxsim.store.checked import move_aside
 from ctxsim.store.cost_model import CorpusSideAndRows
+from ctxsim.store.errors import InputError
 from ctxsim.store.lease import shard_lease
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
@@ -193,7 +194,7 @@ def _compute_cache(
         .sort_by("context_id")
     )
     if conts.num_rows == 0:
-        raise ValueError("screen: the contexts artefact is empty (empty corpus)")
+        raise InputError("screen: the contexts artefact is empty (empty corpus)")
     sents = ctx.input("shard").read_table(["sent_id", "text"]).sort_by("sent_id")
     sent_ids = sents.column("sent_id").to_numpy()
     tokens = encode_texts(encode, sents.column("text").to_pylist(), max_tokens)

@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ctxsim.store.errors import InputError
+
 
 @dataclass(frozen=True)
 class Windows:
@@ -79,5 +81,5 @@ def get_scorer(name: str, role: str | None = None) -> ContextScorer:
     ones otherwise."""
     known = [n for n, s in SCORERS.items() if role is None or s.role == role]
     if name not in known:
-        raise ValueError(f"unknown scorer {name!r}: one of {', '.join(known)}")
+        raise InputError(f"unknown scorer {name!r}: one of {', '.join(known)}")
     return SCORERS[name]

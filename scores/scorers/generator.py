@@ -25,6 +25,7 @@ from ctxsim.models.contextual.quantize import (
 from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine
 from ctxsim.scores.loading import load_scorer
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
+from ctxsim.store.errors import InputError
 from ctxsim.store.score_cache import ScoreCache, window_keys
 
 #: layers score.int8_on_cpu keeps in float32 (bench/results/int8_smollm2_layers.md)
@@ -53,7 +54,7 @@ class GeneratorScorer(ContextScorer):
             scorer = quantize_int8(scorer, skip=INT8_FLOAT_LAYERS)
         elif bf16_weights(p, scorer.device.type):
             if meta["backend"] != "causal":
-                raise ValueError(
+                raise InputError(
                     f"score.bf16_weights_on_cpu supports the causal backend; the generator "
                     f"artefact {ctx.input('generator').fingerprint} is {meta['backend']}"
                 )

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from ctxsim.scores import ScoreParams
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import StageParams
 
 
@@ -121,7 +122,7 @@ class SelectParams(StageParams):
         gen = sections.get("gencontexts")
         if self.source == "generate" and gen is not None:
             if getattr(gen, "k_right", 1) == 0 and getattr(gen, "k_left", 0) == 0:
-                raise ValueError(
+                raise InputError(
                     "select.source 'generate' with gencontexts.k_right=0 and k_left=0 can select "
                     "no context (every label would be NaN): sample a side (k_right or k_left > 0) "
                     "or use select.source: both or retrieve"

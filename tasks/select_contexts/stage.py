@@ -16,6 +16,7 @@ from ctxsim.models.corpus.selection import token_ranks
 from ctxsim.scores import query_texts, score_rows
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated
 from ctxsim.store.cost_model import PerQueryRows
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext
 from ctxsim.tasks.select_contexts.lookups import ContextIndex, SentenceTexts
 from ctxsim.tasks.select_contexts.params import SelectParams
@@ -176,7 +177,7 @@ class SelectStage(Stage):
         parts = []
         if p.source != "generate":
             if "screen" not in ctx.upstream:
-                raise ValueError(
+                raise InputError(
                     "select.strategy 'ranked' needs the `screen` stage's ranking; run it or use "
                     "select.strategy: random (or select.source: generate)"
                 )
@@ -192,7 +193,7 @@ class SelectStage(Stage):
             parts.append(part)
         if p.source != "retrieve":
             if "gencontexts" not in ctx.upstream:
-                raise ValueError(
+                raise InputError(
                     f"select.source {p.source!r} needs the `gencontexts` stage; add a "
                     "`gencontexts:` section to the config"
                 )
@@ -233,7 +234,7 @@ class SelectStage(Stage):
         put them first in descending S (ties keep the screen order); fills ``order_score``."""
 
         if "generator" not in ctx.upstream:
-            raise ValueError(
+            raise InputError(
                 "select.order_by 'score' needs the `generator` stage; add it to the config or "
                 "use select.order_by: screen"
             )

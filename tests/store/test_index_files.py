@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from ctxsim.models.corpus.retrieval import fit_index
+from ctxsim.store.artefacts import StoreError
 from ctxsim.store.index_files import META_FILE, load_index, save_index_matrix
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "the cat ran after the dog"]
@@ -44,5 +45,5 @@ def test_not_an_index_is_refused_naming_the_file(tmp_path):
     _write(tmp_path, False)
     bad = sp.csr_matrix(np.ones((2, 3), np.float32))  # two chunks, the ids name three
     sp.save_npz(tmp_path / "chunks.npz", bad, compressed=False)
-    with pytest.raises(ValueError, match="chunks.npz has shape"):
+    with pytest.raises(StoreError, match="chunks.npz has shape"):  # one line in the CLI
         load_index(tmp_path)
