@@ -36,6 +36,7 @@ from ctxsim.product.explain import (
 )
 from ctxsim.store.artefacts import Artefact, ArtefactStore, sha256_file
 from ctxsim.store.checked import move_aside
+from ctxsim.store.errors import InputError
 
 
 def new_query_stages() -> list[str]:
@@ -90,7 +91,7 @@ def check_sentence_length(record: dict[str, Any], text: str, name: str) -> None:
     limit = _params(record, "queries").max_tokens
     n = count_tokens(text)
     if n > limit:
-        raise ValueError(
+        raise InputError(
             f"{name} has {n:,} tokens, more than this run's queries.max_tokens={limit} (the "
             "limit its own sentences were held to; the scorer would cut it silently): explain "
             "a shorter sentence"
@@ -102,7 +103,7 @@ def _params(record: dict[str, Any], stage: str) -> Any:
 
     section = record.get("config", {}).get(stage)
     if section is None:
-        raise ValueError(f"run {record['run_id']} has no {stage!r} section in its config")
+        raise InputError(f"run {record['run_id']} has no {stage!r} section in its config")
     return load_stage(stage).Params(**section)
 
 
@@ -163,7 +164,7 @@ def explain_pair(
 ) -> dict[str, Any]:
     """Both sentences' S over C = Cs1 + Cs2, the label, and each context's share of it."""
     if top < 1:
-        raise ValueError(f"top={top}: give at least 1 context per table")
+        raise InputError(f"top={top}: give at least 1 context per table")
     with _work_store(store) as (work, note):
         result = _explain(store, work, run_id, s1, s2, top)
     if note:
@@ -180,7 +181,7 @@ def _explain(
     arts = {k: store.require(k, st["fingerprint"]) for k, st in record["stages"].items()}
     for need in ("queries", "select", "contexts", "shard", "generator"):
         if need not in arts:
-            raise ValueError(f"run {run_id} has no {need!r} stage; explain needs a run with Cs")
+            raise InputError(f"run {run_id} has no {need!r} stage; explain needs a run with Cs")
     how = record["config"].get("label", {}).get("similarity", "cosine")
     q = arts["queries"].read_table(["query_id", "text"])
     qid_of: dict[str, int] = {}
@@ -203,12 +204,12 @@ def _explain(
         )
         for t in unseen:
             if t not in new_of:
-                raise ValueError(f"the run's queries stage dropped the sentence {t!r}")
+                raise InputError(f"the run's queries stage dropped the sentence {t!r}")
             ids[t], where[t] = new_of[t], new
     cs = [context_sets(where[t]["select"], [ids[t]])[ids[t]] for t in texts]
     if not len(cs[0]) or not len(cs[1]):
         empty = [t for t, c in zip(texts, cs, strict=True) if not len(c)]
-        raise ValueError(f"no contexts were selected for {empty}: nothing to explain")
+        raise InputError(f"no contexts were selected for {empty}: nothing to explain")
     c_all = np.concatenate(cs)
     first = np.r_[np.ones(len(cs[0]), bool), np.zeros(len(cs[1]), bool)]
     uniq = np.unique(c_all)

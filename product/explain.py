@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from ctxsim.models.contextual.origin import SIMILARITIES, similarity_by_group
 from ctxsim.store.artefacts import Artefact, ArtefactStore
+from ctxsim.store.errors import InputError
 
 
 def decompose(
@@ -83,7 +84,7 @@ def sentence_scores(
         upstream |= {k: arts[k] for k in ("screen", "discriminator") if k in arts}
     missing = {"contexts", "shard", "generator"} - set(upstream)
     if missing:
-        raise ValueError(f"run {record['run_id']} lacks {sorted(missing)}: cannot compute S")
+        raise InputError(f"run {record['run_id']} lacks {sorted(missing)}: cannot compute S")
     table, stats = score_with_artefacts(
         store,
         RunParams(**{**record["config"]["run"], "quiet": True}),
