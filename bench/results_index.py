@@ -30,6 +30,8 @@ SUPERSEDED = SUPERSEDED_DIR / "SUPERSEDED.json"
 #: result name -> one sentence saying what it shows, with its headline figure (written by hand,
 #: preferred over the note the result recorded)
 SHOWS = RESULTS / "SHOWS.json"
+#: finished experiments' code (``python -m bench.archive.bench_X``); their results stay here
+ARCHIVE = REPO / "bench" / "archive"
 #: where results are cited: the front door, the docs, the configs' comments, the bench README
 CITING = ["README.md", "docs/*.md", "configs/*.yaml", "bench/README.md"]
 _CITED = re.compile(r"(?:\.\.\.)?[\w*.-]*\w\.(?:md|json|png|log)\b")
@@ -141,8 +143,12 @@ _CHECKOUT = re.compile(r"(?<![\w.])/(?:work|home|root)/(?:[^\s'\"`]*/)?main/")
 
 
 def portable(cmd: str) -> str:
-    """A recorded command without machine paths: scratch roots become ``ROOT``."""
-    return _CHECKOUT.sub("", _SCRATCH.sub("ROOT", cmd))
+    """A recorded command without machine paths (scratch roots become ``ROOT``), naming a bench
+    moved to ``bench/archive/`` where it is now."""
+    cmd = _CHECKOUT.sub("", _SCRATCH.sub("ROOT", cmd))
+    for name in sorted(p.stem for p in ARCHIVE.glob("bench_*.py")):
+        cmd = re.sub(rf"\bbench\.{name}\b", f"bench.archive.{name}", cmd)
+    return cmd
 
 
 def result_key(path: Path) -> str:

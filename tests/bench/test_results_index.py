@@ -115,3 +115,27 @@ def test_bench_readme_says_whether_each_bench_is_live_or_finished() -> None:
     modules = {f"bench.{p.stem}" for p in bench.glob("bench_*.py")}
     assert set(kind) == modules, f"not classified: {sorted(modules - set(kind))}"
     assert all(k in (["live"], ["finished"]) for k in kind.values()), kind
+
+
+def test_every_index_command_names_a_module_that_exists() -> None:
+    """A bench moved to bench/archive/ keeps its results' commands runnable: the index names it
+    where it is now (python -m bench.archive.bench_X)."""
+    import importlib.util
+
+    from bench.results_index import render
+
+    mods = set(re.findall(r"-m (bench\.[\w.]+)", render()))
+    assert mods, "no command found in the index"
+    gone = sorted(m for m in mods if importlib.util.find_spec(m) is None)
+    assert not gone, f"bench/results/INDEX.md runs modules that do not exist: {gone}"
+
+
+def test_a_command_of_an_archived_bench_names_the_archive(tmp_path: Path, monkeypatch) -> None:
+    import bench.results_index as ri
+
+    (tmp_path / "bench_old.py").write_text("")
+    monkeypatch.setattr(ri, "ARCHIVE", tmp_path)
+    cmd = "python -m bench.bench_old --root /tmp/x/root --against bench.bench_old_two"
+    assert ri.portable(cmd) == (
+        "python -m bench.archive.bench_old --root ROOT --against bench.bench_old_two"
+    )
