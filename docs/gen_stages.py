@@ -137,6 +137,9 @@ def render() -> str:
         for sname, schema in schemas:
             cols = ", ".join(f"`{f.name}` ({f.type})" for f in schema)
             out.append(f"- `{sname}`: {cols}")
+        # what a column holds, where the module says (``COLUMN_NOTES``: `label`'s)
+        for col, note in getattr(module, "COLUMN_NOTES", {}).items():
+            out.append(f"  - `{col}`: {note}")
     return "\n".join(out).rstrip() + "\n"
 
 
