@@ -13,16 +13,18 @@
   per set), ``heatmaps.png`` (token-pair contributions of a positive, a neutral and a negative
   pair, as CLRCMD's Fig. 2) and ``results.json`` in ``ctx.files_dir``.
 
-Files: ``stage.py`` (the stage and its config section), ``evaluate_model.py`` (sets, systems,
-intervals, hard splits), ``encoders.py`` (sentence/token vectors, DynaMax), ``ists.py``
-(alignments), ``report.py`` (Markdown and plots). Paired BCa bootstraps and Spearman live in
-models/evaluation/metrics.py, the similarities in models/evaluation/similarity.py.
+Files: ``params.py`` (the config section), ``stage.py`` (the stage), ``evaluate_model.py``
+(sets, systems, intervals, hard splits), ``encoders.py`` (sentence/token vectors, DynaMax),
+``ists.py`` (alignments), ``report.py`` (Markdown and plots). Paired BCa bootstraps and
+Spearman live in models/evaluation/metrics.py, the similarities in
+models/evaluation/similarity.py.
 """
 
 from ctxsim.tasks.evaluate.encoders import encode_sentences, load_st, pair_similarities
 from ctxsim.tasks.evaluate.evaluate_model import DATA_HINT, evaluate_model
+from ctxsim.tasks.evaluate.params import EvaluateParams
 from ctxsim.tasks.evaluate.report import SEVEN
-from ctxsim.tasks.evaluate.stage import ROW_SCHEMA, EvaluateParams, EvaluateStage
+from ctxsim.tasks.evaluate.stage import ROW_SCHEMA, EvaluateStage
 
 __all__ = [
     "DATA_HINT",

@@ -4,6 +4,7 @@ Wieting et al. (2020) hard splits and iSTS F1, for any sentence-transformers mod
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,14 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ctxsim.models.evaluation import metrics as M
 from ctxsim.models.evaluation.ists import (
     equi_filter,
     ists_f1,
 )
 from ctxsim.models.training.objectives import tfidf_cosine
 from ctxsim.readers.domain import discover_domain
-from ctxsim.readers.sts import StsSet, dataset_key, discover, sample_pairs
+from ctxsim.readers.sts import StsSet, discover, sample_pairs
 from ctxsim.tasks.evaluate.domain import domain_report, evaluate_domain
 from ctxsim.tasks.evaluate.encoders import (
     backbone_vectors,
@@ -28,7 +28,15 @@ from ctxsim.tasks.evaluate.encoders import (
     wordllama_vectors,
 )
 from ctxsim.tasks.evaluate.ists import ists_system
-from ctxsim.tasks.evaluate.report import SEVEN, render_report, write_plots
+from ctxsim.tasks.evaluate.report import render_report, write_plots
+from ctxsim.tasks.evaluate.sts_scores import (
+    PerSystem,
+    Preds,
+    bootstrap_intervals,
+    dataset_blocks,
+    hard_splits_rows,
+    sts_rows,
+)
 
 DATA_HINT = (
     "no STS data found at {where}: put the STS sets there (uniform TSV "
@@ -47,49 +55,8 @@ def _nan_to_none(x: Any) -> Any:
     return x
 
 
-def _group_scores(sets: list[StsSet], preds: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
-    groups: dict[str, dict[str, tuple]] = {}
-    for s in sets:
-        groups.setdefault(dataset_key(s), {})[s.subset] = (preds[s.name], s.gold)
-    return {k: M.sts_scores(v) for k, v in groups.items()}
-
-
-def _avg7(per: dict[str, dict[str, float]]) -> dict[str, Any]:
-    have = [k for k in SEVEN if k in per]
-    if not have:
-        return {}
-    return {
-        "spearman_all": float(np.mean([per[k]["spearman_all"] for k in have])),
-        "spearman_mean": float(np.mean([per[k]["spearman_mean"] for k in have])),
-        "n_sets": len(have),
-        "sets": have,
-    }
-
-
 def _systems(model_path: str, baselines: dict[str, str | None]) -> dict[str, str | None]:
     return {"surrogate": model_path, **baselines}
-
-
-#: (system, similarity) -> STS set name -> predicted similarity of each pair
-Preds = dict[tuple[str, str], dict[str, np.ndarray]]
-#: (system, similarity) -> dataset key (STS12, STSb, ...) -> scores of sts_scores
-PerSystem = dict[tuple[str, str], dict[str, dict[str, float]]]
-
-
-def _row(
-    dataset: str, subset: str, sim: str, system: str, rho: float, rho_mean: float, r: float, n: int
-) -> dict[str, Any]:
-    """One row of the evaluate stage's table (one system and similarity on one set)."""
-    return {
-        "dataset": dataset,
-        "subset": subset,
-        "similarity": sim,
-        "system": system,
-        "spearman_all": rho,
-        "spearman_mean": rho_mean,
-        "pearson": r,
-        "n_pairs": n,
-    }
 
 
 def _shown(path: str, relative_to: str | Path | None) -> str:
@@ -205,108 +172,6 @@ def _add_model_free_preds(
         preds[("tfidf", "tfidf")] = {s.name: tfidf_cosine(s.s1, s.s2) for s in sets}
 
 
-def _sts_rows(sets: list[StsSet], preds: Preds) -> tuple[list[dict[str, Any]], PerSystem]:
-    """Per system and similarity: a row per dataset (its subsets pooled) then one per set."""
-    rows: list[dict[str, Any]] = []
-    per_system: PerSystem = {}
-    for (system, sim), p in preds.items():
-        per = _group_scores(sets, p)
-        per_system[(system, sim)] = per
-        for key, sc in per.items():
-            rows.append(
-                _row(
-                    key,
-                    "all",
-                    sim,
-                    system,
-                    sc["spearman_all"],
-                    sc["spearman_mean"],
-                    sc["pearson_all"],
-                    sc["n_pairs"],
-                )
-            )
-        for s in sets:
-            rho, r = M.spearman(p[s.name], s.gold), M.pearson(p[s.name], s.gold)
-            rows.append(_row(dataset_key(s), s.subset, sim, system, rho, rho, r, len(s)))
-    return rows, per_system
-
-
-def _hard_splits(
-    sets: list[StsSet],
-    preds: Preds,
-    quantile: float,
-    high_gold: tuple[float, float],
-    low_gold: tuple[float, float],
-    rows: list[dict[str, Any]],
-    result: dict[str, Any],
-) -> dict[str, np.ndarray]:
-    """Wieting et al. (2020) hard splits over the pooled STS12-16 pairs (all sets when no STS12-16
-    is present): rows appended to ``rows``, the surrogate's (cosine) in ``result["hard"]`` and each
-    baseline's under its ``result["baselines"]`` entry. Returns the splits' pair indices."""
-    pool = [s for s in sets if s.dataset in ("STS12", "STS13", "STS14", "STS15", "STS16")] or sets
-    if not pool:
-        return {}
-    a1 = [x for s in pool for x in s.s1]
-    a2 = [x for s in pool for x in s.s2]
-    gold = np.array([x for s in pool for x in s.gold])
-    hard_idx = M.hard_splits(a1, a2, gold, quantile, high_gold, low_gold)
-    for (system, sim), p in preds.items():
-        pp = np.concatenate([p[s.name] for s in pool])
-        hs = {}
-        for split, ix in hard_idx.items():
-            hs[split] = {
-                "spearman": M.spearman(pp[ix], gold[ix]),
-                "pearson": M.pearson(pp[ix], gold[ix]),
-                "n_pairs": int(len(ix)),
-            }
-            rho = hs[split]["spearman"]
-            rows.append(
-                _row("hard", split, sim, system, rho, rho, hs[split]["pearson"], int(len(ix)))
-            )
-        if system == "surrogate" and sim == "cosine":
-            result["hard"] = hs
-        elif system != "surrogate":
-            result["baselines"].setdefault(system, {}).setdefault("hard", {})[sim] = hs
-    return hard_idx
-
-
-def _dataset_blocks(per_system: PerSystem, result: dict[str, Any]) -> None:
-    """Per-dataset scores and the seven-set averages: the surrogate's at the top of ``result``
-    (cosine under ``datasets``, RCMD under ``rcmd``), each baseline's under its entry."""
-    for (system, sim), per in per_system.items():
-        block = {k: {**v, "similarity": sim} for k, v in per.items()}
-        if system == "surrogate":
-            result["datasets" if sim == "cosine" else "rcmd"] = block
-            result.setdefault("avg7", {})[sim] = _avg7(per)
-        else:
-            b = result["baselines"].setdefault(system, {})
-            b.setdefault("datasets", {})[sim] = block
-            b.setdefault("avg7", {})[sim] = _avg7(per)
-
-
-def _bootstrap(
-    sets: list[StsSet], preds: Preds, resamples: int, confidence: float, seed: int
-) -> dict[str, dict[str, Any]]:
-    """Paired BCa intervals of the Spearman difference: the surrogate (cosine) minus each
-    baseline, per dataset; keyed ``surrogate.cosine-vs-<system>.<similarity>``."""
-    out: dict[str, dict[str, Any]] = {}
-    ref = preds[("surrogate", "cosine")]
-    gold_by_key: dict[str, list[StsSet]] = {}
-    for s in sets:
-        gold_by_key.setdefault(dataset_key(s), []).append(s)
-    for (system, sim), p in preds.items():
-        if system == "surrogate":
-            continue
-        cis = {}
-        for key, ss in gold_by_key.items():
-            g = np.concatenate([s.gold for s in ss])
-            a = np.concatenate([ref[s.name] for s in ss])
-            b = np.concatenate([p[s.name] for s in ss])
-            cis[key] = M.bootstrap_diff_ci(g, a, b, "spearman", resamples, confidence, seed)
-        out[f"surrogate.cosine-vs-{system}.{sim}"] = cis
-    return out
-
-
 def _ists(
     surrogate: Any,
     ists_dir: str | Path,
@@ -370,12 +235,42 @@ def _write_outputs(
             log.warning("evaluate: plotting failed: %s", e)
 
 
-def _warn_not_written(out_dir: str | Path, err: OSError, result: dict[str, Any], log: Any) -> None:
-    """A report that could not be written, as a warning in ``result`` (the CLI keeps the
-    figures it computed)."""
-    msg = f"--out-dir {out_dir}: report not written ({err.strerror or err})"
-    log.warning("evaluate: %s", msg)
-    result.setdefault("warnings", []).append(msg)
+def _write_or_warn(
+    out_dir: str | Path, keep: bool, result: dict[str, Any], log: Any, *outputs: Any
+) -> None:
+    """``_write_outputs`` into ``out_dir``; with ``keep`` (the CLI) a report that could not be
+    written is a warning in ``result`` (the CLI keeps the figures it computed), else the error."""
+    try:
+        _write_outputs(Path(out_dir), result, *outputs, log)
+    except OSError as err:
+        if not keep:
+            raise
+        msg = f"--out-dir {out_dir}: report not written ({err.strerror or err})"
+        log.warning("evaluate: %s", msg)
+        result.setdefault("warnings", []).append(msg)
+
+
+def _sts_figures(
+    sets: list[StsSet],
+    preds: Preds,
+    hard: tuple[float, tuple[float, float], tuple[float, float]],
+    intervals: dict[str, Any],
+    result: dict[str, Any],
+) -> tuple[list[dict[str, Any]], PerSystem, dict[str, np.ndarray]]:
+    """(rows, per-system scores, hard-split indices) of the STS sets; the hard splits, the
+    per-dataset blocks and (given resamples) the paired intervals go into ``result``."""
+    rows, per_system = sts_rows(sets, preds)
+    hard_idx = hard_splits_rows(sets, preds, *hard, rows, result)
+    dataset_blocks(per_system, result)
+    if ("surrogate", "cosine") in preds and intervals["bootstrap_resamples"] > 0:
+        result["bootstrap"] = bootstrap_intervals(
+            sets,
+            preds,
+            intervals["bootstrap_resamples"],
+            intervals["confidence"],
+            intervals["seed"],
+        )
+    return rows, per_system, hard_idx
 
 
 def evaluate_model(
@@ -413,8 +308,6 @@ def evaluate_model(
     a report that cannot be written becomes a warning in the result instead of an error, so the
     figures computed are still returned (a stage raises, to retry and never publish half).
     """
-    import logging
-
     log = logger or logging.getLogger("ctxsim.evaluate")
     baselines = dict(baselines or {})
     model_path = str(model_path)
@@ -437,40 +330,25 @@ def evaluate_model(
     _add_model_free_preds(preds, baselines, surrogate, sets, load, shown, result)
 
     # STS: rows, hard splits, per-dataset blocks, paired intervals
-    rows, per_system = _sts_rows(sets, preds)
-    hard_idx = _hard_splits(sets, preds, hard_quantile, hard_high_gold, hard_low_gold, rows, result)
-    _dataset_blocks(per_system, result)
-    if ("surrogate", "cosine") in preds and bootstrap_resamples > 0:
-        result["bootstrap"] = _bootstrap(sets, preds, bootstrap_resamples, confidence, seed)
+    intervals = {"bootstrap_resamples": bootstrap_resamples, "confidence": confidence, "seed": seed}
+    hard = (hard_quantile, hard_high_gold, hard_low_gold)
+    rows, per_system, hard_idx = _sts_figures(sets, preds, hard, intervals, result)
 
     if ists_dir is not None:
         result["ists"] = _ists(surrogate, ists_dir, similarities, ists_remove_oppo, out_dir, log)
 
     if domain:
-        if "tfidf" in baselines:
-            encoders["tfidf"] = None
+        tfidf = {"tfidf": None} if "tfidf" in baselines else {}  # TF-IDF cosine: no model
         result["domain"] = evaluate_domain(
-            encoders,
-            pair_sets,
-            qa_sets,
-            batch_size=batch_size,
-            bootstrap_resamples=bootstrap_resamples,
-            confidence=confidence,
-            seed=seed,
-            log=log,
+            encoders | tfidf, pair_sets, qa_sets, batch_size=batch_size, log=log, **intervals
         )
     encoders.clear()
 
     result["n_sets"] = len(sets)
     if domain:
         result["n_domain_sets"] = len(pair_sets) + len(qa_sets)
-    result = _nan_to_none(result)
-    result["rows"] = _nan_to_none(rows)
+    result = _nan_to_none(result) | {"rows": _nan_to_none(rows)}
     if out_dir is not None:
-        try:
-            _write_outputs(Path(out_dir), result, per_system, hard_idx, surrogate, sets, preds, log)
-        except OSError as e:
-            if not keep_result_on_write_error:
-                raise
-            _warn_not_written(out_dir, e, result, log)
+        outputs = (per_system, hard_idx, surrogate, sets, preds)
+        _write_or_warn(out_dir, keep_result_on_write_error, result, log, *outputs)
     return result

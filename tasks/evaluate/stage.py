@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
-from pydantic import Field, field_validator
 
 from ctxsim.store.artefacts import content_digest
 from ctxsim.store.cost_model import Constant
 from ctxsim.store.errors import InputError
-from ctxsim.store.stage import Stage, StageContext, StageParams, knob
+from ctxsim.store.stage import Stage, StageContext
 from ctxsim.tasks.evaluate.domain import domain_report
 from ctxsim.tasks.evaluate.evaluate_model import DATA_HINT, evaluate_model
+from ctxsim.tasks.evaluate.params import EvaluateParams
 
 ROW_SCHEMA = pa.schema(
     [
@@ -45,122 +45,6 @@ def model_card_section(res: dict[str, Any]) -> str:
     if len(lines) == 2:
         lines.append("No evaluation set was found (evaluate.sts_dir).")
     return "\n".join(lines) + "\n"
-
-
-class EvaluateParams(StageParams):
-    """The `evaluate` config section."""
-
-    sts_dir: str | None = Field(
-        None,
-        description=(
-            "Folder of STS sets evaluated (all found are reported); None: no STS evaluation."
-        ),
-    )
-    ists_dir: str | None = Field(
-        None,
-        description="Folder of iSTS sets (alignment evaluation with RCMD); None: none.",
-    )
-    similarities: list[Literal["cosine", "rcmd"]] = Field(
-        default_factory=lambda: ["cosine", "rcmd"],
-        description=(
-            "How two sentence embeddings are compared: cosine (of the sentence embeddings) and/or "
-            "rcmd (token alignment, CLRCMD)."
-        ),
-    )
-    baselines: list[Literal["backbone", "minilm", "dynamax", "tfidf"]] = Field(
-        default_factory=lambda: ["backbone", "minilm", "dynamax"],
-        description=(
-            "Systems reported beside the trained surrogate: backbone (the untrained start), minilm,"
-            " dynamax (word-vector DynaMax) and tfidf (word TF-IDF cosine of each pair)."
-        ),
-    )
-    extra_models: dict[str, str] = Field(
-        default_factory=dict,
-        json_schema_extra={"names_model": []},
-        description=(
-            "More encoders in the same report and paired CIs (e.g. a SimCSE model trained on the "
-            "same sentences with train.objective simcse): name -> sentence-transformers / HF model "
-            "dir."
-        ),
-    )
-
-    @field_validator("extra_models")
-    @classmethod
-    def _extra_names(cls, value: dict[str, str]) -> dict[str, str]:
-        taken = {"surrogate", "backbone", "minilm", "dynamax", "tfidf"} & set(value)
-        if taken:
-            raise ValueError(f"evaluate.extra_models: {sorted(taken)} name built-in systems")
-        return value
-
-    dynamax_vectors: Literal["auto", "wordllama", "backbone"] = Field(
-        "auto",
-        description=(
-            "Word vectors of the dynamax baseline: wordllama (when installed), backbone (the "
-            "surrogate's input embeddings), or auto (wordllama when installed, else backbone)."
-        ),
-    )
-    batch_size: int = knob(
-        64,
-        ge=1,
-        description=(
-            "Sentences per encoder forward pass. Speed and memory only: out of the fingerprint."
-        ),
-    )
-    max_seq_length: int = Field(
-        128,
-        ge=1,
-        description="Tokens per sentence when encoding; longer sentences are truncated.",
-    )
-    max_pairs_per_subset: int | None = Field(
-        None,
-        ge=1,
-        description="Seeded sample of each STS subset's pairs, for quick runs; None: every pair.",
-    )
-    bootstrap_resamples: int = Field(
-        1000,
-        description=(
-            "Resamples of the paired BCa bootstrap CIs (the DynaMax paper: 10000); more give "
-            "steadier intervals and cost time."
-        ),
-    )
-    confidence: float = Field(
-        0.95,
-        description="Confidence level of the bootstrap intervals.",
-    )
-    hard_quantile: float = Field(
-        0.2,
-        description=(
-            "Hard splits (Wieting et al. 2020): the quantile of the symmetric word error rate "
-            "(SWER) above (below) which a pair's word overlap counts as low (high)."
-        ),
-    )
-    hard_high_gold: tuple[float, float] = Field(
-        (4.0, 5.0),
-        description=(
-            "Hard splits: the gold range of similar pairs (with low word overlap: hard positives)."
-        ),
-    )
-    hard_low_gold: tuple[float, float] = Field(
-        (0.0, 1.0),
-        description=(
-            "Hard splits: the gold range of dissimilar pairs (with high word overlap: hard "
-            "negatives)."
-        ),
-    )
-    ists_remove_oppo: bool = Field(
-        False,
-        description=(
-            "iSTS gold: also drop OPPO alignments (as CLRCMD's *.wa.equi variant that removes "
-            "them)."
-        ),
-    )
-    plots: bool = Field(
-        True,
-        description=(
-            "Write report.md and its plots into the artefact's files/ (false: results.json only, "
-            "faster without matplotlib)."
-        ),
-    )
 
 
 def publish_model(src: Path, dst: Path, card_section: str) -> None:
