@@ -182,7 +182,8 @@ def _explain(
     for need in ("queries", "select", "contexts", "shard", "generator"):
         if need not in arts:
             raise InputError(f"run {run_id} has no {need!r} stage; explain needs a run with Cs")
-    how = record["config"].get("label", {}).get("similarity", "cosine")
+    label = record["config"].get("label", {})  # label.lm.similarity; flat in older records
+    how = (label.get("lm") or {}).get("similarity", label.get("similarity", "cosine"))
     q = arts["queries"].read_table(["query_id", "text"])
     qid_of: dict[str, int] = {}
     for qid, text in zip(
