@@ -188,6 +188,14 @@ def shard_problem(files: Path, shard: int, stats: dict[str, Any]) -> str | None:
     return None
 
 
+class _PublishedMeanwhile(Exception):
+    """A concurrent run published the artefact whose shards this run was merging."""
+
+    def __init__(self, artefact: Artefact) -> None:
+        super().__init__(str(artefact.path))
+        self.artefact = artefact
+
+
 def read_embeddings(art: Artefact) -> np.ndarray:
     """All context embeddings of an embed artefact, in the order of its rows."""
     files = sorted(art.files_dir.glob("emb-*.npy"))
@@ -268,13 +276,19 @@ class EmbedStage(Stage):
         """The shards' scatter statistics merged into ``files/scatter.npz`` (refused when not
         finite), and the counts: contexts, truncated ones, contexts per second."""
         p: EmbedParams = ctx.params
+        won = ctx.store.get(ctx.stage, ctx.fingerprint)
+        if won is not None:
+            return self._published_meanwhile(ctx, won)
         shard_stats = list(shard_stats)
-        parts = [self._checked_shard(ctx, s, shard_stats) for s in range(p.n_shards)]
+        try:
+            parts = [self._checked_shard(ctx, s, shard_stats) for s in range(p.n_shards)]
+        except _PublishedMeanwhile as e:
+            return self._published_meanwhile(ctx, e.artefact)
         total = parts[0]
         for part in parts[1:]:
             total = total.merge(part)
         m = total.matrix(centred=True)
-        files = ctx.files_dir
+        files = ctx.workdir / "files"  # never re-created here: a concurrent publish moves it
         if not np.all(np.isfinite(m)):
             raise EncoderInputError(
                 f"embed: the scatter matrix of {files} is not finite (an encoder that "
@@ -301,11 +315,26 @@ class EmbedStage(Stage):
             "cpu_seconds": round(cpu, 3),
             "scatter_trace": round(float(np.trace(m)), 4),
         }
-        with atomic_path(files / SCATTER_FILE, suffix=".npz") as tmp:
-            total.save(tmp)
-        out = self._adapted_encoder(ctx, m, n, files)
+        try:
+            with atomic_path(files / SCATTER_FILE, suffix=".npz") as tmp:
+                total.save(tmp)
+            out = self._adapted_encoder(ctx, m, n, files)
+        except FileNotFoundError:  # the partial folder was published by a concurrent run
+            won = ctx.store.get(ctx.stage, ctx.fingerprint)
+            if won is None:
+                raise
+            return self._published_meanwhile(ctx, won)
         ctx.logger.info("embed: adapted encoder (encoder + M^(1/2)) at %s", out)
         return stats
+
+    def _published_meanwhile(self, ctx: StageContext, won: Artefact) -> dict[str, Any]:
+        """A concurrent run published this artefact while this one computed: its stats, and
+        nothing more written here (the store returns that artefact on publish)."""
+        ctx.logger.info(
+            "embed: %s was published by a concurrent run: reused, adapted encoder included",
+            won.path,
+        )
+        return dict(won.stats)
 
     def _checked_shard(
         self, ctx: StageContext, shard: int, shard_stats: list[dict[str, Any]]
@@ -314,10 +343,13 @@ class EmbedStage(Stage):
         holds and are finite. A shard that fails is moved aside (``ROOT/embed/.corrupt-<fp>-
         shard-<n>-...`` with a ``_WHY`` file, logged) and computed again, its record and
         ``shard_stats[shard]`` replaced; failing again, it is refused."""
-        files = ctx.files_dir
+        files = ctx.workdir / "files"  # never re-created here: a concurrent publish moves it
         problem = shard_problem(files, shard, shard_stats[shard])
         if problem is None:
             return load_scatter(shard_files(files, shard)[1])
+        won = ctx.store.get(ctx.stage, ctx.fingerprint)
+        if won is not None:
+            raise _PublishedMeanwhile(won)
         dest = self._move_aside(ctx, files, shard, problem)
         ctx.logger.warning(
             "embed: shard %d: %s; its files moved to %s, recomputing the shard",
@@ -388,4 +420,6 @@ class EmbedStage(Stage):
             card_text=card,
             meta=meta,
             device=ctx.device,
+            scratch=ctx.workdir.parent,  # ROOT/embed: the same file system, out of the artefact
+            logger=ctx.logger,
         )

@@ -18,10 +18,12 @@ from ctxsim.store.artefacts import ArtefactStore
 from ctxsim.store.stage import (
     RunParams,
     compute_shard,
+    publish_stage,
     resolve_stage,
     run_stage_locally,
 )
 from ctxsim.tasks.embed import (
+    ADAPTED_DIR,
     FILE_SUMS,
     SCATTER_FILE,
     EmbedParams,
@@ -184,3 +186,63 @@ def test_a_full_disk_while_the_adapted_encoder_is_written_is_one_line(
     assert line.endswith("free space there and rerun to resume")
     assert not list((tmp_path / "root" / "embed").rglob("*.partial"))
     assert disk_full(SafetensorError("Error while serializing: invalid header"), tmp_path) is None
+
+
+def test_a_second_build_of_the_same_adapted_encoder_is_reused(
+    spine, encoder, clean, tmp_path, caplog
+):
+    """Issue 57 item 12: a second build rebuilt the 88 MB model; now it is reused, said so,
+    and nothing is left beside it."""
+    from ctxsim.product.adapted import build_adapted_encoder
+
+    m = clean[1].matrix(centred=True)
+    out = tmp_path / "adapted"
+    with caplog.at_level(logging.INFO):
+        build_adapted_encoder(encoder, m, out, card_text="# card\n", meta={"k": 1})
+        first = (out / "modules.json").stat().st_mtime_ns
+        caplog.clear()
+        build_adapted_encoder(encoder, m, out, card_text="# card\n", meta={"k": 1})
+    assert any("reused" in r.getMessage() for r in caplog.records)
+    assert (out / "modules.json").stat().st_mtime_ns == first  # not written again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapted"]
+
+
+def test_a_losing_concurrent_build_removes_its_partial_folder_and_reuses_the_winner(
+    spine, encoder, clean, tmp_path, caplog, monkeypatch
+):
+    import ctxsim.product.adapted as adapted
+
+    m = clean[1].matrix(centred=True)
+    out = tmp_path / "adapted"
+    adapted.build_adapted_encoder(encoder, m, out, meta={"k": 1})  # the winner
+    first = (out / "modules.json").stat().st_mtime_ns
+    real, calls = adapted.adapted_problem, []
+
+    def not_there_yet(*a, **kw):  # the loser looked before the winner's rename
+        calls.append(1)
+        return "absent" if len(calls) == 1 else real(*a, **kw)
+
+    monkeypatch.setattr(adapted, "adapted_problem", not_there_yet)
+    with caplog.at_level(logging.INFO):
+        adapted.build_adapted_encoder(encoder, m, out, meta={"k": 1})
+    assert len(calls) == 2 and (out / "modules.json").stat().st_mtime_ns == first
+    assert any("reused" in r.getMessage() for r in caplog.records)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapted"]
+
+
+def test_a_run_that_finishes_after_a_concurrent_publish_builds_nothing(
+    spine, encoder, tmp_path, caplog
+):
+    """The second of two concurrent embed runs built the adapted encoder again into a new
+    partial folder (88 MB left behind): it now finds the artefact published and writes nothing."""
+    plan = _plan(spine, tmp_path / "root", encoder)
+    infos = [compute_shard(plan, s) for s in range(2)]
+    won = run_stage_locally(plan)[0]  # the other run publishes first
+    with caplog.at_level(logging.INFO):
+        art = publish_stage(plan, 2, infos)  # this run, done with its shards, publishes
+    assert art.path == won.path
+    plan.store.remove_empty_partial("embed", plan.fingerprint)  # what the pipeline does next
+    leftovers = [p.name for p in (tmp_path / "root" / "embed").iterdir() if p != won.path]
+    assert leftovers == []
+    assert any("reused" in r.getMessage() for r in caplog.records)
+    assert (won.files_dir / ADAPTED_DIR / "modules.json").exists()
