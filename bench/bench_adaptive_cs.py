@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bench_origin import load_run
+from bench.common import load_run
 from bench.harness import write_results
 from ctxsim.models.contextual.adaptive_cs import adaptive_origin
 from ctxsim.models.contextual.origin import (

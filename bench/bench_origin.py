@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.common import load_run
 from bench.harness import pivot_by_k, write_results
 from ctxsim.models.contextual.origin import (
     SIMILARITIES,
@@ -34,16 +35,6 @@ from ctxsim.models.contextual.origin import (
     spearman_conventions,
 )
 from ctxsim.scores.views import ablation_views
-from ctxsim.store.artefacts import ArtefactStore
-
-
-def load_run(root: Path, run_id: str) -> dict[str, Any]:
-    rec = json.loads((root / "runs" / f"{run_id}.json").read_text())
-    store = ArtefactStore(root)
-    return {
-        name: store.require(name, rec["stages"][name]["fingerprint"])
-        for name in ("select", "score", "label")
-    }
 
 
 def curve(
