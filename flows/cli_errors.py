@@ -46,10 +46,11 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 
 def cli_error_types() -> tuple[type[BaseException], ...]:
-    """What a CLI command turns into one line: :func:`user_error_types` and any other
-    ValueError (an option or argument check, or a stage's check of its data, raises a plain
-    one). Their tracebacks, Prefect's included, are shown only with --verbose."""
-    return (*user_error_types(), ValueError)
+    """What a CLI command turns into one line: :func:`user_error_types`, nothing more. Every
+    check of the user's input raises an InputError (tests/test_input_errors_scan.py holds the
+    package to it), so anything else, a plain ValueError included, is a bug and keeps its
+    traceback. Their tracebacks, Prefect's included, are shown only with --verbose."""
+    return user_error_types()
 
 
 def fail(exc: BaseException | str, code: int = 1) -> None:
@@ -72,7 +73,8 @@ def user_errors(code: int = 1) -> Iterator[None]:
 
 class _NoInputErrorTraceback(logging.Filter):
     """Console only: Prefect logs a failed flow's traceback (~90 lines) before the CLI's one
-    line; for every error the CLI prints as one line (:func:`cli_error_types`) and for an
+    line; for every error the CLI prints as one line (:func:`user_error_types`, the list
+    :func:`cli_error_types` returns) and for an
     interrupt the traceback stays in Prefect's own log store (its API handler has already
     formatted the record) and on the console with --verbose. A full disk is said once, by the
     CLI: Prefect's lines about it are left out of the console."""
@@ -85,7 +87,7 @@ class _NoInputErrorTraceback(logging.Filter):
             s in record.getMessage() for s in _DISK_FULL
         ):
             return False
-        if exc is not None and isinstance(exc, (*cli_error_types(), KeyboardInterrupt)):
+        if exc is not None and isinstance(exc, (*user_error_types(), KeyboardInterrupt)):
             record.exc_info = None
             record.exc_text = None
         return True

@@ -1,10 +1,12 @@
 """One base class for the user's errors (`InputError`) and one list of user-error types that the
-CLI's one-line reporting, `ctxsim run`'s except clause and Prefect's console filter share."""
+CLI's one-line reporting, `ctxsim run`'s except clause and Prefect's console filter share;
+anything else (a plain ValueError included) is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -39,12 +41,13 @@ def test_every_user_error_is_an_input_error_and_still_a_value_error(cls: type) -
     assert ShardCorpusInputError is CorpusInputError  # tasks/shard.py re-exports the reader's
 
 
-def test_the_cli_catches_what_the_list_names_and_plain_value_errors() -> None:
-    assert set(user_error_types()) <= set(cli_error_types())
-    assert ValueError in cli_error_types() and ValueError not in user_error_types()
+def test_the_cli_catches_what_the_list_names_and_no_plain_value_error() -> None:
+    assert cli_error_types() == user_error_types()
+    assert not issubclass(ValueError, cli_error_types())
+    assert not issubclass(RuntimeError, cli_error_types())
 
 
-@pytest.mark.parametrize("cls", [*USER_ERRORS, ValueError], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [*USER_ERRORS, InputError], ids=lambda c: c.__name__)
 def test_run_prints_one_line_for_each(
     cls: type, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -71,8 +74,47 @@ def test_prefects_console_leaves_out_the_traceback_of_each(cls: type) -> None:
     hidden = record(cls("bad input"))
     _NoInputErrorTraceback().filter(hidden)
     assert hidden.exc_info is None
-    # the CLI says a ValueError in one line too (--verbose shows its traceback); an error the
-    # CLI does not turn into one line, a bug such as a KeyError, keeps its traceback
-    kept = record(KeyError("n"))
-    _NoInputErrorTraceback().filter(kept)
-    assert kept.exc_info is not None
+    # an error the CLI does not turn into one line, a bug such as a KeyError or a plain
+    # ValueError, keeps its traceback
+    for bug in (KeyError("n"), ValueError("n"), RuntimeError("n")):
+        kept = record(bug)
+        _NoInputErrorTraceback().filter(kept)
+        assert kept.exc_info is not None, bug
+
+
+@pytest.mark.parametrize("cls", [ValueError, RuntimeError, KeyError], ids=lambda c: c.__name__)
+def test_run_keeps_the_traceback_of_a_bug(
+    cls: type, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain ValueError is a bug, not bad input: `ctxsim run` lets it out (Python prints its
+    traceback) instead of one `error:` line that would send the user looking for a bad file."""
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise cls("index 3 is out of bounds")
+
+    monkeypatch.setattr(ctxsim.flows.pipeline, "run_pipeline", fails)
+    res = CliRunner().invoke(app, ["run", "--root", str(tmp_path)])
+    assert type(res.exception) is cls, (res.output, res.exception)
+    assert "error:" not in res.stderr
+    shown = "".join(traceback.format_exception(*res.exc_info))
+    assert shown.startswith("Traceback") and "in fails" in shown
+
+
+@pytest.mark.parametrize(
+    ("cls", "one_line"), [(InputError, True), (ValueError, False)], ids=["InputError", "bug"]
+)
+def test_worker_prints_one_line_for_input_and_a_traceback_for_a_bug(
+    cls: type, one_line: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ctxsim.flows import ops
+
+    def parse_gpus(text: object) -> None:
+        raise cls("--gpus 'x': expected indices like 0,1")
+
+    monkeypatch.setattr(ops, "parse_gpus", parse_gpus)
+    res = CliRunner().invoke(app, ["worker", "--gpus", "x", "--dry-run"])
+    if one_line:
+        assert res.exit_code == 2 and res.exception is not None  # typer.Exit
+        assert res.stderr.strip() == "error: --gpus 'x': expected indices like 0,1"
+    else:
+        assert type(res.exception) is ValueError and "error:" not in res.stderr
