@@ -12,6 +12,14 @@ sentences to (``queries.max_tokens``): a longer one is refused in one line (the 
 otherwise cut it silently at its sentence budget). A read-only artefact root is only read: what
 explain would cache there (the new-query stages, the score cache's new terms) goes to a
 temporary folder, dropped afterwards, and the result says so.
+
+An encoder-route run (``label.contextual: encoder``) has no Cs: its closed-form label is a sum
+over every context unit of the `embed` artefact, so explain encodes both sentences with the
+run's embed encoder (its ``max_seq_length``; any pair works, no new-query stages) and lists the
+units whose terms push the label up and pull it down most (product/explain_encoder.py: exact up
+to ``EXACT_MAX`` units, faiss candidates with an index cached per embed artefact beyond). The
+softmax and top-K forms are not such a sum: explain refuses them in one line
+(:func:`explain_problem`, which the run summary asks too).
 """
 
 from __future__ import annotations
@@ -179,9 +187,11 @@ def _explain(
     t0 = time.perf_counter()
     record = store.read_run(run_id)
     arts = {k: store.require(k, st["fingerprint"]) for k, st in record["stages"].items()}
-    for need in ("queries", "select", "contexts", "shard", "generator"):
-        if need not in arts:
-            raise InputError(f"run {run_id} has no {need!r} stage; explain needs a run with Cs")
+    problem = explain_problem(record)
+    if problem:
+        raise InputError(problem)
+    if route_of(record) == "encoder":
+        return _explain_encoder(work, record, arts, s1, s2, top)
     label = record["config"].get("label", {})  # label.lm.similarity; flat in older records
     how = (label.get("lm") or {}).get("similarity", label.get("similarity", "cosine"))
     q = arts["queries"].read_table(["query_id", "text"])
@@ -257,5 +267,140 @@ def _explain(
         "top_contributing": [rows[i] for i in by_contrib[:top]],
         "top_disagreeing": [rows[i] for i in by_disagree[:top]],
         "contexts": rows,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+#: stages an explained run must have, by route (``label.contextual``)
+ROUTE_NEEDS = {
+    "lm": ("queries", "select", "contexts", "shard", "generator"),
+    "encoder": ("embed", "contexts", "shard"),
+}
+
+
+def explain_problem(record: dict[str, Any]) -> str | None:
+    """Why ``ctxsim explain`` cannot explain this run's labels (one line), or None: an LM-route
+    run needs Cs (select and the stages S comes from), an encoder-route run the embed artefact
+    and the closed form (``label.encoder.form: closed``, the one form that is a sum over
+    contexts). What the run summary suggests explain for (flows/run_summary.py)."""
+    route = route_of(record)
+    run_id = record.get("run_id")
+    for need in ROUTE_NEEDS.get(route, ()):
+        if need not in record.get("stages", {}):
+            what = "a run with Cs" if route == "lm" else "the embed artefact and its corpus"
+            return f"run {run_id} has no {need!r} stage; explain needs {what}"
+    if route == "encoder":
+        form = encoder_settings(record, {})[0]
+        if form != "closed":
+            return (
+                f"run {run_id} labels with label.encoder.form={form}, which is not a sum over "
+                "contexts: explain decomposes only the closed form (label.encoder.form: closed)"
+            )
+    elif route != "lm":
+        return f"run {run_id} labels with label.contextual={route}: explain knows lm and encoder"
+    return None
+
+
+def route_of(record: dict[str, Any]) -> str:
+    """The run's contextual model (``label.contextual``): ``lm`` (Cs, Eq. 3) or ``encoder``."""
+    return str((record.get("config", {}).get("label") or {}).get("contextual", "lm"))
+
+
+def encoder_settings(record: dict[str, Any], arts: dict[str, Artefact]) -> tuple[str, bool]:
+    """(form, centred) of an encoder-route run: the label artefact's recorded form, else the
+    config's ``label.encoder`` (or the flat keys of older records)."""
+    section = record.get("config", {}).get("label") or {}
+    sub = section.get("encoder") or {}
+    form = sub.get("form", section.get("encoder_form", "closed"))
+    if "label" in arts:
+        form = arts["label"].stats.get("encoder_form", form)
+    return str(form), bool(sub.get("centred", section.get("centred", True)))
+
+
+def _embed_encoder(record: dict[str, Any], art: Artefact) -> Any:
+    """The run's `embed` settings (typed) once its encoder is the one that encoded the
+    contexts; refused in one line otherwise."""
+    from pydantic import ValidationError
+
+    from ctxsim.models.encoders import encoder_identity
+    from ctxsim.tasks.embed import EmbedParams
+
+    try:
+        ep = EmbedParams(**art.manifest["params"])
+    except ValidationError as e:
+        raise InputError(
+            f"run {record['run_id']}: the embed artefact {art.path} has settings this version "
+            f"cannot read ({e.errors()[0].get('msg')}): rerun embed"
+        ) from None
+    recorded = art.manifest.get("fingerprint_payload", {}).get("extra", {}).get("scorer")
+    if recorded is not None and recorded != encoder_identity(ep.model):
+        raise InputError(
+            f"run {record['run_id']}: embed.model {ep.model!r} changed since it encoded the "
+            f"contexts of {art.path}: rerun embed"
+        )
+    return ep
+
+
+def _explain_encoder(
+    work: ArtefactStore,
+    record: dict[str, Any],
+    arts: dict[str, Artefact],
+    s1: str,
+    s2: str,
+    top: int,
+) -> dict[str, Any]:
+    """explain_pair on an encoder-route run: the closed-form label as a sum over the corpus's
+    context units, the units pushing it up and pulling it down most (product/explain_encoder.py).
+    Both sentences are encoded by the run's embed encoder, so any pair works."""
+    from ctxsim.models.encoders import encode, load_encoder
+    from ctxsim.product import explain_encoder as ex
+    from ctxsim.tasks.embed import SCATTER_FILE, load_scatter
+
+    t0 = time.perf_counter()
+    run_id = record["run_id"]
+    form, centred = encoder_settings(record, arts)
+    if form != "closed":  # the label artefact's own record (explain_problem read the config)
+        raise InputError(
+            f"run {run_id} labels with label.encoder.form={form}, which is not a sum over "
+            "contexts: explain decomposes only the closed form (label.encoder.form: closed)"
+        )
+    art = arts["embed"]
+    ep = _embed_encoder(record, art)
+    model = load_encoder(ep.model, ep.max_seq_length, "cpu")
+    e = encode(model, [s1, s2], ep.batch_size)
+    a, b, cbar, label = ex.term_weights(
+        e[0], e[1], load_scatter(art.files_dir / SCATTER_FILE), centred
+    )
+    emb = ex.EmbeddingRows(sorted(art.files_dir.glob("emb-*.npy")))
+    if emb.n != art.num_rows:
+        raise InputError(f"{art.files_dir}: {emb.n} embeddings for {art.num_rows} units")
+    cache = work.cache_dir("explain-faiss", art.fingerprint, create=False)
+    up, down, search = ex.find_top(
+        emb, a, b, cbar, top, index=lambda: ex.cached_ivf_index(emb, cache)
+    )
+    ids = art.read_table(["context_id"]).column("context_id").to_numpy()
+    info = ex.unit_info(arts, ep.unit, ids[np.r_[up, down]])
+    abs_total = search.pop("abs_total", None)
+    rows = [ex.term_rows(emb, ids, r, a, b, cbar, label, abs_total, e, info) for r in (up, down)]
+    return {
+        "run_id": run_id,
+        "route": "encoder",
+        "form": form,
+        "centred": centred,
+        "encoder": ep.model,
+        "unit": ep.unit,
+        "s1": s1,
+        "s2": s2,
+        "label": label,
+        "label_in_run": ex.pair_label_in_run(arts["label"], s1, s2) if "label" in arts else None,
+        "contexts": emb.n,
+        "abs_total": abs_total,
+        "search": search,
+        "sentences": [
+            {"text": t, "encoded_by": f"embed encoder {ep.model}, {ep.max_seq_length} tokens"}
+            for t in (s1, s2)
+        ],
+        "top_up": rows[0],
+        "top_down": rows[1],
         "seconds": round(time.perf_counter() - t0, 3),
     }

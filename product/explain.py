@@ -142,7 +142,12 @@ def label_in_run(
 
 
 def render_table(result: dict[str, Any], width: int = 70) -> str:
-    """The explanation as plain-text tables (rich is not needed for a pipe)."""
+    """The explanation as plain-text tables (rich is not needed for a pipe); an encoder-route
+    run's by product/explain_encoder.py."""
+    if result.get("route") == "encoder":
+        from ctxsim.product.explain_encoder import render_encoder_table
+
+        return render_encoder_table(result, width)
 
     def cut(s: str, n: int) -> str:
         return s if len(s) <= n else s[: n - 1] + "…"
