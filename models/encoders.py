@@ -175,6 +175,25 @@ def load_encoder(
     return model
 
 
+def load_capped(path: str | Path, device: str = "cpu", max_seq_length: int | None = None) -> Any:
+    """A model directory as evaluation loads it (a trained surrogate, a baseline): through
+    training's ``build_model`` (a plain transformers directory gets mean pooling, a decoder a pad
+    token), eval mode, ``max_seq_length`` (None: 128) capped at two below the model's
+    ``max_position_embeddings`` rather than refused: tiny models are trained short and evaluated
+    at the evaluation's length."""
+    from ctxsim.models.training.sentence_encoder import build_model
+
+    model = build_model(str(path), max_seq_length or 128, device)
+    if max_seq_length:
+        model.max_seq_length = max_seq_length
+    config = getattr(model[0], "auto_model", None) and model[0].auto_model.config
+    limit = getattr(config, "max_position_embeddings", None) if config is not None else None
+    if limit and model.max_seq_length and model.max_seq_length > limit - 2:
+        model.max_seq_length = limit - 2
+    model.eval()
+    return model
+
+
 def token_counts(model: Any, texts: list[str]) -> np.ndarray:
     """Tokens each text has for ``model`` (special tokens included), before truncation."""
     tok = model.tokenizer

@@ -8,26 +8,19 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxsim.models.encoders import load_capped
 from ctxsim.models.evaluation.dynamax import dynamax_pairs
 from ctxsim.models.evaluation.similarity import (
     cosine_paired,
     rcmd_paired,
 )
-from ctxsim.models.training.sentence_encoder import build_model, forward
+from ctxsim.models.training.sentence_encoder import forward
 
 
 def load_st(path: str | Path, device: str = "cpu", max_seq_length: int | None = None):
-    """A SentenceTransformer from a saved directory (or a plain transformers dir, mean-pooled)."""
-    model = build_model(str(path), max_seq_length or 128, device)
-    if max_seq_length:
-        model.max_seq_length = max_seq_length
-    # Never ask for more positions than the backbone has (tiny models are trained short).
-    config = getattr(model[0], "auto_model", None) and model[0].auto_model.config
-    limit = getattr(config, "max_position_embeddings", None) if config is not None else None
-    if limit and model.max_seq_length and model.max_seq_length > limit - 2:
-        model.max_seq_length = limit - 2
-    model.eval()
-    return model
+    """A SentenceTransformer from a saved directory (or a plain transformers dir, mean-pooled),
+    its length capped within the model: models/encoders.py ``load_capped``."""
+    return load_capped(path, device, max_seq_length)
 
 
 def _token_lengths(model, texts: Sequence[str]) -> np.ndarray:
