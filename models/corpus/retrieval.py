@@ -25,6 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
+from ctxsim.models.errors import InputError
+
 #: The vectoriser settings that must be identical at fit and at query time.
 STATE_KEYS = ("ngram_range", "lowercase", "token_pattern", "sublinear_tf", "norm", "min_df")
 
@@ -59,7 +61,7 @@ def fit_index(texts: list[str], **vectorizer_kwargs: Any) -> tuple[TfidfVectoriz
     try:
         mat = vec.fit_transform(texts)
     except ValueError as e:  # sklearn: "empty vocabulary; perhaps the documents only contain..."
-        raise ValueError(
+        raise InputError(
             f"retrieval index: no n-gram of range {vec.ngram_range} occurs in the "
             f"{len(texts)} chunks ({e})"
         ) from None

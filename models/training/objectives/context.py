@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxsim.models.errors import InputError
 from ctxsim.models.training.objectives.base import (
     Examples,
     ObjectiveContext,
@@ -129,8 +130,8 @@ class ContextObjective(TrainObjective):
         # a sampled corpus sentence joins as a pair with itself (context_pairs keeps it once)
         t1, t2 = pairs.s1 + sampled, pairs.s2 + sampled
         anchors, positives = context_pairs(t1, t2, c1, c2)
-        if not anchors:
-            raise ValueError(
+        if not anchors:  # the user's data: the config's STS pairs or a corpus of one-liners
+            raise InputError(
                 f"objective context: none of the {len(pairs)} pairs' sentences in "
                 f"{pairs.source} has a right context in the corpus (sentences from "
                 "an STS file, or each the last of its section)"
