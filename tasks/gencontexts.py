@@ -186,6 +186,38 @@ def _model_identity(model: str) -> tuple[str, str]:
     return path, ident
 
 
+def _add_rows(
+    cols: dict[str, list],
+    slot: tuple[int, str, str, str],
+    query_ids: np.ndarray,
+    js: np.ndarray,
+    seeds: list[int],
+    texts: list[str],
+) -> None:
+    """One side's samples as rows of ``cols``: ``slot`` is (side: 1 right, 0 left; template;
+    sampling settings as JSON; model), one row per query id, sample index, seed and text; ids in
+    the generated ranges."""
+    side, template, sampling, model = slot
+    n = len(query_ids)
+    cid = context_id(query_ids, np.full(n, side), js)
+    sid = cid - GEN_CONTEXT_BASE + GEN_SENT_BASE
+    cols["context_id"] += cid.tolist()
+    cols["chunk_id"] += cid.tolist()
+    cols["section_id"] += [-1] * n
+    cols["centre_sent_id"] += [-1] * n
+    cols["left_sent_ids"] += [[int(s)] if side == 0 else [] for s in sid]
+    cols["right_sent_ids"] += [[int(s)] if side == 1 else [] for s in sid]
+    cols["query_id"] += query_ids.tolist()
+    cols["side"] += ["right" if side else "left"] * n
+    cols["sample"] += js.tolist()
+    cols["sent_id"] += sid.tolist()
+    cols["text"] += texts
+    cols["model"] += [model] * n
+    cols["template"] += [template] * n
+    cols["seed"] += seeds
+    cols["sampling"] += [sampling] * n
+
+
 class GenContextsStage(Stage):
     name = "gencontexts"
     version = "2"  # 2: finished rows leave the decoding batch (bf16 samples move by rounding)
@@ -272,23 +304,8 @@ class GenContextsStage(Stage):
                         cache.put([keys[r] for r in rows], new)
                     got.update({keys[r]: t for r, t in zip(rows, new, strict=True)})
             n_new, n_cached = n_new + len(todo), n_cached + len(keys) - len(todo)
-            cid = context_id(qids[qi], np.full(len(qi), side), js)
-            sid = cid - GEN_CONTEXT_BASE + GEN_SENT_BASE
-            cols["context_id"] += cid.tolist()
-            cols["chunk_id"] += cid.tolist()
-            cols["section_id"] += [-1] * len(qi)
-            cols["centre_sent_id"] += [-1] * len(qi)
-            cols["left_sent_ids"] += [[int(s)] if side == 0 else [] for s in sid]
-            cols["right_sent_ids"] += [[int(s)] if side == 1 else [] for s in sid]
-            cols["query_id"] += qids[qi].tolist()
-            cols["side"] += ["right" if side else "left"] * len(qi)
-            cols["sample"] += js.tolist()
-            cols["sent_id"] += sid.tolist()
-            cols["text"] += [got[key] for key in keys]
-            cols["model"] += [p.model] * len(qi)
-            cols["template"] += [template] * len(qi)
-            cols["seed"] += seeds
-            cols["sampling"] += [sampling] * len(qi)
+            slot = (side, template, sampling, p.model)
+            _add_rows(cols, slot, qids[qi], js, seeds, [got[key] for key in keys])
         table = pa.table(cols, schema=GEN_SCHEMA)
         empty = int(sum(1 for t in cols["text"] if not t))
         stats = {"queries": len(qids), "samples": table.num_rows, "sampled": n_new}

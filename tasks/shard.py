@@ -246,6 +246,31 @@ def _null_cells(total: dict[str, Any], p: ShardParams, log: Any) -> None:
     )
 
 
+def _shard_stats(
+    table: pa.Table,
+    cols: dict[str, list],
+    per_file: dict[str, list[int]],
+    counts: Counter,
+    shard: int,
+) -> dict[str, Any]:
+    """A shard's stats: its sentences, documents, tokens and characters, ``per_file`` (checked
+    and reported by ``summarize``) and the counters (corpus-wide ones from shard 0 only)."""
+    return {
+        "sentences": table.num_rows,
+        "documents": len(set(cols["doc_id"])),
+        "tokens": int(sum(cols["n_tokens"])),
+        "input_chars": sum(f[0] for f in per_file.values()),
+        "kept_chars": sum(f[1] for f in per_file.values()),
+        "files": per_file,  # not summed (a dict): checked and reported by summarize
+        # Corpus-wide counts are seen by every shard: report them once, from shard 0.
+        **{
+            k: v
+            for k, v in counts.items()
+            if shard == 0 or not k.startswith(("empty_", "null_text_cells"))
+        },
+    }
+
+
 class ShardStage(Stage):
     name = "shard"
     version = "2"  # 2: over-long paragraphs are split instead of dropped
@@ -336,21 +361,7 @@ class ShardStage(Stage):
         if doc_id < 0:
             raise CorpusInputError(f"corpus {p.paths} holds no non-empty document")
         table = pa.table(cols, schema=SHARD_SCHEMA)
-        stats = {
-            "sentences": table.num_rows,
-            "documents": len(set(cols["doc_id"])),
-            "tokens": int(sum(cols["n_tokens"])),
-            "input_chars": sum(f[0] for f in per_file.values()),
-            "kept_chars": sum(f[1] for f in per_file.values()),
-            "files": per_file,  # not summed (a dict): checked and reported by summarize
-            # Corpus-wide counts are seen by every shard: report them once, from shard 0.
-            **{
-                k: v
-                for k, v in counts.items()
-                if shard == 0 or not k.startswith(("empty_", "null_text_cells"))
-            },
-        }
-        return table, stats
+        return table, _shard_stats(table, cols, per_file, counts, shard)
 
     def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
         """Totals, a warning naming the files that lost sentences to the length filters, and an

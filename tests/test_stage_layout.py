@@ -8,7 +8,7 @@
 * Stage modules are no library: outside tasks/ and tests/, code imports a stage's Stage and
   Params only; what else it needs lives in models/, store/ or product/. ``EXCEPTIONS`` lists the
   imports still allowed, each with why.
-* No module of tasks/ is over 450 lines.
+* No module of tasks/ is over 450 lines, no function of tasks/ over 80.
 """
 
 from __future__ import annotations
@@ -232,3 +232,18 @@ def test_no_tasks_module_over_450_lines() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"split these into a package's modules (at most {MAX_LINES} lines): {long}"
+
+
+#: the most lines a function of tasks/ may span (decorators, signature and docstring included)
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_tasks_function_over_80_lines() -> None:
+    long = []
+    for path in TASKS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if (n := node.end_lineno - first + 1) > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"over {MAX_FUNCTION_LINES} lines: {long}"

@@ -68,9 +68,7 @@ def render_report(result: dict[str, Any], per_system: dict, hard_idx: dict) -> s
             + " |",
             "|" + " --- |" * (len(hard_idx) + 2),
         ]
-        for row in _hard_rows(result):
-            lines.append(row)
-        lines.append("")
+        lines += [*_hard_rows(result), ""]
     if result.get("ists"):
         lines += [
             "## iSTS 2016 alignment F1 x100",
@@ -86,25 +84,30 @@ def render_report(result: dict[str, Any], per_system: dict, hard_idx: dict) -> s
                 )
         lines.append("")
     if result.get("bootstrap"):
-        lines += [
-            "## Paired BCa bootstrap: surrogate minus baseline (Spearman x100)",
-            "",
-            "| comparison | set | delta | CI low | CI high | significant |",
-            "| --- | --- | --- | --- | --- | --- |",
-        ]
-        for comp, cis in result["bootstrap"].items():
-            for key, ci in cis.items():
-                lines.append(
-                    f"| {comp} | {key} | {_fmt(ci['delta'])} | {_fmt(ci['ci_low'])} | "
-                    f"{_fmt(ci['ci_high'])} | {ci['significant']} |"
-                )
-        lines.append("")
+        lines += _bootstrap_lines(result["bootstrap"])
     lines += [
         "Plots: `scatter.png` (surrogate cosine vs gold), `heatmaps.png` (RCMD token-pair "
         "contributions).",
         "",
     ]
     return "\n".join(lines)
+
+
+def _bootstrap_lines(bootstrap: dict[str, Any]) -> list[str]:
+    """The paired intervals' section: a row per comparison and set, then a blank line."""
+    lines = [
+        "## Paired BCa bootstrap: surrogate minus baseline (Spearman x100)",
+        "",
+        "| comparison | set | delta | CI low | CI high | significant |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for comp, cis in bootstrap.items():
+        for key, ci in cis.items():
+            lines.append(
+                f"| {comp} | {key} | {_fmt(ci['delta'])} | {_fmt(ci['ci_low'])} | "
+                f"{_fmt(ci['ci_high'])} | {ci['significant']} |"
+            )
+    return [*lines, ""]
 
 
 def _hard_rows(result: dict[str, Any]) -> list[str]:
