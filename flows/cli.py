@@ -294,12 +294,14 @@ def origin(
         list[str] | None, typer.Option("--sets", help="fnmatch on DATASET.SUBSET (default: all)")
     ] = None,
     max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per set, seeded")] = None,
-    cs_size: Annotated[int | None, typer.Option("--cs-size", help="|Cs| (Table 7)")] = None,
+    cs_size: Annotated[
+        int | None, typer.Option("--cs-size", help="LM route: |Cs| (Table 7)")
+    ] = None,
     random_contexts: Annotated[
-        bool, typer.Option("--random-contexts", help="Sec. 5.4: random instead of retrieved")
+        bool, typer.Option("--random-contexts", help="LM route, Sec. 5.4: random, not retrieved")
     ] = False,
     no_diversity: Annotated[
-        bool, typer.Option("--no-diversity", help="Sec. 5.4: no chunk / Jaccard rule")
+        bool, typer.Option("--no-diversity", help="LM route, Sec. 5.4: no chunk / Jaccard rule")
     ] = False,
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
     json_out: Annotated[
@@ -308,9 +310,13 @@ def origin(
 ) -> None:
     """Origin similarity (Eq. 4) on every pair of the STS sets found in a directory.
 
-    Retrieves contexts for these outside sentences from the corpus, scores them (Eq. 3) and
-    reports Spearman x100 per set ("all" and "mean" conventions), per Eq. 3 term and without
-    each term (Table 9), next to a TF-IDF cosine baseline."""
+    With the config's contextual model (label.contextual). LM route (lm: quickstart, books):
+    retrieves contexts for these outside sentences from the corpus, selects Cs, scores them
+    (Eq. 3) and reports Spearman x100 per set ("all" and "mean" conventions), per Eq. 3 term and
+    without each term (Table 9). Encoder route (encoder: medquad): the embed stage's encoder
+    scores every corpus context unit by cosine, and Origin runs over all of them (closed form,
+    or label.encoder.form); no retrieval, no Cs, so --cs-size, --random-contexts and
+    --no-diversity are refused. Both next to a TF-IDF cosine baseline."""
     from ctxsim.flows.cli_errors import user_errors
     from ctxsim.flows.config import load_config
     from ctxsim.flows.prefect_env import configure_prefect
@@ -327,14 +333,38 @@ def origin(
     ]
     if max_pairs:
         overrides.append(f"queries.max_pairs_per_set={max_pairs}")
+    lm_only: list[str] = []  # set select.*: the LM route's context sets
     if cs_size:
-        overrides.append(f"select.max_size={cs_size}")
+        lm_only.append(f"select.max_size={cs_size}")
     if random_contexts:
-        overrides.append("select.strategy=random")
+        lm_only.append("select.strategy=random")
     if no_diversity:
-        overrides += ["select.one_per_chunk=false", "select.jaccard_threshold=null"]
+        lm_only += ["select.one_per_chunk=false", "select.jaccard_threshold=null"]
     with user_errors(2):
         cfg = load_config(config, overrides, root)
+        flags = [
+            flag
+            for flag, given in (
+                ("--cs-size", cs_size),
+                ("--random-contexts", random_contexts),
+                ("--no-diversity", no_diversity),
+            )
+            if given
+        ]
+        # an override would add a select section (a stage run for nothing), so the config
+        # without them says whether the route selects contexts
+        if flags and "select" not in cfg.stage_names:
+            contextual = getattr(cfg.stages.get("label"), "contextual", "?")
+            _fail(
+                f"{', '.join(flags)}: {config} labels with label.contextual: {contextual}, "
+                "which selects no context set (no select stage: Origin runs over every corpus "
+                "context unit), so they would change nothing; drop them, or use a config with "
+                "label.contextual: lm",
+                2,
+            )
+        if lm_only:
+            overrides += lm_only
+            cfg = load_config(config, overrides, root)
         preflight(cfg)
     configure_prefect(cfg.run.root)
     import shlex

@@ -538,6 +538,45 @@ def test_a_run_whose_prefect_database_fills_the_disk_is_not_left_completed(tmp_p
     assert record["status"] == "failed" and "database or disk is full" in record["error"]
 
 
+# ---- origin: options of the other route are refused, --help tells both --------------------------
+MEDQUAD = Path(__file__).resolve().parents[2] / "configs" / "medquad.yaml"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--cs-size", "4"],
+        ["--random-contexts"],
+        ["--no-diversity"],
+        ["--cs-size", "2", "--no-diversity"],
+    ],
+    ids=["cs-size", "random-contexts", "no-diversity", "two"],
+)
+def test_origin_refuses_lm_route_options_under_an_encoder_route_config(tmp_path, flags):
+    """Issue 57 item 5: under label.contextual: encoder nothing selects contexts, so these
+    options changed nothing and said nothing (same labels, same Spearman): one line naming
+    them, the config and the key, before anything runs."""
+    sts = tmp_path / "sts"
+    sts.mkdir()
+    rows = "".join(f"A cat sat {i}.\tA dog lay {i}.\t{i}\n" for i in range(4))
+    (sts / "STSb.dev.tsv").write_text("sentence1\tsentence2\tscore\n" + rows)
+    root = tmp_path / "root"
+    args = ["origin", "-c", str(MEDQUAD), "--sts-dir", str(sts), "--root", str(root), *flags]
+    line = _error_line(CliRunner().invoke(app, args))
+    named = [f for f in flags if f.startswith("--")]
+    assert line.startswith(f"error: {', '.join(named)}: {MEDQUAD} labels with ")
+    assert "label.contextual: encoder" in line and "label.contextual: lm" in line
+    assert not root.exists()
+
+
+def test_origin_help_describes_both_routes():
+    """Issue 56 item 5: --help described retrieval only."""
+    import re
+
+    text = re.sub(r"\s+", " ", CliRunner().invoke(app, ["origin", "--help"]).output)
+    assert "LM route" in text and "Encoder route" in text and "every corpus context unit" in text
+
+
 @pytest.mark.parametrize("command", ["run", "origin"])
 def test_a_prefect_server_too_slow_to_start_is_one_line_saying_what_to_do(
     tmp_path, monkeypatch, command
