@@ -111,30 +111,19 @@ def _distill_step(
     return loss, nll, int(labels.numel())
 
 
-def train_generator(
-    scorer: GenerativeScorer,
-    train: Sequence[Example],
-    cfg: TrainConfig,
-    state: dict[str, Any] | None = None,
-    on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
-    log: Callable[[str], None] | None = None,
-    teacher: GenerativeScorer | None = None,
-) -> dict[str, Any]:
-    """Train ``scorer`` in place; resume from ``state`` when given; distil from ``teacher``
-    when given. Returns a summary."""
-    if not train:
-        raise ValueError("no training examples")
-    if teacher is not None:
-        if scorer.backend != "causal" or teacher.backend != "causal":
-            raise ValueError("distillation needs a causal student and a causal teacher")
-        if teacher.vocab_size != scorer.vocab_size:
-            raise ValueError(
-                f"teacher vocabulary {teacher.vocab_size} != student {scorer.vocab_size}: "
-                "token-level distillation needs the teacher's tokenizer"
-            )
-        teacher.train(False)
-    modules = scorer.modules()
-    params = [p for m in modules for p in m.parameters() if p.requires_grad]
+def _check_teacher(scorer: GenerativeScorer, teacher: GenerativeScorer) -> None:
+    """Token-level distillation needs a causal student and teacher sharing a vocabulary."""
+    if scorer.backend != "causal" or teacher.backend != "causal":
+        raise ValueError("distillation needs a causal student and a causal teacher")
+    if teacher.vocab_size != scorer.vocab_size:
+        raise ValueError(
+            f"teacher vocabulary {teacher.vocab_size} != student {scorer.vocab_size}: "
+            "token-level distillation needs the teacher's tokenizer"
+        )
+
+
+def _optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> tuple[Any, Any]:
+    """AdamW (no weight decay on biases and norms) and its linear warmup-then-decay schedule."""
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW(
@@ -150,7 +139,76 @@ def train_generator(
             return (step + 1) / max(1, cfg.warmup_steps)
         return max(0.0, (cfg.steps - step) / max(1, cfg.steps - cfg.warmup_steps))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+
+
+def _backward(
+    scorer: GenerativeScorer,
+    teacher: GenerativeScorer | None,
+    batch: list[Example],
+    cfg: TrainConfig,
+) -> tuple[float, float]:
+    """The gradients of one batch's loss (over ``grad_accum``): cross-entropy, or distillation
+    from ``teacher``; returns (the student's NLL summed over target tokens, target tokens)."""
+    d = batch[0][0]
+    src, tgt = [e[1] for e in batch], [e[2] for e in batch]
+    if teacher is not None:
+        loss_tok, nll, n_tok = _distill_step(scorer, teacher, src, tgt, cfg)
+        loss = loss_tok / max(n_tok, 1)
+        (loss / cfg.grad_accum).backward()
+        return float(nll), float(n_tok)
+    with _autocast(scorer, cfg):
+        lp, n = scorer.token_logprobs(d, src, tgt)
+    loss = -lp.sum() / n.sum().clamp(min=1)
+    (loss / cfg.grad_accum).backward()
+    return float(-lp.detach().sum()), float(n.sum())
+
+
+def _snapshot(
+    modules: Sequence[torch.nn.Module],
+    opt: Any,
+    sched: Any,
+    where: tuple[int, int, int],
+    history: list[dict[str, Any]],
+    cfg: TrainConfig,
+) -> dict[str, Any]:
+    """The checkpoint state: weights, optimiser, schedule, (step, epoch, batch in epoch), RNG,
+    loss history and config; ``train_generator(state=...)`` resumes from it."""
+    step, epoch, pos = where
+    return {
+        "models": [
+            {k: v.detach().cpu().clone() for k, v in m.state_dict().items()} for m in modules
+        ],
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "step": step,
+        "epoch": epoch,
+        "batch_in_epoch": pos,
+        "torch_rng": torch.get_rng_state(),
+        "history": list(history),
+        "config": asdict(cfg),
+    }
+
+
+def train_generator(
+    scorer: GenerativeScorer,
+    train: Sequence[Example],
+    cfg: TrainConfig,
+    state: dict[str, Any] | None = None,
+    on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
+    log: Callable[[str], None] | None = None,
+    teacher: GenerativeScorer | None = None,
+) -> dict[str, Any]:
+    """Train ``scorer`` in place; resume from ``state`` when given; distil from ``teacher``
+    when given. Returns a summary."""
+    if not train:
+        raise ValueError("no training examples")
+    if teacher is not None:
+        _check_teacher(scorer, teacher)
+        teacher.train(False)
+    modules = scorer.modules()
+    params = [p for m in modules for p in m.parameters() if p.requires_grad]
+    opt, sched = _optimizer(params, cfg)
     step, epoch, pos, history = 0, 0, 0, []
     if state is not None:
         for m, sd in zip(modules, state["models"], strict=True):
@@ -162,21 +220,6 @@ def train_generator(
         torch.set_rng_state(state["torch_rng"])
     else:
         torch.manual_seed(cfg.seed)
-
-    def snapshot() -> dict[str, Any]:
-        return {
-            "models": [
-                {k: v.detach().cpu().clone() for k, v in m.state_dict().items()} for m in modules
-            ],
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(),
-            "step": step,
-            "epoch": epoch,
-            "batch_in_epoch": pos,
-            "torch_rng": torch.get_rng_state(),
-            "history": list(history),
-            "config": asdict(cfg),
-        }
 
     scorer.train(True)
     t0 = time.perf_counter()
@@ -191,21 +234,9 @@ def train_generator(
                 plan = _epoch_plan(train, cfg.batch_size, cfg.seed + epoch)
             batch = [train[i] for i in plan[pos]]
             pos += 1
-            d = batch[0][0]
-            src, tgt = [e[1] for e in batch], [e[2] for e in batch]
-            if teacher is not None:
-                loss_tok, nll, n_tok = _distill_step(scorer, teacher, src, tgt, cfg)
-                loss = loss_tok / max(n_tok, 1)
-                (loss / cfg.grad_accum).backward()
-                loss_sum += float(nll)
-                tok_sum += float(n_tok)
-                continue
-            with _autocast(scorer, cfg):
-                lp, n = scorer.token_logprobs(d, src, tgt)
-            loss = -lp.sum() / n.sum().clamp(min=1)
-            (loss / cfg.grad_accum).backward()
-            loss_sum += float(-lp.detach().sum())
-            tok_sum += float(n.sum())
+            nll, n_tok = _backward(scorer, teacher, batch, cfg)
+            loss_sum += nll
+            tok_sum += n_tok
         torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         opt.step()
         sched.step()
@@ -220,7 +251,7 @@ def train_generator(
             or step == cfg.steps
             or out_of_time
         ):
-            on_checkpoint(snapshot())
+            on_checkpoint(_snapshot(modules, opt, sched, (step, epoch, pos), history, cfg))
         if out_of_time:
             break
     scorer.train(False)
