@@ -62,7 +62,8 @@ class QaSet:
         return len(self.questions)
 
 
-def _set_name(path: Path, root: Path, suffix: str) -> str:
+def set_name(path: Path, root: Path, suffix: str) -> str:
+    """A set's name: its path under ``root`` without ``suffix`` ("sub/NAME" at depth)."""
     rel = path.relative_to(root) if path.is_relative_to(root) else Path(path.name)
     stem = rel.name[: -len(suffix)] if rel.name.endswith(suffix) else rel.stem
     return "/".join([*rel.parent.parts, stem]) if rel.parent.parts else stem
@@ -153,12 +154,12 @@ def discover_domain(root: str | Path) -> tuple[list[PairSet], list[QaSet]]:
     if not root.is_dir():
         return [], []
     pairs = [
-        read_pairs(p, _set_name(p, root, ".pairs.tsv"))
+        read_pairs(p, set_name(p, root, ".pairs.tsv"))
         for p in sorted(root.rglob(PAIRS_GLOB))
         if p.is_file()
     ]
     qa = [
-        read_qa(p, _set_name(p, root, ".jsonl")) for p in sorted(root.rglob(QA_GLOB)) if p.is_file()
+        read_qa(p, set_name(p, root, ".jsonl")) for p in sorted(root.rglob(QA_GLOB)) if p.is_file()
     ]
     return pairs, qa
 

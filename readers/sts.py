@@ -124,14 +124,15 @@ def _original_sets(root: Path) -> list[StsSet]:
     return found
 
 
-def discover(root: str | Path) -> list[StsSet]:
-    """Every STS set under ``root``: uniform TSVs first, originals for what no TSV covers."""
+def discover(root: str | Path, skip: tuple[str, ...] = ("*.pairs.tsv",)) -> list[StsSet]:
+    """Every STS set under ``root``: uniform TSVs first, originals for what no TSV covers; a
+    ``.tsv`` matching a glob of ``skip`` is another format's (readers/evaluators)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"STS directory {root} does not exist")
     sets: dict[tuple[str, str], StsSet] = {}
     for tsv in sorted(root.rglob("*.tsv")):
-        if tsv.name.endswith(".pairs.tsv"):  # pair classification (readers/domain.py)
+        if any(tsv.match(g) for g in skip):  # pair classification (readers/domain.py), ...
             continue
         parts = tsv.name[: -len(".tsv")].split(".", 1)
         if len(parts) != 2:
