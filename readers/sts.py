@@ -31,6 +31,7 @@ import numpy as np
 from ctxsim.readers.sts_download import SOURCES, download, fetch, unpack, verify_pinned
 from ctxsim.readers.sts_formats import (
     MAX_FIELD_CHARS,
+    SCALES,
     TSV_HEADER,
     StsFormatError,
     read_sick,
@@ -43,6 +44,7 @@ from ctxsim.readers.sts_formats import (
 
 __all__ = [
     "MAX_FIELD_CHARS",
+    "SCALES",
     "SOURCES",
     "TSV_HEADER",
     "StsFormatError",
@@ -138,7 +140,8 @@ def discover(root: str | Path, skip: tuple[str, ...] = ("*.pairs.tsv",)) -> list
         if len(parts) != 2:
             continue
         dataset, subset = parts
-        sets[(dataset, subset)] = StsSet(dataset, subset, *read_tsv(tsv), path=str(tsv))
+        scale = SCALES.get(dataset)  # a set of another name may use its own scale: warned
+        sets[(dataset, subset)] = StsSet(dataset, subset, *read_tsv(tsv, scale), path=str(tsv))
     for s in _original_sets(root):
         sets.setdefault((s.dataset, s.subset), s)
     order = {"STS12": 0, "STS13": 1, "STS14": 2, "STS15": 3, "STS16": 4, "STSb": 5, "SICK-R": 6}

@@ -1,12 +1,16 @@
 """STS files by format: the uniform TSV, the organisers' originals (STS12-16 input + gold), STSb's
 ``sts-*.csv`` and SICK's ``SICK_<split>.txt``. Each reader returns (s1, s2, gold) and names file
-and line in a :class:`StsFormatError` for a malformed row or a score that is not a finite number.
+and line in a :class:`StsFormatError` for a malformed row, an empty sentence (Origin labelled one
+0.53, and every encoder scores it), or a score that is not a finite number or lies outside the
+set's scale (:data:`SCALES`: 0-5, SICK 1-5); a TSV of a set of another name may use its own
+scale, so a score outside 0-5 there is a warning naming file and line.
 TSVs are read with quoting off (many sentences start with a double quote) and STSb's CSV is split
 on TABs, never by a CSV parser.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterator
@@ -15,21 +19,48 @@ from pathlib import Path
 from ctxsim.store.errors import InputError
 
 TSV_HEADER = ["sentence1", "sentence2", "score"]
+#: gold scales of the known sets (the organisers' guidelines): a score outside one is a typo
+SCALES: dict[str, tuple[float, float]] = {
+    **{f"STS{y}": (0.0, 5.0) for y in range(12, 17)},
+    "STSb": (0.0, 5.0),
+    "SICK-R": (1.0, 5.0),
+}
+#: the STS scale, which a set of another name is warned against (it may use its own)
+STS_SCALE = (0.0, 5.0)
+_log = logging.getLogger("ctxsim.readers.sts")
 
 
 class StsFormatError(InputError):
     """A malformed STS file, with file and line."""
 
 
-def _float(value: str, path: Path, lineno: int) -> float:
-    """A gold score; ``nan``/``inf`` parse as floats but would silently turn Spearman into NaN."""
+def _float(
+    value: str, path: Path, lineno: int, scale: tuple[float, float] | None = STS_SCALE
+) -> float:
+    """A gold score; ``nan``/``inf`` parse as floats but would silently turn Spearman into NaN.
+    One outside ``scale`` is refused (None: warned against the STS scale)."""
     try:
         score = float(value)
     except ValueError:
         raise StsFormatError(f"{path}:{lineno}: score {value!r} is not a number") from None
     if not math.isfinite(score):
         raise StsFormatError(f"{path}:{lineno}: score {value!r} is not a finite number")
+    lo, hi = scale or STS_SCALE
+    if not lo <= score <= hi:
+        where = f"{path}:{lineno}: score {value!r} is outside the gold scale {lo:g}-{hi:g}"
+        if scale is not None:
+            raise StsFormatError(f"{where}; fix the row (a typo?) or remove it")
+        _log.warning("%s of STS; if this set uses another scale, ignore this", where)
     return score
+
+
+def _sentences(a: str, b: str, path: Path, lineno: int) -> tuple[str, str]:
+    """The two sentences of a row, stripped; an empty one is refused (it would be scored)."""
+    a, b = a.strip(), b.strip()
+    for name, text in (("sentence1", a), ("sentence2", b)):
+        if not text:
+            raise StsFormatError(f"{path}:{lineno}: {name} is empty; fix the row or remove it")
+    return a, b
 
 
 #: longest field a TSV reader takes (csv's default limit): a longer one is a missing TAB or line end
@@ -65,8 +96,11 @@ def tsv_rows(path: Path, error: type[InputError] = InputError) -> Iterator[tuple
         yield lineno, row
 
 
-def read_tsv(path: str | Path) -> tuple[list[str], list[str], list[float]]:
-    """Read a uniform TSV (quoting off, header required)."""
+def read_tsv(
+    path: str | Path, scale: tuple[float, float] | None = STS_SCALE
+) -> tuple[list[str], list[str], list[float]]:
+    """Read a uniform TSV (quoting off, header required); gold outside ``scale`` is refused
+    (None: a set of its own scale, warned about outside 0-5)."""
     path = Path(path)
     s1, s2, gold = [], [], []
     rows = tsv_rows(path, StsFormatError)
@@ -80,9 +114,10 @@ def read_tsv(path: str | Path) -> tuple[list[str], list[str], list[float]]:
             raise StsFormatError(
                 f"{path}:{lineno}: expected 3 TAB-separated fields, got {len(row)}"
             )
-        s1.append(row[0].strip())
-        s2.append(row[1].strip())
-        gold.append(_float(row[2].strip(), path, lineno))
+        a, b = _sentences(row[0], row[1], path, lineno)
+        s1.append(a)
+        s2.append(b)
+        gold.append(_float(row[2].strip(), path, lineno, scale))
     return s1, s2, gold
 
 
@@ -121,8 +156,9 @@ def read_sts_original(
         parts = inp.split("\t")
         if len(parts) < 2:
             raise StsFormatError(f"{input_path}:{lineno}: expected sentence1<TAB>sentence2")
-        s1.append(parts[0].strip())
-        s2.append(parts[1].strip())
+        a, b = _sentences(parts[0], parts[1], input_path, lineno)
+        s1.append(a)
+        s2.append(b)
         gold.append(_float(g.strip(), gs_path, lineno))
     return s1, s2, gold
 
@@ -139,9 +175,10 @@ def read_stsb_csv(path: str | Path) -> tuple[list[str], list[str], list[float]]:
             raise StsFormatError(
                 f"{path}:{lineno}: expected >= 7 TAB-separated fields, got {len(parts)}"
             )
+        a, b = _sentences(parts[5], parts[6], path, lineno)
         gold.append(_float(parts[4].strip(), path, lineno))
-        s1.append(parts[5].strip())
-        s2.append(parts[6].strip())
+        s1.append(a)
+        s2.append(b)
     return s1, s2, gold
 
 
@@ -158,7 +195,8 @@ def read_sick(path: str | Path) -> tuple[list[str], list[str], list[float]]:
         parts = line.split("\t")
         if len(parts) < 4:
             raise StsFormatError(f"{path}:{lineno}: expected >= 4 TAB-separated fields")
-        s1.append(parts[1].strip())
-        s2.append(parts[2].strip())
-        gold.append(_float(parts[3].strip(), path, lineno))
+        a, b = _sentences(parts[1], parts[2], path, lineno)
+        s1.append(a)
+        s2.append(b)
+        gold.append(_float(parts[3].strip(), path, lineno, SCALES["SICK-R"]))
     return s1, s2, gold

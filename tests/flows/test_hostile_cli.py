@@ -392,8 +392,37 @@ PAIRS = "sentence1\tsentence2\tlabel\nA cat.\tA dog.\t1\nA car.\tThe sea.\t0\n"
             "STSb.dev.tsv:2: a field of 200000",
         ),
         ("rqe.pairs.tsv", PAIRS + "caf\xe9\tb\t1\n", "rqe.pairs.tsv:4: not UTF-8"),
+        # issue 57 item 6: an empty sentence (Origin labelled it 0.53) and gold off the scale
+        (
+            "STSb.dev.tsv",
+            "sentence1\tsentence2\tscore\nA cat.\tA dog.\t1\n \tA dog.\t2.5\n",
+            "STSb.dev.tsv:3: sentence1 is empty",
+        ),
+        (
+            "STSb.dev.tsv",
+            "sentence1\tsentence2\tscore\nA cat.\tA dog.\t7.5\n",
+            "STSb.dev.tsv:2: score '7.5' is outside the gold scale 0-5",
+        ),
+        (
+            "sts-dev.csv",
+            "main-captions\tMSRvid\t2012test\t0001\t5.000\tA man.\t \n",
+            "sts-dev.csv:1: sentence2 is empty",
+        ),
+        (
+            "SICK_trial.txt",
+            "pair_ID\tsentence_A\tsentence_B\trelatedness_score\n1\tA b.\tC d.\t0.5\n",
+            "SICK_trial.txt:2: score '0.5' is outside the gold scale 1-5",
+        ),
     ],
-    ids=["pairs-200k-field", "sts-200k-field", "pairs-latin-1"],
+    ids=[
+        "pairs-200k-field",
+        "sts-200k-field",
+        "pairs-latin-1",
+        "sts-empty-sentence",
+        "sts-gold-7.5",
+        "stsb-csv-empty-sentence",
+        "sick-gold-0.5",
+    ],
 )
 def test_a_malformed_eval_file_names_file_and_line(tmp_path, name, content, expected):
     data = content.encode("latin-1") if "\xe9" in content else content.encode()
@@ -402,6 +431,32 @@ def test_a_malformed_eval_file_names_file_and_line(tmp_path, name, content, expe
     res = CliRunner().invoke(app, ["evaluate", str(tmp_path / "model"), "--sts-dir", str(tmp_path)])
     line = _error_line(res)
     assert str(tmp_path) in line and expected in line, line
+
+
+def test_origin_refuses_an_sts_row_with_an_empty_sentence_naming_file_and_line(tmp_path):
+    """Issue 57 item 6, through ``ctxsim origin``: refused before anything runs."""
+    sts = tmp_path / "sts"
+    sts.mkdir()
+    (sts / "STSb.dev.tsv").write_text("sentence1\tsentence2\tscore\nA cat.\tA dog.\t1\n\tB.\t2\n")
+    root = tmp_path / "root"
+    args = ["origin", "--sts-dir", str(sts), "--root", str(root)]
+    line = _error_line(CliRunner().invoke(app, args))
+    assert f"{sts / 'STSb.dev.tsv'}:3: sentence1 is empty" in line
+    assert not list(root.glob("*/*/_MANIFEST.json"))  # nothing ran
+
+
+def test_a_set_of_its_own_name_is_warned_not_refused_off_the_sts_scale(tmp_path, caplog):
+    """A domain set may use another scale: a score outside 0-5 is a warning naming file and
+    line, and the set is read."""
+    from ctxsim.readers.sts import discover
+
+    (tmp_path / "MyDomain.dev.tsv").write_text("sentence1\tsentence2\tscore\nA.\tB.\t7.5\n")
+    with caplog.at_level("WARNING"):
+        (found,) = discover(tmp_path)
+    assert found.gold == [7.5]
+    assert (
+        f"{tmp_path / 'MyDomain.dev.tsv'}:2: score '7.5' is outside the gold scale" in caplog.text
+    )
 
 
 def test_eval_and_corpus_files_with_a_bom_are_read(tmp_path):
