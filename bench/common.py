@@ -271,13 +271,13 @@ def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
 def model_similarities(model: Any, pair_sets, qa_sets, sts, batch_size: int = 64) -> dict:
     """Per-pair cosines, per-query retrieval metrics (through the evaluate stage's
     ``evaluate_domain``) and STS cosines of one loaded model (None: TF-IDF 1-2 grams)."""
+    from ctxsim.readers.evaluators import PairsEvaluator, QaEvaluator
     from ctxsim.tasks.evaluate import pair_similarities
     from ctxsim.tasks.evaluate.domain import evaluate_domain
 
     dom = evaluate_domain(
         {"arm": model},
-        pair_sets,
-        qa_sets,
+        [*map(PairsEvaluator, pair_sets), *map(QaEvaluator, qa_sets)],
         batch_size=batch_size,
         bootstrap_resamples=0,
         per_item=True,

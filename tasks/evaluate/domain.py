@@ -1,9 +1,10 @@
-"""Domain evaluators of the `evaluate` stage: pair classification and question-to-answer retrieval.
+"""Domain evaluation of the `evaluate` stage: every set of the formats found under
+``evaluate.eval_dir`` beside the STS sets (readers/evaluators: pair classification, QA retrieval,
+and any format registered there), every system scored on the same items, and the surrogate's
+difference to each other system as a paired bootstrap interval (each format's ``interval``).
 
-Files come from ``readers/domain.py`` (found in the same folder as the STS sets); metrics and
-intervals from ``models/evaluation/domain_metrics.py``. Every system is scored on the same pairs /
-queries,
-and the surrogate's difference to each other system gets a paired bootstrap interval.
+A system is a sentence-transformers model (``EncoderSimilarity``: cosine of its embeddings) or
+None (``TfidfSimilarity``: word 1-2 gram TF-IDF fit on the evaluated texts).
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxsim.models.evaluation import domain_metrics as D
-from ctxsim.readers.domain import PairSet, QaSet
+from ctxsim.readers.evaluators import Evaluator, eval_dir_formats
 from ctxsim.tasks.evaluate.encoders import encode_sentences
 
 
@@ -30,32 +30,60 @@ def tfidf_vectors(texts: Sequence[str]):
     return TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True).fit_transform(list(texts))
 
 
-def pair_set_similarities(model: Any, ps: PairSet, batch_size: int) -> np.ndarray:
-    """Cosine of each pair (``model`` None: TF-IDF)."""
-    if model is None:
-        x = tfidf_vectors(ps.s1 + ps.s2)
-        a, b = x[: len(ps)], x[len(ps) :]
+class TfidfSimilarity:
+    """Cosine of word 1-2 gram TF-IDF vectors fit on the texts compared."""
+
+    def paired(self, s1: Sequence[str], s2: Sequence[str]) -> np.ndarray:
+        x = tfidf_vectors(list(s1) + list(s2))
+        a, b = x[: len(s1)], x[len(s1) :]
         return np.asarray(a.multiply(b).sum(axis=1), dtype=np.float64).ravel()
-    a = _unit(encode_sentences(model, ps.s1, batch_size))
-    b = _unit(encode_sentences(model, ps.s2, batch_size))
-    return (a * b).sum(axis=1).astype(np.float64)
 
-
-def qa_similarity(model: Any, qa: QaSet, batch_size: int) -> np.ndarray:
-    """(questions x answers) cosine matrix (``model`` None: TF-IDF)."""
-    if model is None:
-        x = tfidf_vectors(qa.questions + qa.answers)
-        q, d = x[: len(qa.questions)], x[len(qa.questions) :]
+    def matrix(self, queries: Sequence[str], docs: Sequence[str]) -> np.ndarray:
+        x = tfidf_vectors(list(queries) + list(docs))
+        q, d = x[: len(queries)], x[len(queries) :]
         return np.asarray((q @ d.T).todense(), dtype=np.float64)
-    q = _unit(encode_sentences(model, qa.questions, batch_size))
-    d = _unit(encode_sentences(model, qa.answers, batch_size))
-    return (q @ d.T).astype(np.float64)
+
+
+class EncoderSimilarity:
+    """Cosine of a sentence-transformers model's embeddings (each side encoded on its own,
+    length-bucketed batches of ``batch_size``)."""
+
+    def __init__(self, model: Any, batch_size: int = 64) -> None:
+        self.model, self.batch_size = model, batch_size
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        return _unit(encode_sentences(self.model, list(texts), self.batch_size))
+
+    def paired(self, s1: Sequence[str], s2: Sequence[str]) -> np.ndarray:
+        return (self._encode(s1) * self._encode(s2)).sum(axis=1).astype(np.float64)
+
+    def matrix(self, queries: Sequence[str], docs: Sequence[str]) -> np.ndarray:
+        return (self._encode(queries) @ self._encode(docs).T).astype(np.float64)
+
+
+def as_similarity(system: Any, batch_size: int = 64) -> Any:
+    """A system as an evaluator scores it: None is TF-IDF, a similarity stays, a model is the
+    cosine of its embeddings."""
+    if system is None:
+        return TfidfSimilarity()
+    if hasattr(system, "paired") and hasattr(system, "matrix"):
+        return system
+    return EncoderSimilarity(system, batch_size)
+
+
+def pair_set_similarities(model: Any, ps: Any, batch_size: int = 64) -> np.ndarray:
+    """Similarity of each pair of a ``PairSet`` (``model`` None: TF-IDF)."""
+    return as_similarity(model, batch_size).paired(ps.s1, ps.s2)
+
+
+def qa_similarity(model: Any, qa: Any, batch_size: int = 64) -> np.ndarray:
+    """(questions x answers) similarity matrix of a ``QaSet`` (``model`` None: TF-IDF)."""
+    return as_similarity(model, batch_size).matrix(qa.questions, qa.answers)
 
 
 def evaluate_domain(
     systems: Mapping[str, Any],
-    pair_sets: Sequence[PairSet],
-    qa_sets: Sequence[QaSet],
+    sets: Sequence[Evaluator],
     *,
     batch_size: int = 64,
     bootstrap_resamples: int = 1000,
@@ -65,50 +93,31 @@ def evaluate_domain(
     log: Any = None,
     per_item: bool = False,
 ) -> dict[str, Any]:
-    """Scores of every system (name -> SentenceTransformer, or None for TF-IDF) on every set,
-    and paired intervals of ``reference`` minus each other system. ``per_item`` adds
-    ``out["per_item"]``: each system's cosine per pair and retrieval metrics per question, for
-    intervals against systems scored in another call (the domain-adaptation bench)."""
-    out: dict[str, Any] = {"pairs": {}, "retrieval": {}, "bootstrap": {}}
-    items: dict[str, Any] = {"pairs": {}, "retrieval": {}}
-    for ps in pair_sets:
-        preds = {name: pair_set_similarities(m, ps, batch_size) for name, m in systems.items()}
-        items["pairs"][ps.name] = preds
-        out["pairs"][ps.name] = {
-            name: D.pair_classification_scores(p, ps.labels) for name, p in preds.items()
-        }
+    """Scores of every system (name -> SentenceTransformer, None for TF-IDF, or a similarity)
+    on every set, under ``out[set.section][set.name][system]``, and paired intervals of
+    ``reference`` minus each other system (``out["bootstrap"]``, keyed
+    ``section.set.metric.reference-vs-system``). ``per_item`` adds ``out["per_item"]``: each
+    system's predictions per set (cosine per pair, metrics per question), for intervals against
+    systems scored in another call (the benches)."""
+    sections = [c.section for c in eval_dir_formats()] + [type(e).section for e in sets]
+    out: dict[str, Any] = {sec: {} for sec in sections} | {"bootstrap": {}}
+    items: dict[str, Any] = {sec: {} for sec in sections}
+    sims = {name: as_similarity(m, batch_size) for name, m in systems.items()}
+    for ev in sets:
+        preds = {name: ev.predict(sim) for name, sim in sims.items()}
+        items[ev.section][ev.name] = preds
+        out[ev.section][ev.name] = {name: ev.scores(p) for name, p in preds.items()}
         if reference in preds and bootstrap_resamples > 0:
             for name, p in preds.items():
-                if name != reference:
-                    out["bootstrap"][f"pairs.{ps.name}.ap.{reference}-vs-{name}"] = D.ap_diff_ci(
-                        ps.labels, preds[reference], p, bootstrap_resamples, confidence, seed
-                    )
-        if log:
-            log.info("evaluate: pair classification on %s (%d pairs)", ps.name, len(ps))
-    for qa in qa_sets:
-        per = {
-            name: D.retrieval_per_query(qa_similarity(m, qa, batch_size), qa.relevant)
-            for name, m in systems.items()
-        }
-        items["retrieval"][qa.name] = per
-        out["retrieval"][qa.name] = {name: D.retrieval_scores(v) for name, v in per.items()}
-        if reference in per and bootstrap_resamples > 0:
-            for name, v in per.items():
                 if name == reference:
                     continue
-                for metric in ("ndcg_at_10", "mrr_at_10"):
-                    out["bootstrap"][f"retrieval.{qa.name}.{metric}.{reference}-vs-{name}"] = (
-                        D.mean_diff_ci(
-                            per[reference][metric], v[metric], bootstrap_resamples, confidence, seed
-                        )
+                for metric in ev.interval_metrics:
+                    key = f"{ev.section}.{ev.name}.{metric}.{reference}-vs-{name}"
+                    out["bootstrap"][key] = ev.interval(
+                        preds[reference], p, metric, bootstrap_resamples, confidence, seed
                     )
         if log:
-            log.info(
-                "evaluate: retrieval on %s (%d questions, %d answers)",
-                qa.name,
-                len(qa),
-                len(qa.answers),
-            )
+            log.info("evaluate: %s", ev.describe())
     if per_item:
         out["per_item"] = items
     return out
@@ -132,22 +141,11 @@ def _table(
 
 
 def domain_report(domain: Mapping[str, Any]) -> str:
-    """The report's domain section (Markdown)."""
+    """The report's domain section (Markdown): a table per format that has figures."""
     lines: list[str] = []
-    if domain.get("pairs"):
-        lines += _table(
-            "Pair classification (cosine; AP, best-threshold accuracy and F1, x100)",
-            {"ap": "AP", "accuracy": "accuracy", "f1": "F1"},
-            ("n_pairs", "pairs"),
-            domain["pairs"],
-        )
-    if domain.get("retrieval"):
-        lines += _table(
-            "Retrieval (question to answer; x100)",
-            {"ndcg_at_10": "nDCG@10", "mrr_at_10": "MRR@10", "recall_at_100": "Recall@100"},
-            ("n_queries", "questions"),
-            domain["retrieval"],
-        )
+    for cls in {c.section: c for c in eval_dir_formats()}.values():
+        if domain.get(cls.section):
+            lines += _table(cls.title, cls.columns, cls.count, domain[cls.section])
     if domain.get("bootstrap"):
         lines += ["## Paired bootstrap intervals (domain)", "", "| comparison | delta | CI |"]
         lines.append("|---|---|---|")

@@ -12,13 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ctxsim.models.evaluation.ists import (
-    equi_filter,
-    ists_f1,
-)
 from ctxsim.models.training.objectives import tfidf_cosine
-from ctxsim.readers.domain import discover_domain
-from ctxsim.readers.sts import StsSet, discover, sample_pairs
+from ctxsim.readers.evaluators import Evaluator, IstsEvaluator, StsEvaluator, discover_eval_dir
+from ctxsim.readers.sts import StsSet
 from ctxsim.tasks.evaluate.domain import domain_report, evaluate_domain
 from ctxsim.tasks.evaluate.encoders import (
     backbone_vectors,
@@ -87,20 +83,18 @@ def _empty_result(model: str) -> dict[str, Any]:
 
 def _find_data(
     sts_dir: str | Path | None, max_pairs: int | None, seed: int, log: Any, result: dict
-) -> tuple[list[StsSet], list, list]:
-    """(STS sets, domain pair sets, domain QA sets) under ``sts_dir``; a warning in ``result``
-    (and the log) when there is none of them."""
-    sets: list[StsSet] = []
+) -> tuple[list[StsSet], list[Evaluator]]:
+    """(STS sets, the sets of every other format of readers/evaluators) under ``sts_dir``; a
+    warning in ``result`` (and the log) when there is none of them."""
     if sts_dir is None:  # iSTS alone: no STS sets were asked for
-        return sets, [], []
-    if Path(sts_dir).expanduser().is_dir():
-        sets = [sample_pairs(s, max_pairs, seed) for s in discover(Path(sts_dir).expanduser())]
-    pair_sets, qa_sets = discover_domain(sts_dir)
-    if not sets and not pair_sets and not qa_sets:
+        return [], []
+    sets = [e.data for e in StsEvaluator.discover(sts_dir, max_pairs, seed)]
+    others = discover_eval_dir(sts_dir)
+    if not sets and not others:
         msg = DATA_HINT.format(where=sts_dir)
         log.warning(msg)
         result["warnings"] = [msg]
-    return sets, pair_sets, qa_sets
+    return sets, others
 
 
 def _score_models(
@@ -183,26 +177,17 @@ def _ists(
     """iSTS alignment F1 of the surrogate per domain and similarity (against the gold with and
     without non-EQUI alignments); with ``out_dir``, the system's .wa files are written there.
     A missing ``ists_dir`` is a warning and no figures (the STS figures still stand)."""
-    from ctxsim.readers.ists import discover_ists, write_wa
+    from ctxsim.readers.ists import write_wa
 
     out: dict[str, dict[str, Any]] = {}
     if not Path(ists_dir).expanduser().is_dir():
         log.warning("evaluate: ists_dir %s does not exist; iSTS skipped", ists_dir)
         return out
-    for dom in discover_ists(Path(ists_dir).expanduser()):
-        gold_eq = equi_filter(dom.gold, remove_oppo=remove_oppo)
+    for dom in IstsEvaluator.discover(ists_dir, remove_oppo):
         entry = {}
         for sim in similarities:
-            sysp = ists_system(surrogate, dom, sim)
-            f_eq = ists_f1(gold_eq, sysp, ("ali",))["ali"]
-            f_raw = ists_f1(dom.gold, sysp, ("ali",))["ali"]
-            entry[sim] = {
-                "f1_ali_equi": f_eq["f1"] * 100,
-                "precision_equi": f_eq["precision"] * 100,
-                "recall_equi": f_eq["recall"] * 100,
-                "f1_ali": f_raw["f1"] * 100,
-                "n_pairs": len(dom.gold),
-            }
+            sysp = dom.predict(lambda d, sim=sim: ists_system(surrogate, d, sim))
+            entry[sim] = dom.scores(sysp)
             if out_dir is not None:
                 write_wa(sysp, Path(out_dir) / f"ists.{dom.name}.{sim}.wa")
         out[dom.name] = entry
@@ -319,8 +304,8 @@ def evaluate_model(
         return load_st(path, device, max_seq_length)
 
     result = _empty_result(shown(model_path))
-    sets, pair_sets, qa_sets = _find_data(sts_dir, max_pairs_per_subset, seed, log, result)
-    domain = bool(pair_sets or qa_sets)
+    sets, others = _find_data(sts_dir, max_pairs_per_subset, seed, log, result)
+    domain = bool(others)
 
     # every system's predictions on the STS sets
     surrogate = load(model_path)
@@ -340,13 +325,13 @@ def evaluate_model(
     if domain:
         tfidf = {"tfidf": None} if "tfidf" in baselines else {}  # TF-IDF cosine: no model
         result["domain"] = evaluate_domain(
-            encoders | tfidf, pair_sets, qa_sets, batch_size=batch_size, log=log, **intervals
+            encoders | tfidf, others, batch_size=batch_size, log=log, **intervals
         )
     encoders.clear()
 
     result["n_sets"] = len(sets)
     if domain:
-        result["n_domain_sets"] = len(pair_sets) + len(qa_sets)
+        result["n_domain_sets"] = len(others)
     result = _nan_to_none(result) | {"rows": _nan_to_none(rows)}
     if out_dir is not None:
         outputs = (per_system, hard_idx, surrogate, sets, preds)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ctxsim.readers.evaluators import eval_dir_formats
 from ctxsim.store.artefacts import content_digest
 from ctxsim.store.cost_model import Constant
 from ctxsim.store.errors import InputError
@@ -194,10 +195,8 @@ def _flat_stats(res: dict[str, Any], n_rows: int) -> dict[str, Any]:
     for split, v in res.get("hard", {}).items():
         stats[f"hard.{split}.spearman"] = v["spearman"]
     domain = res.get("domain", {})
-    for name, by_sys in domain.get("pairs", {}).items():
-        for metric in ("ap", "accuracy", "f1"):
-            stats[f"pairs.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
-    for name, by_sys in domain.get("retrieval", {}).items():
-        for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
-            stats[f"retrieval.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
+    for cls in {c.section: c for c in eval_dir_formats()}.values():
+        for name, by_sys in domain.get(cls.section, {}).items():
+            for metric in cls.columns:
+                stats[f"{cls.section}.{name}.{metric}"] = by_sys.get("surrogate", {}).get(metric)
     return {k: v for k, v in stats.items() if v is not None}

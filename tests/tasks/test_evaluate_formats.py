@@ -1,0 +1,46 @@
+"""The `evaluate` stage runs every task format of readers/evaluators: a format registered in one
+class (the toy of tests/readers/test_evaluators.py, no other file changed) is found in the
+evaluation folder, scored for every system with paired intervals, and reaches results.json,
+report.md, the stage's stats and the model card."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.readers.test_evaluators import TOY_ROWS, toy_format  # noqa: F401 - the fixture
+
+
+def test_a_registered_format_reaches_the_result_the_report_the_stats_and_the_card(
+    toy_format,  # noqa: F811 - the fixture
+    tmp_path,
+):
+    from ctxsim.models.training.tiny_backbone import build_tiny_backbone
+    from ctxsim.tasks.evaluate import evaluate_model
+    from ctxsim.tasks.evaluate.stage import _flat_stats, model_card_section
+    from ctxsim.tasks.train import TrainParams
+
+    texts = [t for q, d, _ in TOY_ROWS for t in (q, d)]
+    model = build_tiny_backbone(
+        texts, tmp_path / "tiny", TrainParams(tiny_vocab_size=60, max_seq_length=16), 0
+    )
+    out = tmp_path / "out"
+    res = evaluate_model(
+        model,
+        toy_format,
+        baselines={"tfidf": None},
+        similarities=["cosine"],
+        max_seq_length=16,
+        bootstrap_resamples=20,
+        out_dir=out,
+    )
+    assert "warnings" not in res and res["n_domain_sets"] == 1
+    toy = res["domain"]["toy"]["web"]
+    assert set(toy) == {"surrogate", "tfidf"} and toy["tfidf"]["n_rows"] == 4
+    assert "toy.web.accuracy.surrogate-vs-tfidf" in res["domain"]["bootstrap"]
+    assert json.loads((out / "results.json").read_text())["domain"]["toy"] == res["domain"]["toy"]
+    report = (out / "report.md").read_text()
+    assert "## Toy relevance (accuracy x100)" in report and "| web | tfidf |" in report
+    assert _flat_stats(res, 0)["toy.web.accuracy"] == pytest.approx(toy["surrogate"]["accuracy"])
+    assert "### Toy relevance" in model_card_section(res)
