@@ -173,6 +173,38 @@ def effective_run(run: RunParams) -> RunParams:
     return run.model_copy(update={"torch_threads": _DEFAULT_THREADS[0]})
 
 
+def _run_shards(
+    plan: Any, n: int, cfg: PipelineConfig, options: dict[str, Any], use_prefect: bool
+) -> list[dict[str, Any]]:
+    """Compute the ``n`` shards of ``plan``: Prefect tasks submitted at once (``options``: the
+    task runner's), one after another, or (``use_prefect`` false) in this process; their infos."""
+    spec = plan_spec(plan)
+    if use_prefect and cfg.run.task_runner != "sequential":
+        with submit_options(options):
+            futures = [shard_task.submit(spec, s) for s in range(n)]
+        wait(futures)
+        return [f.result() for f in futures]
+    if use_prefect:
+        return [shard_task(spec, s) for s in range(n)]
+    return [compute_shard(plan, s) for s in range(n)]
+
+
+def _stage_record(
+    art: Artefact, reused: bool, by_other: bool, computed: int, t0: float
+) -> dict[str, Any]:
+    """A stage's entry in the run record (``t0``: when the stage started, perf_counter)."""
+    return {
+        "fingerprint": art.fingerprint,
+        "status": "reused" if reused else "completed",
+        **({"computed_by": "another run"} if by_other else {}),
+        "rows": art.num_rows,
+        "shards": len(art.parts),
+        "shards_computed": computed,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "path": str(art.path),
+    }
+
+
 def execute(
     cfg: PipelineConfig,
     until: str | None = None,
@@ -212,16 +244,7 @@ def execute(
             computed, by_other = 0, False
             if art is None:
                 n = stage.num_shards(plan.context())
-                spec = plan_spec(plan)
-                if use_prefect and cfg.run.task_runner != "sequential":
-                    with submit_options(options):
-                        futures = [shard_task.submit(spec, s) for s in range(n)]
-                    wait(futures)
-                    infos = [f.result() for f in futures]
-                elif use_prefect:
-                    infos = [shard_task(spec, s) for s in range(n)]
-                else:
-                    infos = [compute_shard(plan, s) for s in range(n)]
+                infos = _run_shards(plan, n, cfg, options, use_prefect)
                 computed = sum(not i.get("reused") for i in infos)
                 # a concurrent run of the same stage may have published it while we waited on
                 # its shard leases: then this run computed nothing and must not claim it
@@ -244,16 +267,7 @@ def execute(
             log.info(*line)
             console_line(*line)
             artefacts[name] = art
-            record["stages"][name] = {
-                "fingerprint": art.fingerprint,
-                "status": "reused" if reused else "completed",
-                **({"computed_by": "another run"} if by_other else {}),
-                "rows": art.num_rows,
-                "shards": len(art.parts),
-                "shards_computed": computed,
-                "seconds": round(time.perf_counter() - t0, 3),
-                "path": str(art.path),
-            }
+            record["stages"][name] = _stage_record(art, reused, by_other, computed, t0)
             store.write_run(run_id, record)
             if use_prefect:
                 _stats_artifact(name, art, reused)
