@@ -180,20 +180,12 @@ def explain_pair(
     return result
 
 
-def _explain(
-    store: ArtefactStore, work: ArtefactStore, run_id: str, s1: str, s2: str, top: int
-) -> dict[str, Any]:
-    """explain_pair, reading the run from ``store`` and writing what it computes to ``work``."""
-    t0 = time.perf_counter()
-    record = store.read_run(run_id)
-    arts = {k: store.require(k, st["fingerprint"]) for k, st in record["stages"].items()}
-    problem = explain_problem(record)
-    if problem:
-        raise InputError(problem)
-    if route_of(record) == "encoder":
-        return _explain_encoder(work, record, arts, s1, s2, top)
-    label = record["config"].get("label", {})  # label.lm.similarity; flat in older records
-    how = (label.get("lm") or {}).get("similarity", label.get("similarity", "cosine"))
+def _sentence_queries(
+    work: ArtefactStore, record: dict[str, Any], arts: dict[str, Any], s1: str, s2: str
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """({sentence: its query id}, {sentence: the artefacts holding its context set}): the run's
+    for a sentence the run labelled, else those of the run's stages run in ``work`` for it as a
+    new query (its length checked first)."""
     q = arts["queries"].read_table(["query_id", "text"])
     qid_of: dict[str, int] = {}
     for qid, text in zip(
@@ -217,6 +209,25 @@ def _explain(
             if t not in new_of:
                 raise InputError(f"the run's queries stage dropped the sentence {t!r}")
             ids[t], where[t] = new_of[t], new
+    return ids, where
+
+
+def _explain(
+    store: ArtefactStore, work: ArtefactStore, run_id: str, s1: str, s2: str, top: int
+) -> dict[str, Any]:
+    """explain_pair, reading the run from ``store`` and writing what it computes to ``work``."""
+    t0 = time.perf_counter()
+    record = store.read_run(run_id)
+    arts = {k: store.require(k, st["fingerprint"]) for k, st in record["stages"].items()}
+    problem = explain_problem(record)
+    if problem:
+        raise InputError(problem)
+    if route_of(record) == "encoder":
+        return _explain_encoder(work, record, arts, s1, s2, top)
+    label = record["config"].get("label", {})  # label.lm.similarity; flat in older records
+    how = (label.get("lm") or {}).get("similarity", label.get("similarity", "cosine"))
+    texts = [s1, s2]
+    ids, where = _sentence_queries(work, record, arts, s1, s2)
     cs = [context_sets(where[t]["select"], [ids[t]])[ids[t]] for t in texts]
     if not len(cs[0]) or not len(cs[1]):
         empty = [t for t, c in zip(texts, cs, strict=True) if not len(c)]
