@@ -281,46 +281,23 @@ def train_generator(
     )
 
 
-@app.command(
-    epilog="Example: ctxsim origin --config configs/books.yaml --sts-dir ../shared/data/sts "
-    "--sets 'STSb.dev' --json-out origin.json"
-)
-def origin(
-    sts_dir: Annotated[Path, typer.Option("--sts-dir", help="directory holding STS sets")],
-    config: ConfigOpt = None,
-    root: RootOpt = None,
-    set_: SetOpt = None,
-    sets: Annotated[
-        list[str] | None, typer.Option("--sets", help="fnmatch on DATASET.SUBSET (default: all)")
-    ] = None,
-    max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per set, seeded")] = None,
-    cs_size: Annotated[
-        int | None, typer.Option("--cs-size", help="LM route: |Cs| (Table 7)")
-    ] = None,
-    random_contexts: Annotated[
-        bool, typer.Option("--random-contexts", help="LM route, Sec. 5.4: random, not retrieved")
-    ] = False,
-    no_diversity: Annotated[
-        bool, typer.Option("--no-diversity", help="LM route, Sec. 5.4: no chunk / Jaccard rule")
-    ] = False,
-    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json-out", help="write the report here")
-    ] = None,
-) -> None:
-    """Origin similarity (Eq. 4) on every pair of the STS sets found in a directory.
-
-    With the config's contextual model (label.contextual). LM route (lm: quickstart, books):
-    retrieves contexts for these outside sentences from the corpus, selects Cs, scores them
-    (Eq. 3) and reports Spearman x100 per set ("all" and "mean" conventions), per Eq. 3 term and
-    without each term (Table 9). Encoder route (encoder: medquad): the embed stage's encoder
-    scores every corpus context unit by cosine, and Origin runs over all of them (closed form,
-    or label.encoder.form); no retrieval, no Cs, so --cs-size, --random-contexts and
-    --no-diversity are refused. Both next to a TF-IDF cosine baseline."""
+def _origin_config(
+    config: Path | None,
+    root: Path | None,
+    sts_dir: Path,
+    set_: list[str] | None,
+    sets: list[str] | None,
+    max_pairs: int | None,
+    lm_flags: tuple[int | None, bool, bool],
+) -> tuple[Path, Any, list[str]]:
+    """`ctxsim origin`'s (config path, loaded and preflighted config, overrides): the STS sets
+    as queries and given pairs, and the LM route's context-set flags (``lm_flags``: --cs-size,
+    --random-contexts, --no-diversity), refused for a config whose route selects no context."""
     from ctxsim.flows.cli_errors import user_errors
     from ctxsim.flows.config import load_config
-    from ctxsim.flows.prefect_env import configure_prefect
     from ctxsim.flows.preflight import preflight
+
+    cs_size, random_contexts, no_diversity = lm_flags
 
     if not sts_dir.is_dir():
         _fail(f"--sts-dir {sts_dir} is not a directory")
@@ -366,11 +343,58 @@ def origin(
             overrides += lm_only
             cfg = load_config(config, overrides, root)
         preflight(cfg)
+    return config, cfg, overrides
+
+
+@app.command(
+    epilog="Example: ctxsim origin --config configs/books.yaml --sts-dir ../shared/data/sts "
+    "--sets 'STSb.dev' --json-out origin.json"
+)
+def origin(
+    sts_dir: Annotated[Path, typer.Option("--sts-dir", help="directory holding STS sets")],
+    config: ConfigOpt = None,
+    root: RootOpt = None,
+    set_: SetOpt = None,
+    sets: Annotated[
+        list[str] | None, typer.Option("--sets", help="fnmatch on DATASET.SUBSET (default: all)")
+    ] = None,
+    max_pairs: Annotated[int | None, typer.Option("--max-pairs", help="per set, seeded")] = None,
+    cs_size: Annotated[
+        int | None, typer.Option("--cs-size", help="LM route: |Cs| (Table 7)")
+    ] = None,
+    random_contexts: Annotated[
+        bool, typer.Option("--random-contexts", help="LM route, Sec. 5.4: random, not retrieved")
+    ] = False,
+    no_diversity: Annotated[
+        bool, typer.Option("--no-diversity", help="LM route, Sec. 5.4: no chunk / Jaccard rule")
+    ] = False,
+    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json-out", help="write the report here")
+    ] = None,
+) -> None:
+    """Origin similarity (Eq. 4) on every pair of the STS sets found in a directory.
+
+    With the config's contextual model (label.contextual). LM route (lm: quickstart, books):
+    retrieves contexts for these outside sentences from the corpus, selects Cs, scores them
+    (Eq. 3) and reports Spearman x100 per set ("all" and "mean" conventions), per Eq. 3 term and
+    without each term (Table 9). Encoder route (encoder: medquad): the embed stage's encoder
+    scores every corpus context unit by cosine, and Origin runs over all of them (closed form,
+    or label.encoder.form); no retrieval, no Cs, so --cs-size, --random-contexts and
+    --no-diversity are refused. Both next to a TF-IDF cosine baseline."""
+    from ctxsim.flows.prefect_env import configure_prefect
+
+    lm_flags = (cs_size, random_contexts, no_diversity)
+    config, cfg, overrides = _origin_config(config, root, sts_dir, set_, sets, max_pairs, lm_flags)
     configure_prefect(cfg.run.root)
     import shlex
     import sys
 
-    from ctxsim.flows.cli_errors import hide_input_error_tracebacks, interrupt_exits
+    from ctxsim.flows.cli_errors import (
+        hide_input_error_tracebacks,
+        interrupt_exits,
+        user_errors,
+    )
     from ctxsim.flows.pipeline import new_run_id, run_pipeline
     from ctxsim.flows.prefect_env import server_start_failure
     from ctxsim.store.artefacts import ArtefactStore
