@@ -59,6 +59,12 @@ def latest_labelled_run(store: Any) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add the product commands to the main CLI."""
+    _register_export(app)
+    _register_explain(app)
+
+
+def _register_export(app: typer.Typer) -> None:
+    """`ctxsim export`."""
     from ctxsim.flows.cli_common import require_store
 
     @app.command(
@@ -105,6 +111,11 @@ def register(app: typer.Typer) -> None:
             + ", ".join(f"{s}={n}" for s, n in summary["splits"].items())
             + f"; {contamination_line(summary)}"
         )
+
+
+def _register_explain(app: typer.Typer) -> None:
+    """`ctxsim explain`."""
+    from ctxsim.flows.cli_common import require_store
 
     @app.command(
         epilog="Example: ctxsim explain 'The cat sat on the mat.' 'A cat was sitting.' --json"
