@@ -17,6 +17,7 @@ BENCHES = [
     "bench.bench_label",
     "bench.bench_evaluate",
     "bench.bench_scaling",
+    "bench.bench_explain_topk",
 ]
 
 

@@ -33,9 +33,13 @@ import numpy as np
 
 from ctxsim.models.contextual.encoder_origin import ScatterStats, unit_rows
 
-#: contexts up to which the top terms are found exactly by numpy, faiss candidates beyond
-#: (bench/results/explain_topk.md: measured at 10k, 100k and 1M contexts, d 384)
-EXACT_MAX = 1_000_000
+#: contexts up to which the top terms are found exactly by numpy, faiss candidates beyond.
+#: Measured (bench/results/explain_topk.md, d 384, a loaded 2-core machine): the exact pass of a
+#: fresh explain costs 0.2 s at 10k contexts, 0.8 s at 100k, 11.3 s at 1M (linear); the IVF
+#: index 0.04, 0.34 and 1.5 s (recall 0.995-1.0) but must first be built, 18 s at 100k and 103 s
+#: at 1M, once per embed artefact. At 100k the build costs 40 explains' savings, at 1M 10:
+#: exact below 250k contexts (about 3 s), faiss above.
+EXACT_MAX = 250_000
 #: candidates per faiss search (of four) for each requested top term, and at least this many
 MIN_CANDIDATES = 256
 #: contexts per block of the exact pass (memory: block x d floats)

@@ -260,3 +260,26 @@ def test_explain_problem_says_which_runs_explain_handles():
     assert "label.encoder.form=softmax" in flat
     no_embed = {k: v for k, v in enc.items() if k != "embed"}
     assert "no 'embed' stage" in explain_problem(rec(no_embed, {"contextual": "encoder"}))
+
+
+def test_the_run_summary_suggests_an_explain_that_works_on_an_encoder_run(enc_run):
+    """An encoder-route run (closed form) ends with a ready `ctxsim explain` line, and that
+    command prints the run's top contexts; a softmax run is not offered one."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+    from ctxsim.flows.run_summary import summary_lines
+
+    store, record, cfg = enc_run
+    lines = summary_lines(record, config=cfg, root=str(store.root))
+    cmd = [x for x in lines if x.strip().startswith("ctxsim explain")]
+    assert len(cmd) == 1, lines
+    argv = shlex.split(cmd[0].split("    #")[0])[1:]
+    out = CliRunner().invoke(app, argv)
+    assert out.exit_code == 0, out.output
+    assert "contexts pushing the label up:" in out.output and "(run's label" in out.output
+    soft = json.loads(json.dumps(record))
+    soft["config"]["label"]["encoder"] = {"form": "softmax"}
+    assert not any("ctxsim explain" in x for x in summary_lines(soft, config=cfg))
