@@ -13,6 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ctxsim.product.card import explainable
+
 DEFAULT_CONFIG = "configs/quickstart.yaml"
 #: the train backbone of the quickstart: a small encoder initialised at random (tasks/train/)
 TINY = "tiny-random"
@@ -91,8 +93,13 @@ def summary_lines(
         "Next:",
         f"  ctxsim inspect label --run {run_id}{opts} --limit 5    # the labelled pairs",
         f"  ctxsim export {run_id}{opts} --out exports/{run_id}    # a dataset with its card",
-        f"  ctxsim explain {s1} {s2} --run {run_id}{opts}    # why a pair got its label",
     ]
+    label_cfg = (record.get("config") or {}).get("label") or {}
+    form = (label_cfg.get("encoder") or {}).get("form", label_cfg.get("encoder_form"))
+    if explainable(stages, form):
+        lines.append(
+            f"  ctxsim explain {s1} {s2} --run {run_id}{opts}    # why a pair got its label"
+        )
     if note:
         lines.append(note)
     return lines

@@ -140,6 +140,7 @@ def card_metadata(
             "by_split": {s: t.num_rows for s, t in splits.items()},
             "by_source": {s: src.count(s) for s in sorted({x for x in src if x is not None})},
         },
+        "route": route_info(record, arts),
         "label": label_summary(table),
         "diagnostics": {k: v for k, v in label.stats.items() if k.startswith("diag_")},
         "warnings": label_warnings(label, table, src),
@@ -147,6 +148,73 @@ def card_metadata(
         "config": _shareable_config(record.get("config", {})),
     }
     return meta
+
+
+def explainable(stages: Any, form: str | None = None) -> bool:
+    """Whether ``ctxsim explain`` can decompose a run's labels (``stages``: its stage names,
+    record or artefacts): an LM-route run needs a `select` stage (explain reruns the stages that
+    build Cs); an encoder-route run an `embed` stage and the closed form (``form``: its
+    label.encoder.form, None read as closed), the one form that is a sum over contexts
+    (flows/explain.py ``explain_problem``). The run summary and the card suggest it only then."""
+    return "select" in stages or ("embed" in stages and (form or "closed") == "closed")
+
+
+def route_info(record: dict[str, Any], arts: dict[str, Artefact]) -> dict[str, Any]:
+    """What labelled the pairs (label.contextual): the LM route (S of Eq. 3 over the Cs that
+    `select` built), or the encoder route: the embed artefact's scorer, its cosine over every
+    corpus context unit, Origin in closed form or label.encoder.form; with the scorer's name,
+    content digest and the embed fingerprint."""
+    label_cfg = (record.get("config") or {}).get("label") or {}
+    contextual = str(label_cfg.get("contextual") or "lm")
+    if contextual != "encoder":
+        return {"contextual": contextual}
+    st = arts["label"].stats
+    enc = label_cfg.get("encoder") or {}
+    form = st.get("encoder_form") or enc.get("form") or label_cfg.get("encoder_form") or "closed"
+    info: dict[str, Any] = {"contextual": "encoder", "form": form}
+    for key in ("tau", "k", "centred"):
+        value = enc.get(key, label_cfg.get(key))
+        if value is not None and (
+            key == "centred" or key == {"softmax": "tau", "topk": "k"}.get(form)
+        ):
+            info[key] = value
+    emb = arts.get("embed")
+    units = st.get("encoder_contexts") or (emb.stats.get("contexts") if emb else None)
+    info["corpus_units"] = units
+    if emb is not None:
+        payload = emb.manifest.get("fingerprint_payload") or {}
+        scorer = (payload.get("extra") or {}).get("scorer") or {}
+        name = str(scorer.get("name") or "")
+        info["scorer"] = Path(name).name if "/" in name else name  # no local paths on a card
+        info["scorer_digest"] = scorer.get("digest")
+        info["embed_fingerprint"] = emb.fingerprint
+    return info
+
+
+def _route_sentence(r: dict[str, Any]) -> str:
+    """The card's sentence on how the labels were made, for the route that ran."""
+    if r.get("contextual") != "encoder":
+        return (
+            "each sentence is scored against a set of corpus contexts C = Cs1 + Cs2 retrieved "
+            "and selected for the pair (Eq. 3), and the label is the similarity of the two "
+            "score vectors."
+        )
+    form = r.get("form", "closed")
+    how = {
+        "closed": "in closed form, through the scatter matrix of the context embeddings",
+        "softmax": f"over p(c | s), the softmax of the cosines / tau (tau = {r.get('tau')})",
+        "topk": f"over the union of each sentence's k = {r.get('k')} nearest units",
+    }.get(form, form)
+    units = r.get("corpus_units")
+    digest = str(r.get("scorer_digest") or "")[:16]
+    return (
+        f"the encoder route (label.contextual: encoder): every corpus context unit "
+        f"({units if units is not None else 'all'} units) is scored against each sentence by "
+        f"the cosine of the scorer `{r.get('scorer')}` (content digest `{digest}`, embed "
+        f"artefact `{r.get('embed_fingerprint')}`), and the label is the similarity of the two "
+        f"sentences' score profiles over all of them, computed {how} "
+        f"(label.encoder.form: {form}); no contexts are retrieved or selected."
+    )
 
 
 def label_warnings(label: Artefact, table: pa.Table, src: list[Any]) -> list[str]:
@@ -209,6 +277,8 @@ def card_markdown(
 ) -> str:
     """README.md: YAML front matter, then what the data is, how it was made and how good it is."""
     c = meta["ctxsim"]
+    route = c.get("route") or {}
+    encoder = route.get("contextual") == "encoder"
     lines = [
         "---",
         yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100).rstrip(),
@@ -217,9 +287,7 @@ def card_markdown(
         f"# {meta['pretty_name']}",
         "",
         "Sentence pairs labelled by **Origin similarity** (Sun et al., TACL 2022, *Sentence "
-        "Similarity Based on Contexts*, Eq. 4): each sentence is scored against a set of "
-        "corpus contexts C = Cs1 + Cs2 retrieved and selected for the pair (Eq. 3), and the "
-        "label is the similarity of the two score vectors. Generated by "
+        "Similarity Based on Contexts*, Eq. 4): " + _route_sentence(route) + " Generated by "
         f"ctxsim {c['code_version'].get('ctxsim')} "
         f"(commit `{c['code_version'].get('git_commit', 'unknown')}`), run `{c['run_id']}`.",
         "",
@@ -308,17 +376,29 @@ def card_markdown(
         "",
         "## Fields",
         "",
-        "`s1`, `s2`: the sentences; `label`: Origin similarity (Eq. 4 with S of Eq. 3); "
-        "`label_disc` / `label_fwd` / `label_left` / `label_right`: the same from one Eq. 3 term "
-        "(NaN where the term was not computed); `n_ctx1`, `n_ctx2`: |Cs|; `source`: how the "
-        "pair was mined (knn, shared, random, given); `split`; `dataset`, `subset`, `gold`: "
-        "for given (STS) pairs only; `pair_id`, `s1_id`, `s2_id`: ids within the run.",
+        (
+            "`s1`, `s2`: the sentences; `label`: Origin similarity (Eq. 4 over the scorer's "
+            "cosines); `label_disc` / `label_fwd` / `label_left` / `label_right`: NaN (the "
+            "encoder route computes no Eq. 3 terms); `n_ctx1`, `n_ctx2`: the corpus context "
+            "units each profile runs over; "
+            if encoder
+            else "`s1`, `s2`: the sentences; `label`: Origin similarity (Eq. 4 with S of Eq. 3); "
+            "`label_disc` / `label_fwd` / `label_left` / `label_right`: the same from one Eq. 3 "
+            "term (NaN where the term was not computed); `n_ctx1`, `n_ctx2`: |Cs|; "
+        )
+        + "`source`: how the pair was mined (knn, shared, random, given); `split`; `dataset`, "
+        "`subset`, `gold`: for given (STS) pairs only; `pair_id`, `s1_id`, `s2_id`: ids within "
+        "the run.",
         "",
         "## Reproducing",
         "",
         "The full configuration is in the front matter (`ctxsim.config`); every stage's "
-        "fingerprint is listed under `ctxsim.fingerprints`. `ctxsim explain S1 S2 --run "
-        f"{c['run_id']}` shows which contexts decided a label.",
+        "fingerprint is listed under `ctxsim.fingerprints`."
+        + (
+            f" `ctxsim explain S1 S2 --run {c['run_id']}` shows which contexts decided a label."
+            if explainable(c.get("fingerprints", {}), (c.get("route") or {}).get("form"))
+            else ""
+        ),
         "",
         "## Licence",
         "",

@@ -20,6 +20,10 @@ SEVEN = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSb.test", "SICK-R.test"
 SEVEN_LABELS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSb", "SICK-R"]
 
 
+def _have(x: Any) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
 def _fmt(x: Any) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
@@ -30,6 +34,8 @@ def render_report(result: dict[str, Any], per_system: dict, hard_idx: dict) -> s
     for w in result.get("warnings", []):
         lines += [f"> {w}", ""]
     for conv in ("spearman_all", "spearman_mean"):
+        if not any(_have(per.get(k, {}).get(conv)) for per in per_system.values() for k in SEVEN):
+            continue  # none of the seven sets was evaluated (a domain run): no empty table
         lines += [
             f"## STS, Spearman x100 ({conv.replace('_', ' ')})",
             "",

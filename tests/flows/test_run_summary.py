@@ -42,6 +42,8 @@ def _record(root: Path, *, beats: bool | None, backbone: str = "tiny-random") ->
         "run_id": "run-1",
         "status": "completed",
         "stages": {
+            # an LM-route run: its select stage is what `ctxsim explain` reruns
+            "select": {**stage, "fingerprint": "fps", "rows": 8, "path": str(root / "select")},
             "label": {**stage, "fingerprint": "fpl", "rows": 1234, "path": str(label)},
             "train": {**stage, "fingerprint": "fpt", "rows": 3, "path": str(train)},
             "evaluate": {**stage, "fingerprint": "fpe", "rows": 9, "path": str(evaluate)},

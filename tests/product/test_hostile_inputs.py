@@ -106,3 +106,104 @@ def test_the_card_shows_the_warnings_and_no_local_paths(tmp_path):
     (w,) = [x for x in meta["ctxsim"]["warnings"] if x.startswith("mined pairs")]
     assert f"- {w}" in body
     assert yaml.safe_load(text.split("---")[1])["ctxsim"]["warnings"] == meta["ctxsim"]["warnings"]
+
+
+# ---- issue 57 item 7: the card and the summary describe the route that ran ----------------------
+def _route_run(tmp_path, route: str):
+    """A fake run through `label`: the LM route as the label tests make it, or the same labels
+    recorded as an encoder-route run (``encoder`` or ``encoder-FORM``: no select or score
+    stage; an embed artefact with its scorer's identity and 123 corpus units)."""
+    store, arts, _ = _fake_world(tmp_path / "w", given=False)
+    arts["label"] = _run_label(store, arts)
+    config: dict = {"run": {}}
+    if route.startswith("encoder"):
+        form = route.partition("-")[2] or "closed"
+        for name in ("select", "score"):
+            arts.pop(name)
+        payload = {"extra": {"scorer": {"name": "minilm", "digest": "d1e2" * 16}}}
+        extra = {"stats": {"contexts": 123}, "fingerprint_payload": payload}
+        store.open_partial("embed", "e" * 16)
+        arts["embed"] = store.publish("embed", "e" * 16, 0, extra)
+        config["label"] = {"contextual": "encoder", "encoder": {"form": form, "tau": 0.05}}
+    stages = {k: {"fingerprint": a.fingerprint} for k, a in arts.items()}
+    store.write_run("r", {"run_id": "r", "config": config, "stages": stages})
+    return store
+
+
+ENCODER_CARD = [
+    "the encoder route (label.contextual: encoder): every corpus context unit (123 units)",
+    "the cosine of the scorer `minilm` (content digest `d1e2d1e2d1e2d1e2`, embed artefact "
+    "`eeeeeeeeeeeeeeee`)",
+    "`n_ctx1`, `n_ctx2`: the corpus context units",
+]
+
+
+@pytest.mark.parametrize(
+    ("route", "present", "absent"),
+    [
+        (
+            "lm",
+            ["retrieved and selected for the pair (Eq. 3)", "`n_ctx1`, `n_ctx2`: |Cs|", "explain"],
+            ["encoder route"],
+        ),
+        (
+            "encoder",
+            [*ENCODER_CARD, "computed in closed form", "(label.encoder.form: closed)", "explain"],
+            ["retrieved and selected for the pair", "|Cs|"],
+        ),
+        (
+            "encoder-softmax",
+            [*ENCODER_CARD, "softmax of the cosines / tau (tau = 0.05)", "form: softmax)"],
+            ["retrieved and selected for the pair", "|Cs|", "ctxsim explain"],
+        ),
+    ],
+)
+def test_the_card_describes_the_route_that_made_the_labels(tmp_path, route, present, absent):
+    """An encoder-route card said its contexts were "retrieved and selected for the pair (Eq.
+    3)", n_ctx was |Cs|, and it promised `ctxsim explain`, which fails on such a run."""
+    import re
+
+    from ctxsim.product.export import export_run, parse_card
+
+    store = _route_run(tmp_path, route)
+    export_run(store, "r", tmp_path / "out", "parquet")
+    meta, body = parse_card((tmp_path / "out" / "README.md").read_text())
+    body = re.sub(r"\s+", " ", body)
+    for text in present:
+        assert text in body, text
+    for text in absent:
+        assert text not in body, text
+    assert meta["ctxsim"]["route"]["contextual"] == route.partition("-")[0]
+
+
+@pytest.mark.parametrize("route", ["lm", "encoder", "encoder-softmax"])
+def test_the_run_summary_suggests_explain_only_for_a_run_it_can_explain(tmp_path, route):
+    """Issue 56 item 5: `ctxsim run --config configs/medquad.yaml` suggested `ctxsim explain`,
+    which failed with "run has no 'select' stage"; explain now decomposes the encoder route's
+    closed form (a sum over contexts), and no other form."""
+    from ctxsim.flows.run_summary import summary_lines
+
+    store = _route_run(tmp_path, route)
+    record = store.read_run("r")
+    record["status"] = "completed"
+    for name, st in record["stages"].items():
+        art = store.require(name, st["fingerprint"])
+        st |= {"path": str(art.path), "rows": art.num_rows}
+    text = "\n".join(summary_lines(record))
+    assert "ctxsim export r" in text
+    assert ("ctxsim explain" in text) == (route in ("lm", "encoder"))
+
+
+@pytest.mark.parametrize(
+    ("sets", "tables"),
+    [(["MedSTS.dev", "BIOSSES.test"], 0), (["STSb.test", "MedSTS.dev"], 2)],
+    ids=["domain-sets-only", "with-stsb"],
+)
+def test_an_evaluation_report_prints_no_empty_table(sets, tables):
+    """An encoder-route (domain) run's report printed both STS tables, every cell empty."""
+    from ctxsim.tasks.evaluate.report import render_report
+
+    per = {s: {"spearman_all": 80.0, "spearman_mean": 80.0} for s in sets}
+    text = render_report({"model": "m"}, {("surrogate", "cosine"): per}, {})
+    assert text.count("## STS, Spearman") == tables
+    assert "## Other sets" in text and "80.00" in text
