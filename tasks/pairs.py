@@ -213,7 +213,10 @@ class PairsStage(Stage):
     def _given(self, path: Any) -> pa.Table:
         if not path.exists():
             raise FileNotFoundError(f"pairs.mode is 'given' but {path} does not exist")
-        g = pq.read_table(path)
+        try:
+            g = pq.read_table(path)
+        except (OSError, pa.ArrowInvalid) as e:  # a folder, a CSV, a truncated file
+            raise InputError(f"{path}: not a readable Parquet file ({e})") from None
         need = {"pair_id", "s1_query_id", "s2_query_id", "dataset", "subset", "gold"}
         missing = need - set(g.column_names)
         if missing:
