@@ -21,6 +21,11 @@ import yaml
 from ctxsim.product.contamination import is_test_subset
 from ctxsim.product.diagnostics import trust_warnings
 from ctxsim.store.artefacts import Artefact
+from ctxsim.store.errors import InputError
+
+
+class CardError(InputError):
+    """A dataset card that cannot be read back (``parse_card``)."""
 
 
 # ---- where the data came from -------------------------------------------------------------------
@@ -413,8 +418,8 @@ def card_markdown(
 def parse_card(text: str) -> tuple[dict[str, Any], str]:
     """(front matter, Markdown body) of a README.md with YAML front matter."""
     if not text.startswith("---\n"):
-        raise ValueError("dataset card has no YAML front matter")
+        raise CardError("dataset card has no YAML front matter (a first line ---)")
     head, sep, body = text[4:].partition("\n---\n")
     if not sep:
-        raise ValueError("dataset card's front matter is not closed by ---")
+        raise CardError("dataset card's front matter is not closed by ---")
     return yaml.safe_load(head), body

@@ -172,13 +172,13 @@ def download(
     ``dest/MANIFEST.json`` (archive URLs and sha256, every produced TSV with its pair count).
     """
     if kind not in SOURCES:
-        raise ValueError(f"unknown data kind {kind!r}; use one of {', '.join(SOURCES)}")
+        raise StsFormatError(f"unknown data kind {kind!r}; use one of {', '.join(SOURCES)}")
     dest = Path(dest)
     srcs = [dict(s) for s in (sources or SOURCES[kind])]
     originals = [s["url"] for s in srcs]  # pins are looked up by the official archive's name
     if url is not None:
         if len(srcs) != 1:
-            raise ValueError(
+            raise StsFormatError(
                 f"--url replaces one archive, but {kind} has {len(srcs)}; pass sources"
             )
         srcs[0]["url"] = url
