@@ -175,6 +175,10 @@ def explain_pair(
         raise InputError(f"top={top}: give at least 1 context per table")
     with _work_store(store) as (work, note):
         result = _explain(store, work, run_id, s1, s2, top)
+    if note and result.get("route") == "encoder":
+        note = None  # nothing computed but a faiss index (beyond EXACT_MAX): in the temp folder
+        if result["search"]["path"] == "faiss":
+            note = f"artefact root {store.root} is read-only: the faiss index built, not cached"
     if note:
         result["note"] = note
     return result
