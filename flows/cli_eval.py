@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
     """Add `evaluate` and the `data` group to the main CLI."""
     app.command(
         epilog="Example: ctxsim evaluate data/artefacts/train/<fp>/files/model "
-        "--sts-dir ../shared/data/sts --ists-dir ../shared/data/ists2016 --json-out eval.json "
+        "--eval-dir ../shared/data/sts --ists-dir ../shared/data/ists2016 --json-out eval.json "
         "--baseline backbone=minilm --baseline dynamax=wordllama"
     )(evaluate)
     data_app = typer.Typer(
@@ -40,9 +40,11 @@ def evaluate(
     sts_dir: Annotated[
         Path | None,
         typer.Option(
+            "--eval-dir",
             "--sts-dir",
             help="folder whose evaluation files are all found and scored: STS sets, pair "
-            "classification (*.pairs.tsv) and question-answer retrieval (*_qa.jsonl)",
+            "classification (*.pairs.tsv), question-answer retrieval (*_qa.jsonl) and every "
+            "other task format of readers/evaluators (--sts-dir: its old name)",
         ),
     ] = None,
     ists_dir: Annotated[Path | None, typer.Option("--ists-dir", help="iSTS 2016 gold")] = None,
@@ -70,7 +72,7 @@ def evaluate(
 
     set_verbose(verbose)
     if sts_dir is None and ists_dir is None:
-        _fail("give --sts-dir and/or --ists-dir (ctxsim data download sts DIR fetches STS sets)")
+        _fail("give --eval-dir and/or --ists-dir (ctxsim data download sts DIR fetches STS sets)")
     baselines: dict[str, str | None] = {}
     given: dict[str, tuple[str, str]] = {}
     for spec in baseline or []:

@@ -128,24 +128,27 @@ def check_sts(cfg: PipelineConfig) -> None:
             )
     for section in ("train", "evaluate"):
         params = cfg.stages.get(section)
-        where = getattr(params, "sts_dir", None)
+        where = getattr(params, "sts_dir", None)  # evaluate: eval_dir, under its old name
         if where and Path(where).expanduser().is_dir():
-            discover(Path(where).expanduser())  # StsFormatError names the file and line
+            from ctxsim.readers.evaluators import StsEvaluator, discover_eval_dir
+
+            StsEvaluator.discover(where)  # StsFormatError names the file and line
+            if section == "evaluate":
+                discover_eval_dir(where)  # so does every other format's reader
 
 
 def check_eval_dirs(sts_dir: str | Path | None, ists_dir: str | Path | None) -> None:
     """``ctxsim evaluate``'s folders exist and hold data: an empty result must not look like a
     finished evaluation."""
-    from ctxsim.readers.domain import discover_domain
+    from ctxsim.readers.evaluators import StsEvaluator, discover_eval_dir
     from ctxsim.readers.ists import discover_ists
-    from ctxsim.readers.sts import discover
 
-    def any_eval_set(path: Path) -> bool:  # STS sets, or the domain tasks' files (malformed: raise)
-        return bool(discover(path)) or any(discover_domain(path))
+    def any_eval_set(path: Path) -> bool:  # a set of any task format (malformed: raise)
+        return bool(StsEvaluator.discover(path)) or bool(discover_eval_dir(path))
 
     for flag, where, find, what in (
         (
-            "--sts-dir",
+            "--eval-dir",
             sts_dir,
             any_eval_set,
             "evaluation sets (STS <DATASET>.<subset>.tsv or originals, *.pairs.tsv, *_qa.jsonl)",

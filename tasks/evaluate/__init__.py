@@ -1,6 +1,6 @@
 """Stage `evaluate` and ``evaluate_model``: STS, hard splits and iSTS for a trained surrogate.
 
-* STS (Sun et al. 2022, Sec. 4.3, Table 2): every set found in ``sts_dir`` (readers/sts.py);
+* STS (Sun et al. 2022, Sec. 4.3, Table 2): every set found in ``eval_dir`` (readers/sts.py);
   Spearman and Pearson x100 in the "all" (subsets of a year concatenated) and "mean" conventions;
   the surrogate against its untrained backbone, all-MiniLM-L6-v2 (when installed) and the
   model-free DynaMax-Jaccard (Zhelezniak et al. 2019); paired BCa bootstrap intervals for the
@@ -13,8 +13,13 @@
   per set), ``heatmaps.png`` (token-pair contributions of a positive, a neutral and a negative
   pair, as CLRCMD's Fig. 2) and ``results.json`` in ``ctx.files_dir``.
 
+* Every other task format of readers/evaluators found in ``eval_dir`` (pair classification AP,
+  question-to-answer retrieval nDCG@10, and any format registered there): a table per format
+  and paired intervals of the surrogate against each system (``domain.py``).
+
 Files: ``params.py`` (the config section), ``stage.py`` (the stage), ``evaluate_model.py``
-(sets, systems, intervals, hard splits), ``encoders.py`` (sentence/token vectors, DynaMax),
+(sets, systems, intervals, hard splits), ``domain.py`` (the registry's formats beside STS),
+``encoders.py`` (sentence/token vectors, DynaMax),
 ``ists.py`` (alignments), ``report.py`` (Markdown and plots). Paired BCa bootstraps and
 Spearman live in models/evaluation/metrics.py, the similarities in
 models/evaluation/similarity.py.

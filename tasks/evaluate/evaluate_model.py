@@ -34,6 +34,8 @@ from ctxsim.tasks.evaluate.sts_scores import (
     sts_rows,
 )
 
+#: names the key's old name (evaluate.sts_dir, still read): a run without data writes the report
+#: it wrote before the rename
 DATA_HINT = (
     "no STS data found at {where}: put the STS sets there (uniform TSV "
     "<DATASET>.<subset>.tsv or the organisers' files; `ctxsim data download sts DIR` fetches "
@@ -82,16 +84,16 @@ def _empty_result(model: str) -> dict[str, Any]:
 
 
 def _find_data(
-    sts_dir: str | Path | None, max_pairs: int | None, seed: int, log: Any, result: dict
+    eval_dir: str | Path | None, max_pairs: int | None, seed: int, log: Any, result: dict
 ) -> tuple[list[StsSet], list[Evaluator]]:
-    """(STS sets, the sets of every other format of readers/evaluators) under ``sts_dir``; a
+    """(STS sets, the sets of every other format of readers/evaluators) under ``eval_dir``; a
     warning in ``result`` (and the log) when there is none of them."""
-    if sts_dir is None:  # iSTS alone: no STS sets were asked for
+    if eval_dir is None:  # iSTS alone: no STS sets were asked for
         return [], []
-    sets = [e.data for e in StsEvaluator.discover(sts_dir, max_pairs, seed)]
-    others = discover_eval_dir(sts_dir)
+    sets = [e.data for e in StsEvaluator.discover(eval_dir, max_pairs, seed)]
+    others = discover_eval_dir(eval_dir)
     if not sets and not others:
-        msg = DATA_HINT.format(where=sts_dir)
+        msg = DATA_HINT.format(where=eval_dir)
         log.warning(msg)
         result["warnings"] = [msg]
     return sets, others
@@ -260,7 +262,7 @@ def _sts_figures(
 
 def evaluate_model(
     model_path: str | Path,
-    sts_dir: str | Path | None,
+    eval_dir: str | Path | None,
     ists_dir: str | Path | None = None,
     *,
     baselines: dict[str, str | None] | None = None,
@@ -281,7 +283,8 @@ def evaluate_model(
     paths_relative_to: str | Path | None = None,
     keep_result_on_write_error: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate a sentence-transformers model directory; returns the JSON-able result.
+    """Evaluate a sentence-transformers model directory on the sets of every task format found
+    in ``eval_dir`` (readers/evaluators) and the iSTS gold of ``ists_dir``; returns the result.
 
     ``baselines`` maps a system name to a model path (cosine/RCMD like the surrogate), ``tfidf``
     (any value) to TF-IDF cosine of each pair (models.objectives.tfidf_cosine), or to None
@@ -304,7 +307,7 @@ def evaluate_model(
         return load_st(path, device, max_seq_length)
 
     result = _empty_result(shown(model_path))
-    sets, others = _find_data(sts_dir, max_pairs_per_subset, seed, log, result)
+    sets, others = _find_data(eval_dir, max_pairs_per_subset, seed, log, result)
     domain = bool(others)
 
     # every system's predictions on the STS sets

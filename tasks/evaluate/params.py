@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
 from ctxsim.store.stage import StageParams, knob
 
@@ -12,10 +12,13 @@ from ctxsim.store.stage import StageParams, knob
 class EvaluateParams(StageParams):
     """The `evaluate` config section."""
 
-    sts_dir: str | None = Field(
+    eval_dir: str | None = Field(
         None,
+        validation_alias=AliasChoices("eval_dir", "sts_dir"),
         description=(
-            "Folder of STS sets evaluated (all found are reported); None: no STS evaluation."
+            "Folder of evaluation sets, searched at any depth: every file of every task format "
+            "(readers/evaluators: STS sets, *.pairs.tsv pair classification, *_qa.jsonl "
+            "retrieval) is evaluated and reported; None: none. Its old name sts_dir is read too."
         ),
     )
     ists_dir: str | None = Field(
@@ -45,6 +48,15 @@ class EvaluateParams(StageParams):
             "dir."
         ),
     )
+
+    @property
+    def sts_dir(self) -> str | None:
+        """``eval_dir`` under its old name (the label stage's contamination default reads it)."""
+        return self.eval_dir
+
+    def fingerprint_layout(self, dump: dict[str, Any]) -> dict[str, Any]:
+        """``eval_dir`` hashed under its old key, so the rename moved no artefact."""
+        return {("sts_dir" if k == "eval_dir" else k): v for k, v in dump.items()}
 
     @field_validator("extra_models")
     @classmethod

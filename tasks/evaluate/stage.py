@@ -44,6 +44,7 @@ def model_card_section(res: dict[str, Any]) -> str:
     if res.get("domain"):
         lines.append(domain_report(res["domain"]).replace("## ", "### "))
     if len(lines) == 2:
+        # the key's old name: the published card stays byte-identical (sts_dir is read too)
         lines.append("No evaluation set was found (evaluate.sts_dir).")
     return "\n".join(lines) + "\n"
 
@@ -78,7 +79,8 @@ class EvaluateStage(Stage):
 
     def fingerprint_extra(self, params: Any) -> dict[str, Any]:
         """The data folders' and extra models' files (by content) decide the output too."""
-        dirs = {key: getattr(params, key) for key in ("sts_dir", "ists_dir")}
+        # eval_dir under its old key: the rename moved no artefact
+        dirs = {"sts_dir": params.eval_dir, "ists_dir": params.ists_dir}
         dirs.update({f"extra_models.{n}": d for n, d in sorted(params.extra_models.items())})
         extra: dict[str, Any] = {}
         for key, d in dirs.items():
@@ -99,11 +101,11 @@ class EvaluateStage(Stage):
             raise FileNotFoundError(f"train artefact {train.path} has no files/model")
         info = json.loads((train.files_dir / "metrics.json").read_text())
         baselines = _baselines(ctx, p, train.files_dir, info)
-        if p.sts_dir is None or not Path(p.sts_dir).expanduser().is_dir():
-            ctx.logger.warning(DATA_HINT.format(where=p.sts_dir))
+        if p.eval_dir is None or not Path(p.eval_dir).expanduser().is_dir():
+            ctx.logger.warning(DATA_HINT.format(where=p.eval_dir))
         res = evaluate_model(
             model_dir,
-            p.sts_dir,
+            p.eval_dir,
             p.ists_dir,
             baselines=baselines,
             similarities=p.similarities,

@@ -140,7 +140,7 @@ def test_evaluate_on_a_folder_without_sts_sets_is_an_error_naming_it(tmp_path: P
     model = tmp_path / "model"
     model.mkdir()
     res = CliRunner().invoke(app, ["evaluate", str(model), "--sts-dir", str(tmp_path)])
-    _one_line_error(res, f"--sts-dir {tmp_path}", "no evaluation sets")
+    _one_line_error(res, f"--eval-dir {tmp_path}", "no evaluation sets")  # --sts-dir: its alias
     res = CliRunner().invoke(app, ["evaluate", "no-such-model", "--sts-dir", str(tmp_path)])
     assert res.exit_code != 0
     # a malformed domain file is named with its line, before any model is loaded

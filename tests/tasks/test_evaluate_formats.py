@@ -44,3 +44,33 @@ def test_a_registered_format_reaches_the_result_the_report_the_stats_and_the_car
     assert "## Toy relevance (accuracy x100)" in report and "| web | tfidf |" in report
     assert _flat_stats(res, 0)["toy.web.accuracy"] == pytest.approx(toy["surrogate"]["accuracy"])
     assert "### Toy relevance" in model_card_section(res)
+
+
+def test_eval_dir_is_the_key_and_sts_dir_its_quiet_alias(tmp_path):
+    """`evaluate.eval_dir` names the folder of every format; `sts_dir`, its old name, is read too
+    without a warning, hashes the same (no artefact moved) and is in no config any more."""
+    import warnings
+
+    import yaml
+    from pydantic import ValidationError
+
+    from ctxsim.store.stage import fingerprint_params
+    from ctxsim.tasks.evaluate import EvaluateParams, EvaluateStage
+    from tests.conftest import REPO
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = EvaluateParams.model_validate({"eval_dir": str(tmp_path)})
+        old = EvaluateParams.model_validate({"sts_dir": str(tmp_path)})
+    assert new == old and old.eval_dir == str(tmp_path) == old.sts_dir
+    assert EvaluateParams(sts_dir="x").eval_dir == "x"  # keyword construction: both names
+    hashed = fingerprint_params(new)
+    assert hashed == fingerprint_params(old) and hashed["sts_dir"] == str(tmp_path)
+    assert "eval_dir" not in hashed  # the key as it was hashed before the rename
+    (tmp_path / "STSb.dev.tsv").write_text("sentence1\tsentence2\tscore\na\tb\t1.0\n")
+    assert set(EvaluateStage().fingerprint_extra(new)) == {"sts_dir"}
+    with pytest.raises(ValidationError, match="sts_dir"):
+        EvaluateParams.model_validate({"eval_dir": "a", "sts_dir": "b"})
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        section = (yaml.safe_load(path.read_text()) or {}).get("evaluate") or {}
+        assert "sts_dir" not in section, path.name
