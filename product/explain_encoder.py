@@ -236,8 +236,8 @@ def render_encoder_table(result: dict[str, Any], width: int = 70) -> str:
     def cut(s: str, n: int) -> str:
         return s if len(s) <= n else s[: n - 1] + "…"
 
-    def pct(x: float, n: int) -> str:
-        return f"{x:>{n}.2%}" if math.isfinite(x) else f"{'-':>{n}}"
+    def pct(x: float | None, n: int) -> str:
+        return f"{x:>{n}.2%}" if x is not None and math.isfinite(x) else f"{'-':>{n}}"
 
     in_run = result["label_in_run"]
     lines = [
@@ -347,8 +347,8 @@ def term_rows(
             {
                 "context_id": cid,
                 "term": float(t[k]),
-                "share_of_label": float(t[k] / label) if label else float("nan"),
-                "share_of_abs": float(t[k] / abs_total) if abs_total else float("nan"),
+                "share_of_label": float(t[k] / label) if label else None,
+                "share_of_abs": float(t[k] / abs_total) if abs_total else None,
                 "cos1": float(cos[k, 0]),
                 "cos2": float(cos[k, 1]),
                 **info.get(cid, {}),

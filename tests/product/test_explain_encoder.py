@@ -236,6 +236,8 @@ def test_explain_beyond_exact_max_finds_the_same_units_by_faiss(enc_run, monkeyp
         for key in ("top_up", "top_down"):
             assert [r["context_id"] for r in res[key]] == [r["context_id"] for r in exact[key]]
         assert res["label"] == pytest.approx(exact["label"])
+        assert res["abs_total"] is None and res["top_up"][0]["share_of_abs"] is None
+        json.dumps(res, allow_nan=False)  # --json: no NaN where sum |t_c| is not computed
 
 
 def test_explain_problem_says_which_runs_explain_handles():
