@@ -273,6 +273,28 @@ def surrogate_rows(ev: Artefact) -> list[tuple[Any, ...]]:
     return out
 
 
+def domain_rows(ev: Artefact) -> list[tuple[Any, ...]]:
+    """(task, set, metric, trained, untrained backbone) per set of every task format the
+    evaluate stage found beside STS (readers/evaluators: pair classification, retrieval, ...),
+    on the format's primary metric, from its results.json; none when it found none."""
+    from ctxsim.readers.evaluators import eval_dir_formats
+
+    path = ev.files_dir / "results.json"
+    domain = (json.loads(path.read_text()).get("domain") or {}) if path.exists() else {}
+
+    def fmt(v: float | None) -> Any:
+        return "-" if v is None or not np.isfinite(v) else round(float(v), 2)
+
+    out = []
+    for cls in eval_dir_formats():
+        metric = cls.primary_metric
+        for name, by_sys in (domain.get(cls.section) or {}).items():
+            trained = (by_sys.get("surrogate") or {}).get(metric)
+            base = (by_sys.get("backbone") or {}).get(metric)
+            out.append((cls.format, name, cls.columns.get(metric, metric), fmt(trained), fmt(base)))
+    return out
+
+
 def card_markdown(
     meta: dict[str, Any],
     arts: dict[str, Artefact],
@@ -349,6 +371,15 @@ def card_markdown(
                 "",
             ]
             lines += _table(rows, ("test set", "pairs", "trained", "untrained backbone"))
+        rows = domain_rows(ev)
+        if rows:
+            lines += ["", "## The surrogate on the evaluation tasks (x100)", ""]
+            lines += [
+                "Every other task set of the evaluate stage, on its format's primary metric "
+                "(cosine similarity).",
+                "",
+            ]
+            lines += _table(rows, ("task", "set", "metric", "trained", "untrained backbone"))
     lines += ["", "## Contamination check (STS test sets)", ""]
     if contamination.get("skipped"):
         lines.append(f"Not checked: {contamination['skipped']}.")
