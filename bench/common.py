@@ -255,47 +255,87 @@ def arm_model_digest(model_dir: str) -> str:
     return _digest({f.relative_to(root).as_posix(): content_digest(f) for f in files})
 
 
+def eval_sets(pair_sets, qa_sets, sts) -> list:
+    """The benches' evaluation sets as evaluators of readers/evaluators (pairs, QA, STS, in
+    that order): each names its primary metric, scores predictions and gives paired intervals."""
+    from ctxsim.readers.evaluators import PairsEvaluator, QaEvaluator, StsEvaluator
+
+    return [*map(PairsEvaluator, pair_sets), *map(QaEvaluator, qa_sets), *map(StsEvaluator, sts)]
+
+
+def _content(ev: Any) -> tuple:
+    """What an evaluator's figures depend on (the arm-score cache key)."""
+    d = ev.data
+    if ev.format == "pairs":
+        return ("pairs", ev.name, d.s1, d.s2, d.labels)
+    if ev.format == "qa":
+        return ("qa", ev.name, d.questions, d.answers, d.relevant)
+    return (ev.format, ev.name, d.s1, d.s2, d.gold)
+
+
 def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
     """The arm-score cache key: everything the cached scores depend on: the model's content, the
     content of every evaluation set (pairs and labels, questions, answers and their relevance,
     STS pairs and gold: so the files and the --sts-sets chosen), the sequence cap and the
     version of the scoring code."""
-    sets = (
-        [("pairs", p.name, p.s1, p.s2, p.labels) for p in pair_sets]
-        + [("qa", q.name, q.questions, q.answers, q.relevant) for q in qa_sets]
-        + [("sts", s.name, s.s1, s.s2, s.gold) for s in sts]
-    )
+    sets = [_content(ev) for ev in eval_sets(pair_sets, qa_sets, sts)]
     return _digest(SCORES_VERSION, arm_model_digest(model_dir), _digest(sets), int(max_seq))
+
+
+class _StsCosine:
+    """The benches' STS similarity of one model: its cosine from one forward pass per batch of
+    pairs (the evaluate stage's STS figures), or TF-IDF cosine of each pair (None)."""
+
+    def __init__(self, model: Any, batch_size: int) -> None:
+        self.model, self.batch_size = model, batch_size
+
+    def paired(self, s1, s2) -> np.ndarray:
+        if self.model is None:
+            from ctxsim.models.training.objectives import tfidf_cosine
+
+            return tfidf_cosine(s1, s2)
+        from ctxsim.tasks.evaluate import pair_similarities
+
+        return pair_similarities(self.model, s1, s2, self.batch_size, ("cosine",))["cosine"]
+
+
+def _flat(ev: Any, pred: Any) -> dict[str, np.ndarray]:
+    """An evaluator's predictions under the cache's keys: FORMAT/NAME, or FORMAT/NAME/METRIC for
+    per-item metrics (QA)."""
+    if isinstance(pred, dict):
+        return {f"{ev.format}/{ev.name}/{k}": v for k, v in pred.items()}
+    return {f"{ev.format}/{ev.name}": pred}
+
+
+def _pred(ev: Any, scores: dict) -> Any:
+    """``_flat``'s inverse for one evaluator."""
+    key = f"{ev.format}/{ev.name}"
+    if key in scores:
+        return scores[key]
+    rest = {k[len(key) + 1 :]: v for k, v in scores.items() if k.startswith(key + "/")}
+    return {k: v for k, v in rest.items() if "/" not in k}  # not a set named NAME/...
 
 
 def model_similarities(model: Any, pair_sets, qa_sets, sts, batch_size: int = 64) -> dict:
     """Per-pair cosines, per-query retrieval metrics (through the evaluate stage's
     ``evaluate_domain``) and STS cosines of one loaded model (None: TF-IDF 1-2 grams)."""
-    from ctxsim.readers.evaluators import PairsEvaluator, QaEvaluator
-    from ctxsim.tasks.evaluate import pair_similarities
     from ctxsim.tasks.evaluate.domain import evaluate_domain
 
+    sets = eval_sets(pair_sets, qa_sets, sts)
     dom = evaluate_domain(
         {"arm": model},
-        [*map(PairsEvaluator, pair_sets), *map(QaEvaluator, qa_sets)],
+        [ev for ev in sets if ev.format != "sts"],
         batch_size=batch_size,
         bootstrap_resamples=0,
         per_item=True,
     )
     out: dict[str, np.ndarray] = {}
-    for name, by_system in dom["per_item"]["pairs"].items():
-        out[f"pairs/{name}"] = by_system["arm"]
-    for name, by_system in dom["per_item"]["retrieval"].items():
-        for metric, v in by_system["arm"].items():
-            out[f"qa/{name}/{metric}"] = v
-    for s in sts:
-        if model is None:
-            from ctxsim.models.training.objectives import tfidf_cosine
-
-            out[f"sts/{s.name}"] = tfidf_cosine(s.s1, s.s2)
+    for ev in sets:
+        if ev.format == "sts":
+            pred = ev.predict(_StsCosine(model, batch_size))
         else:
-            sims = pair_similarities(model, s.s1, s.s2, batch_size, ("cosine",))
-            out[f"sts/{s.name}"] = sims["cosine"]
+            pred = dom["per_item"][ev.section][ev.name]["arm"]
+        out |= _flat(ev, pred)
     return out
 
 
@@ -319,41 +359,41 @@ def arm_similarities(
     return out
 
 
-def summarise(scores: dict, pair_sets, qa_sets, sts) -> dict[str, float]:
-    from ctxsim.models.evaluation import domain_metrics as D
-    from ctxsim.models.evaluation import metrics as M
+#: the bench tables' columns per format: (metric, label) (the labels of the recorded results)
+SUMMARY = {
+    "pairs": (("ap", "AP"), ("f1", "F1")),
+    "qa": (
+        ("ndcg_at_10", "ndcg_at_10"),
+        ("mrr_at_10", "mrr_at_10"),
+        ("recall_at_100", "recall_at_100"),
+    ),
+    "sts": (("spearman", "spearman"),),
+}
+#: the metric of each format's paired interval and its label's suffix
+INTERVAL = {"pairs": ("ap", " AP"), "qa": ("ndcg_at_10", " nDCG@10"), "sts": ("spearman", "")}
 
+
+def summarise(scores: dict, pair_sets, qa_sets, sts) -> dict[str, float]:
+    """A bench table's row: each set's figures (``SUMMARY``) from an arm's cached scores."""
     row: dict[str, float] = {}
-    for ps in pair_sets:
-        v = D.pair_classification_scores(scores[f"pairs/{ps.name}"], ps.labels)
-        row[f"{ps.name} AP"] = round(v["ap"], 2)
-        row[f"{ps.name} F1"] = round(v["f1"], 2)
-    for qa in qa_sets:
-        for metric in ("ndcg_at_10", "mrr_at_10", "recall_at_100"):
-            row[f"{qa.name} {metric}"] = round(float(np.mean(scores[f"qa/{qa.name}/{metric}"])), 2)
-    for s in sts:
-        row[f"{s.name} spearman"] = round(M.spearman(scores[f"sts/{s.name}"], s.gold), 2)
+    for ev in eval_sets(pair_sets, qa_sets, sts):
+        v = ev.scores(_pred(ev, scores))
+        for metric, label in SUMMARY[ev.format]:
+            row[f"{ev.name} {label}"] = round(v[metric], 2)
     return row
 
 
 def intervals(a: dict, b: dict, pair_sets, qa_sets, sts, n: int, seed: int) -> dict[str, str]:
-    from ctxsim.models.evaluation import domain_metrics as D
-    from ctxsim.models.evaluation import metrics as M
-
-    out: dict[str, str] = {}
+    """Paired intervals of arm ``a`` minus arm ``b`` on each set's ``INTERVAL`` metric."""
 
     def fmt(ci: dict) -> str:
         return f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
 
-    for ps in pair_sets:
-        k = f"pairs/{ps.name}"
-        out[f"{ps.name} AP"] = fmt(D.ap_diff_ci(ps.labels, a[k], b[k], n, 0.95, seed))
-    for qa in qa_sets:
-        k = f"qa/{qa.name}/ndcg_at_10"
-        out[f"{qa.name} nDCG@10"] = fmt(D.mean_diff_ci(a[k], b[k], n, 0.95, seed))
-    for s in sts:
-        k = f"sts/{s.name}"
-        out[f"{s.name}"] = fmt(M.bootstrap_diff_ci(s.gold, a[k], b[k], "spearman", n, 0.95, seed))
+    out: dict[str, str] = {}
+    for ev in eval_sets(pair_sets, qa_sets, sts):
+        metric, suffix = INTERVAL[ev.format]
+        ci = ev.interval(_pred(ev, a), _pred(ev, b), metric, n, 0.95, seed)
+        out[f"{ev.name}{suffix}"] = fmt(ci)
     return out
 
 
