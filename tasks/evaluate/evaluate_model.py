@@ -3,6 +3,7 @@ Wieting et al. (2020) hard splits and iSTS F1, for any sentence-transformers mod
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -300,8 +301,7 @@ def evaluate_model(
     baselines = dict(baselines or {})
     model_path = str(model_path)
 
-    def shown(path: str) -> str:
-        return _shown(path, paths_relative_to)
+    shown = functools.partial(_shown, relative_to=paths_relative_to)
 
     def load(path: str | Path | None) -> Any:
         return load_st(path, device, max_seq_length)
