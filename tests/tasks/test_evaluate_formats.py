@@ -74,3 +74,21 @@ def test_eval_dir_is_the_key_and_sts_dir_its_quiet_alias(tmp_path):
     for path in sorted((REPO / "configs").glob("*.yaml")):
         section = (yaml.safe_load(path.read_text()) or {}).get("evaluate") or {}
         assert "sts_dir" not in section, path.name
+
+
+def test_a_run_reads_every_format_of_eval_dir_before_anything_runs(toy_format):  # noqa: F811
+    """The run's preflight reads evaluate.eval_dir through the registry: the toy format's .tsv
+    is not taken for an STS set, and a malformed pairs file is named with its line before any
+    stage runs (it used to surface only in the evaluate stage, after training)."""
+    from ctxsim.flows.config import load_config
+    from ctxsim.flows.preflight import check_sts
+    from ctxsim.readers.domain import DomainFormatError
+    from tests.conftest import REPO
+
+    config = REPO / "configs" / "quickstart.yaml"
+    cfg = load_config(config, [f"evaluate.eval_dir={toy_format}", "train.sts_dir=null"])
+    check_sts(cfg)  # the toy file alone: nothing to refuse
+    bad = toy_format / "rqe.pairs.tsv"
+    bad.write_text("sentence1\tsentence2\tlabel\na\tb\t1\nc\td\t2\n")
+    with pytest.raises(DomainFormatError, match=f"{bad}:3: label '2' is not 0 or 1"):
+        check_sts(cfg)
