@@ -36,7 +36,7 @@ _GEN_IDS = (
     "the id range of gencontexts' own rows (generated contexts and sentences), a fact of its "
     "artefact: a bench tells generated contexts from the corpus's by it"
 )
-_OTHERS = "moved out by the engineer converting that stage (issue 56), not this change"
+_OTHERS = "moved out by the engineer converting embed (issue 56), not this change"
 #: (stage module, imported name) -> why code outside tasks/ may still import it
 EXCEPTIONS: dict[tuple[str, str], str] = {
     **dict.fromkeys(
@@ -58,8 +58,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("gencontexts", "GEN_CONTEXT_BASE"): _GEN_IDS,
     **dict.fromkeys(
         [
-            ("label", "ablation_views"),
-            ("label", "report_name"),
             ("embed", "context_units"),
             ("embed", "read_embeddings"),
             ("embed", "ADAPTED_DIR"),
