@@ -84,6 +84,21 @@ def _set_dotted(cfg: dict[str, Any], key: str, value: Any, origin: str) -> None:
     node[parts[-1]] = value
 
 
+def _drop_aliases(raw: dict[str, Any], key: str) -> None:
+    """An override under one name of a key (a field and its validation aliases: evaluate's
+    eval_dir and its old name sts_dir) replaces the file's value under another name."""
+    section, _, name = key.partition(".")
+    node = raw.get(section)
+    if section not in STAGES or "." in name or not isinstance(node, dict):
+        return
+    for field_name, info in load_stage(section).Params.model_fields.items():
+        alias = info.validation_alias
+        names = {field_name} | {a for a in getattr(alias, "choices", [alias]) if isinstance(a, str)}
+        if name in names:
+            for other in names - {name}:
+                node.pop(other, None)
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. retrieve.top_k=2000")
@@ -155,6 +170,7 @@ def load_config(
     for ov in overrides or []:
         key, value = parse_override(ov)
         _set_dotted(raw, key, value, f"--set {ov}")
+        _drop_aliases(raw, key)
         overridden[key] = ov
     if root is not None:
         raw.setdefault("run", {})["root"] = root

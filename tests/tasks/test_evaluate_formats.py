@@ -74,6 +74,12 @@ def test_eval_dir_is_the_key_and_sts_dir_its_quiet_alias(tmp_path):
     for path in sorted((REPO / "configs").glob("*.yaml")):
         section = (yaml.safe_load(path.read_text()) or {}).get("evaluate") or {}
         assert "sts_dir" not in section, path.name
+    from ctxsim.flows.config import load_config
+
+    quickstart = REPO / "configs" / "quickstart.yaml"  # says eval_dir: an override of either name
+    for key in ("sts_dir", "eval_dir"):
+        cfg = load_config(quickstart, [f"evaluate.{key}={tmp_path}"], stages=["evaluate"])
+        assert cfg.stages["evaluate"].eval_dir == str(tmp_path)
 
 
 def test_a_run_reads_every_format_of_eval_dir_before_anything_runs(toy_format):  # noqa: F811
