@@ -120,6 +120,8 @@ def run(
         from ctxsim.flows.run_summary import summary_lines
 
         _print_run(record)
+        if root is None and any(s.startswith("run.root=") for s in set_ or []):
+            root = str(cfg.run.root)  # the next commands need the root the --set chose
         for line in summary_lines(record, config, root):
             typer.echo(line)
 

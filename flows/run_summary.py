@@ -97,9 +97,10 @@ def summary_lines(
     label_cfg = (record.get("config") or {}).get("label") or {}
     form = (label_cfg.get("encoder") or {}).get("form", label_cfg.get("encoder_form"))
     if explainable(stages, form):
-        lines.append(
-            f"  ctxsim explain {s1} {s2} --run {run_id}{opts}    # why a pair got its label"
-        )
+        args = f"{s1} {s2} --run {run_id}{opts}"
+        if pair and any(s.startswith("-") for s in pair):  # a list item: not an option
+            args = f"--run {run_id}{opts} -- {s1} {s2}"
+        lines.append(f"  ctxsim explain {args}    # why a pair got its label")
     if note:
         lines.append(note)
     return lines

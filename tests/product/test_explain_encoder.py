@@ -285,3 +285,30 @@ def test_the_run_summary_suggests_an_explain_that_works_on_an_encoder_run(enc_ru
     soft = json.loads(json.dumps(record))
     soft["config"]["label"]["encoder"] = {"form": "softmax"}
     assert not any("ctxsim explain" in x for x in summary_lines(soft, config=cfg))
+
+
+def test_the_suggested_explain_of_a_sentence_that_starts_with_a_dash_runs(enc_run, tmp_path):
+    """A list item ('- Granulocytes (white blood cells) ...', MedQuAD's first labelled pair) as
+    the first pair: the summary ends the options with `--`, so the command does not read the
+    sentence as an option (before: 'No such option')."""
+    import shlex
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+    from ctxsim.flows.run_summary import summary_lines
+
+    store, record, cfg = enc_run
+    label = tmp_path / "label"
+    label.mkdir()
+    pair = {"s1": ["- White cells fight infection."], "s2": ["The bread rose slowly."]}
+    pq.write_table(pa.table(pair), label / "part-00000.parquet")
+    rec = json.loads(json.dumps(record))
+    rec["stages"]["label"]["path"] = str(label)
+    lines = summary_lines(rec, config=cfg, root=str(store.root))
+    line = next(x for x in lines if x.strip().startswith("ctxsim explain"))
+    out = CliRunner().invoke(app, shlex.split(line.split("    #")[0])[1:])
+    assert out.exit_code == 0, out.output
+    assert "s1: - White cells fight infection." in out.output
