@@ -312,3 +312,18 @@ def test_the_suggested_explain_of_a_sentence_that_starts_with_a_dash_runs(enc_ru
     out = CliRunner().invoke(app, shlex.split(line.split("    #")[0])[1:])
     assert out.exit_code == 0, out.output
     assert "s1: - White cells fight infection." in out.output
+
+
+def test_a_root_set_by_set_run_root_is_carried_into_the_suggested_commands(enc_run):
+    """`ctxsim run --set run.root=ROOT` (every stage reused here): the summary's commands carry
+    --root ROOT (before: the config's own root, where the run is not)."""
+    from typer.testing import CliRunner
+
+    from ctxsim.flows.cli import app
+
+    store, _, cfg = enc_run
+    args = ["run", "--config", str(cfg), "--until", "label", "--run-id", "enc-set"]
+    out = CliRunner().invoke(app, [*args, "--set", f"run.root={store.root}"])
+    assert out.exit_code == 0, out.output
+    explain = next(x for x in out.output.splitlines() if x.strip().startswith("ctxsim explain"))
+    assert f"--root {store.root}" in explain
