@@ -1,6 +1,6 @@
-"""bench/bench_domain_adapt.py: a reused arm is checked before anything is labelled, the arm-score
-cache is keyed by everything the figures depend on, arms are scored through the evaluate stage's
-evaluate_domain, and every arm's objective is a registered one."""
+"""bench/archive/bench_domain_adapt.py: a reused arm is checked before anything is labelled, the
+arm-score cache is keyed by everything the figures depend on, arms are scored through the
+evaluate stage's evaluate_domain, and every arm's objective is a registered one."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ STS = StsSet(
 
 
 def test_every_arm_trains_a_registered_objective():
-    from bench import bench_domain_adapt, bench_surrogate_compare
+    from bench.archive import bench_domain_adapt, bench_surrogate_compare
     from ctxsim.models.training.objectives import OBJECTIVES
 
     for arms in (bench_domain_adapt.ARMS, bench_surrogate_compare.ARMS):
@@ -47,7 +47,7 @@ def test_label_cpu_follows_what_the_objective_labels_with():
 
 def test_an_unsafe_reuse_fingerprint_is_one_line_before_any_labelling(tmp_path, monkeypatch):
     import ctxsim.flows.pipeline as pipeline
-    from bench.bench_domain_adapt import main
+    from bench.archive.bench_domain_adapt import main
 
     def no_run(*a, **k):
         raise AssertionError("labelled before the --reuse check")

@@ -1,5 +1,5 @@
-"""The comparison report's tables (bench/bench_surrogate_compare.py): every arm is compared with
-each reference present, per set and on the average, and the average's interval is the
+"""The comparison report's tables (bench/archive/bench_surrogate_compare.py): every arm is
+compared with each reference present, per set and on the average, and the average's interval is the
 stratified one of models.metrics."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 
 
 def test_tables_compare_each_arm_with_every_reference_on_sets_and_average():
-    from bench.bench_surrogate_compare import _tables
+    from bench.archive.bench_surrogate_compare import _tables
     from ctxsim.models.evaluation import metrics as M
 
     rng = np.random.default_rng(0)

@@ -7,7 +7,7 @@ so machine load hits both alike; cost is CPU seconds (time.process_time) per win
 ratio is what to read (the machine is shared). Agreement: Spearman of the int8 scores with the
 float32 ones. Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_int8 --windows 300 --chunk 25
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.archive.bench_int8 --windows 300 --chunk 25
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         a.name,
         rows,
         meta={
-            "command": "python -m bench.bench_int8 " + " ".join(argv or sys.argv[1:]),
+            "command": "python -m bench.archive.bench_int8 " + " ".join(argv or sys.argv[1:]),
             "model": "smollm2-135m (packaged GGUF Q4_1 dequantised to float32)",
             "torch_threads": 1,
             "cost": "time.process_time per window, one window = the left term + its null pass "

@@ -23,7 +23,7 @@ bootstrap intervals against ``none``. CPU-seconds per stage come from the run's 
 
 Usage::
 
-    .venv/bin/python -m bench.bench_encoder_route --config configs/medquad.yaml \\
+    .venv/bin/python -m bench.archive.bench_encoder_route --config configs/medquad.yaml \\
         --set run.root=/tmp/mq_enc --arms none closed-form student --name encoder_route_medquad
 """
 
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
         ]
         cpu_rows = [{"arm": a, **by_stage} for a, by_stage in cpu.items()]
         meta = {
-            "command": "python -m bench.bench_encoder_route "
+            "command": "python -m bench.archive.bench_encoder_route "
             + " ".join(sys.argv[1:] if argv is None else argv),
             "config": args.config,
             "sets": args.sets,

@@ -3,7 +3,7 @@
 Each (batch, tokens, form) runs in a fresh interpreter, so the peak-RSS increase is not hidden by
 memory an earlier size left in the allocator (``bench_evaluate``'s in-process rows are). Token
 vectors are random (d = 384, MiniLM's width): only sizes matter. Run:
-``OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_rcmd_memory``.
+``OMP_NUM_THREADS=1 .venv/bin/python -m bench.archive.bench_rcmd_memory``.
 """
 
 from __future__ import annotations
@@ -53,14 +53,15 @@ def main() -> None:
     for b in map(int, a.batches.split(",")):
         for L in map(int, a.tokens.split(",")):
             for sparse in (0, 1):
-                cmd = [sys.executable, "-m", "bench.bench_rcmd_memory", "--one", str(b), str(L)]
+                mod = "bench.archive.bench_rcmd_memory"
+                cmd = [sys.executable, "-m", mod, "--one", str(b), str(L)]
                 out = subprocess.run(
                     [*cmd, str(sparse)], capture_output=True, text=True, check=True
                 )
                 rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 print(rows[-1], flush=True)
     meta = {
-        "command": "python -m bench.bench_rcmd_memory " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.archive.bench_rcmd_memory " + " ".join(sys.argv[1:]),
         "what": "forward + backward of the CLRCMD contrastive loss over B x B pairwise RCMD "
         "from random token vectors (d 384), one fresh process per row",
     }

@@ -13,7 +13,7 @@ training from the trainer (``train_cpu_seconds``: every thread, the STSb-dev eva
 
 Usage::
 
-    .venv/bin/python -m bench.bench_surrogate_compare --config configs/books.yaml \\
+    .venv/bin/python -m bench.archive.bench_surrogate_compare --config configs/books.yaml \\
         --set queries.n_corpus=100 --set generator.n_eval=5 --backbone minilm --max-pairs 500
 """
 
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         rows, ci_rows, meta = _tables(args, trained, preds, cis, M.bootstrap_diff_ci, SEVEN)
         meta.update(
             {
-                "command": "python -m bench.bench_surrogate_compare "
+                "command": "python -m bench.archive.bench_surrogate_compare "
                 + " ".join(sys.argv[1:] if argv is None else argv),
                 "max_pairs_per_subset": args.max_pairs,
                 "sets": {s.name: len(s) for s in sets},

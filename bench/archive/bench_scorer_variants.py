@@ -11,7 +11,8 @@ plus windows x this CPU per window); and the physical limit: the variant's FLOPs
 pair over this machine's measured matmul FLOP/s (float32, or dynamic int8 for the int8 rows:
 2 x non-embedding parameters x window tokens + 2 x head parameters x target tokens). Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_scorer_variants --root /tmp/i17/root \\
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.archive.bench_scorer_variants \\
+        --root /tmp/i17/root \\
         --k 8 --reference smollm2=gen-right-k8-p500 \\
         --variants smollm2-int8=gen-right-k8-int8-p500 gemma=gen-right-k8-gemmascore-p500
 """
@@ -208,7 +209,8 @@ def main(argv: list[str] | None = None) -> None:
         a.name,
         rows,
         meta={
-            "command": "python -m bench.bench_scorer_variants " + " ".join(argv or sys.argv[1:]),
+            "command": "python -m bench.archive.bench_scorer_variants "
+            + " ".join(argv or sys.argv[1:]),
             "pairs": f"{len(gold)} pairs of the reference run (the fixed STSb-dev sample)",
             "k": a.k,
             "timed_windows": f"the first {a.k} samples of {a.windows // a.k} seeded sentences "

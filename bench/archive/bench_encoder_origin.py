@@ -13,7 +13,8 @@ AP, QA retrieval nDCG@10) with paired bootstrap intervals against the encoder's 
 - (c) the paper's C = Cs1 + Cs2: each sentence's top-K contexts by faiss, K 8 / 32 / 500;
 - on QA, a per-question z-scored sum of the closed form and the cosine.
 
-    python -m bench.bench_encoder_origin --root /tmp/mq_ctx --domain-dir ../shared/data/domain \
+    python -m bench.archive.bench_encoder_origin --root /tmp/mq_ctx \
+        --domain-dir ../shared/data/domain \
         --name encoder_origin_medquad
 
 ``--root`` holds a run through `contexts` of the corpus (``ctxsim run --until contexts``).
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
         args.name,
         rows,
         meta={
-            "command": "python -m bench.bench_encoder_origin "
+            "command": "python -m bench.archive.bench_encoder_origin "
             + " ".join(argv if argv is not None else sys.argv[1:]),
             "model": args.model,
             "pairs": f"{rqe.name} ({len(y)})",

@@ -7,7 +7,7 @@ is the first k contexts of the run's): no model runs, so no timing and no load c
 = distinct (query, context) windows per generative term, plus one null pass per distinct
 context for each term the run took as PMI. Usage::
 
-    .venv/bin/python -m bench.bench_adaptive_cs --root ROOT --run RUN --rounds 1,2,4,8 \\
+    .venv/bin/python -m bench.archive.bench_adaptive_cs --root ROOT --run RUN --rounds 1,2,4,8 \\
         --tols 0,0.01,0.02,0.05,0.1
 """
 
@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> None:
         a.name,
         rows,
         meta={
-            "command": "python -m bench.bench_adaptive_cs " + " ".join(argv or sys.argv[1:]),
+            "command": "python -m bench.archive.bench_adaptive_cs "
+            + " ".join(argv or sys.argv[1:]),
             "what": "tol 0 = the run's fixed |Cs|; Origin = Spearman x100 of Eq. 4 (cosine, "
             "view S) at each pair's stopping |Cs|; passes = windows x generative terms + "
             "null passes (one per distinct context per PMI term); minus_fixed: Origin minus the "

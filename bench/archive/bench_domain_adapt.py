@@ -21,7 +21,7 @@ the trainer.
 
 Usage::
 
-    .venv/bin/python -m bench.bench_domain_adapt --config configs/medquad.yaml \\
+    .venv/bin/python -m bench.archive.bench_domain_adapt --config configs/medquad.yaml \\
         --arms none simcse tsdae tfidf-CoSENT ctxsim-CoSENT joint --name domain_medquad
 """
 
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
             if ref in scores and a != ref and a in ARMS
         ]
         meta = {
-            "command": "python -m bench.bench_domain_adapt "
+            "command": "python -m bench.archive.bench_domain_adapt "
             + " ".join(sys.argv[1:] if argv is None else argv),
             "config": args.config,
             "sets": args.sets,

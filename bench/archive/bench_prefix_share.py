@@ -18,7 +18,7 @@ default: requests ordered by prompt, common prefixes run once) and off (length o
 per distinct prompt), reporting CPU-seconds (time.process_time, one torch thread), forward calls
 and the largest difference between the two scores. Usage::
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench.bench_prefix_share --queries 200 --time 800
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.archive.bench_prefix_share --queries 200 --time 800
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
         rows,
         tables=tables,
         meta={
-            "command": "python -m bench.bench_prefix_share " + " ".join(argv or sys.argv[1:]),
+            "command": "python -m bench.archive.bench_prefix_share "
+            + " ".join(argv or sys.argv[1:]),
             "rows_per_query": round(len(need) / a.queries, 2),
             "template_left": "Passage: ___ {sentence} {right}\\nThe missing sentence ___ is: "
             "{target}",

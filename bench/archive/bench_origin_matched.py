@@ -21,7 +21,7 @@ A run whose own stages read everything from a cache, or that scored both kinds (
 its unit costs from ``--units-from`` (runs of the same sampler and scorer that computed them).
 Usage::
 
-    .venv/bin/python -m bench.bench_origin_matched --root /tmp/i17/root \\
+    .venv/bin/python -m bench.archive.bench_origin_matched --root /tmp/i17/root \\
         --rows retrieved=retr-cs8-p500@8:raw generated=gen-right-k8-p500@1,2,4,8 \\
         --reference retrieved@8 --units-from gen-right-k16-pmi-p500
 """
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> None:
         a.name,
         rows,
         meta={
-            "command": "python -m bench.bench_origin_matched " + " ".join(argv or sys.argv[1:]),
+            "command": "python -m bench.archive.bench_origin_matched "
+            + " ".join(argv or sys.argv[1:]),
             "what": "Spearman x100 of Eq. 4 (cosine) at |Cs| = k; CPU-s per pair = retrieval "
             "stages + samples x CPU per sample + terms x CPU per term of their context kind "
             "(module doc); CI: "

@@ -1,0 +1,1 @@
+"""Finished experiments: their results stay in bench/results/ (bench/README.md)."""
