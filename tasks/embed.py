@@ -45,10 +45,10 @@ from ctxsim.models.registry import resolve_model
 from ctxsim.models.tokenizer_threads import tokenizer_threads
 from ctxsim.store.artefacts import Artefact, sha256_file
 from ctxsim.store.atomic import atomic_path
+from ctxsim.store.chunks import chunk_texts
 from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 from ctxsim.store.tables import rows_of
-from ctxsim.tasks.index import chunk_texts
 
 #: the reduced scatter statistics of all shards, under the artefact's files
 SCATTER_FILE = "scatter.npz"
