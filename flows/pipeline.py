@@ -252,6 +252,7 @@ def execute(
                 by_other = reused = art is not None
                 if art is None:
                     art = publish_stage(plan, n, infos)
+                    by_other = reused = art.by_other
                 store.remove_empty_partial(name, art.fingerprint)
             line = (
                 "%s %s: %s (%d rows, %d shards computed, %.1fs)",

@@ -74,6 +74,9 @@ class Artefact:
     fingerprint: str
     path: Path
     manifest: dict[str, Any] = field(repr=False)
+    #: set by :meth:`ArtefactStore.publish` when another writer published it first: a run that
+    #: computed shards but lost the race says "reused (computed by another run)", not "published"
+    by_other: bool = field(default=False, repr=False, compare=False)
 
     @property
     def parts(self) -> list[Path]:
@@ -127,6 +130,12 @@ def total_cpu_seconds(paths: Iterable[str | Path]) -> float:
         art = artefact_at(path)
         total += (art.cpu_seconds if art is not None else None) or 0.0
     return total
+
+
+def _by_other(art: Artefact) -> Artefact:
+    """``art``, marked as published by another writer (see :attr:`Artefact.by_other`)."""
+    art.by_other = True
+    return art
 
 
 class ArtefactStore:
@@ -287,14 +296,14 @@ class ArtefactStore:
         final = self.final_dir(stage, fp)
         existing = self.get(stage, fp)
         if existing is not None:  # another writer won the race: theirs is equivalent
-            return existing
+            return _by_other(existing)
         pdir = self.partial_dir(stage, fp)
         # Cheap check (markers only) before claiming; parts are verified once, after the claim.
         for shard in range(n_shards):
             if not (pdir / f"_shard-{shard:05d}.json").exists():
                 won = self._await_concurrent_publish(stage, fp)
                 if won is not None:
-                    return won
+                    return _by_other(won)
                 raise StoreError(f"{stage}/{fp}: shard {shard} is not finished, cannot publish")
         # Claim the partial directory by renaming it to a private name before reading anything
         # else from it: a concurrent publisher then either wins the rename or finds it gone,
@@ -308,7 +317,7 @@ class ArtefactStore:
                 raise StoreError(
                     f"{stage}/{fp}: partial directory vanished during publish"
                 ) from None
-            return won
+            return _by_other(won)
         parts = []
         for shard in range(n_shards):
             info = self._checked_marker(staging, shard)
@@ -357,7 +366,7 @@ class ArtefactStore:
                 raise StoreError(
                     f"{stage}/{fp}: publish lost a race and the winner is invalid"
                 ) from None
-            return won
+            return _by_other(won)
         return Artefact(stage, fp, final, manifest)
 
     def _await_concurrent_publish(

@@ -241,6 +241,7 @@ def test_a_run_that_finishes_after_a_concurrent_publish_builds_nothing(
     with caplog.at_level(logging.INFO):
         art = publish_stage(plan, 2, infos)  # this run, done with its shards, publishes
     assert art.path == won.path
+    assert art.by_other and not won.by_other  # the pipeline's line: "reused (computed by ...)"
     plan.store.remove_empty_partial("embed", plan.fingerprint)  # what the pipeline does next
     leftovers = [p.name for p in (tmp_path / "root" / "embed").iterdir() if p != won.path]
     assert leftovers == []
