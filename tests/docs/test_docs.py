@@ -51,3 +51,18 @@ def test_readme_is_a_front_door_whose_links_resolve() -> None:
         for h in re.findall(r"^#+ (.+)$", text, flags=re.M)
     }
     assert not set(anchors) - headings, set(anchors) - headings
+
+
+def test_readme_pipeline_table_names_every_stage_its_module_and_routes() -> None:
+    """A stage added to STAGES without its README row (module, routes) fails here, as `embed`
+    was missing from the table before."""
+    from ctxsim.tasks import STAGES
+
+    text = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| \d+ \| `(\w+)` \| `([^`]+)` \|.*\| (\w+|-) \| (\w+|-) \|$", text, re.M)
+    by_stage = {name: (module, lm, enc) for name, module, lm, enc in rows}
+    assert list(by_stage) == list(STAGES), "the README's pipeline table lists STAGES in order"
+    for name, (module, _, _) in by_stage.items():
+        assert (REPO / module).exists(), f"README: {name}'s module {module} does not exist"
+        assert STAGES[name].split(":")[0].replace("ctxsim.", "").replace(".", "/") in module
+    assert by_stage["embed"][1:] == ("-", "yes") and by_stage["select"][1:] == ("yes", "-")
