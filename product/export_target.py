@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from ctxsim.store.artefacts import MANIFEST
+from ctxsim.store.artefacts import CACHE_DIR, MANIFEST
 from ctxsim.store.errors import InputError
 
 #: written into every export; ``--overwrite`` replaces only a directory that holds it
@@ -57,7 +57,7 @@ def _root_markers(d: Path) -> bool:
     """The store's own markers right in ``d``: its run records (``runs/*.json``) or its
     caches (``_cache/``)."""
     try:
-        return (d / "_cache").is_dir() or any((d / "runs").glob("*.json"))
+        return (d / CACHE_DIR).is_dir() or any((d / "runs").glob("*.json"))
     except OSError:
         return False
 
@@ -97,7 +97,7 @@ def root_within(path: Path) -> Path | None:
         d = Path(dirpath)
         if MANIFEST in files:  # <root>/<stage>/<fp>/_MANIFEST.json
             return d.parent.parent
-        if "_cache" in dirs or ("runs" in dirs and _root_markers(d)):
+        if CACHE_DIR in dirs or ("runs" in dirs and _root_markers(d)):
             return d
     return None
 

@@ -37,6 +37,8 @@ from ctxsim.store.atomic import atomic_path, write_json_atomic
 from ctxsim.store.logs import get_logger
 
 MANIFEST = "_MANIFEST.json"
+#: the folder of a root's caches (``ROOT/_cache``): also one of the markers of an artefact root
+CACHE_DIR = "_cache"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
@@ -153,7 +155,7 @@ class ArtefactStore:
         folder on its first write): the one place caches that outlive an artefact live (a
         stage's checkpoints by fingerprint, the score and sample caches, screen's context cache,
         explain's inputs)."""
-        d = self.root.joinpath("_cache", *parts)
+        d = self.root.joinpath(CACHE_DIR, *parts)
         if create:
             d.mkdir(parents=True, exist_ok=True)
         return d

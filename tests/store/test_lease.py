@@ -26,6 +26,7 @@ from ctxsim.store.stage import (
     publish_stage,
     resolve_stage,
 )
+from tests.forking import exit_when_done
 
 N_SHARDS = 12
 
@@ -185,7 +186,10 @@ def test_lease_of_a_killed_process_on_this_host_is_taken_at_once(tmp_path: Path)
 def test_concurrent_workers_compute_every_shard_exactly_once(tmp_path: Path) -> None:
     root, log = tmp_path / "root", tmp_path / "computed.log"
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_worker, args=(str(root), str(log), seed)) for seed in range(4)]
+    procs = [
+        ctx.Process(target=exit_when_done, args=(_worker, str(root), str(log), seed))
+        for seed in range(4)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -214,7 +218,7 @@ def _compute_one(root: str, log: str, shard: int) -> None:
 def test_shard_of_a_killed_worker_is_recomputed_by_the_next(tmp_path: Path) -> None:
     root, log = tmp_path / "root", tmp_path / "computed.log"
     ctx = mp.get_context("fork")
-    p = ctx.Process(target=_compute_one, args=(str(root), str(log), 3))
+    p = ctx.Process(target=exit_when_done, args=(_compute_one, str(root), str(log), 3))
     p.start()
     lease = lease_path(ArtefactStore(root).root, "leasetest", _plan(root, log).fingerprint, 3)
     deadline = time.monotonic() + 20

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from ctxsim.store.artefacts import MANIFEST, ArtefactStore, StoreError, fingerprint
+from tests.forking import exit_when_done
 
 
 def _table(n: int, offset: int = 0) -> pa.Table:
@@ -94,7 +95,9 @@ def test_two_writers_publishing_the_same_artefact(tmp_path: Path, round_: int):
         (files / f"f{k}.bin").write_bytes(b"x")
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(2)
-    procs = [ctx.Process(target=_racer, args=(str(tmp_path), barrier)) for _ in range(2)]
+    procs = [
+        ctx.Process(target=exit_when_done, args=(_racer, str(tmp_path), barrier)) for _ in range(2)
+    ]
     for p in procs:
         p.start()
     for p in procs:
