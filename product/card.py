@@ -18,7 +18,12 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from ctxsim.product.contamination import is_test_subset
+from ctxsim.product.card_tables import (
+    contamination_lines,
+    evaluate_lines,
+    gold_lines,
+    md_table,
+)
 from ctxsim.product.diagnostics import trust_warnings
 from ctxsim.store.artefacts import Artefact
 from ctxsim.store.errors import InputError
@@ -243,69 +248,10 @@ def _shareable_config(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _table(rows: list[tuple[Any, ...]], head: tuple[str, ...]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    return out + ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
-
-
-def surrogate_rows(ev: Artefact) -> list[tuple[Any, ...]]:
-    """(test set, pairs, trained, untrained backbone) per STS test set of the evaluate stage
-    (its cosine rows over whole sets; train / dev / trial splits left out); the backbone's
-    cell is "-" when the evaluate stage had no backbone baseline."""
-    t = ev.read_table(["dataset", "subset", "similarity", "system", "spearman_all", "n_pairs"])
-    by: dict[tuple[str, str], tuple[float | None, int]] = {}
-    for r in t.to_pylist():
-        if r["subset"] != "all" or r["similarity"] != "cosine" or r["dataset"] == "hard":
-            continue
-        by[(r["dataset"], r["system"])] = (r["spearman_all"], r["n_pairs"])
-
-    def fmt(v: float | None) -> Any:
-        return "-" if v is None or not np.isfinite(v) else round(float(v), 2)
-
-    out = []
-    for key in sorted({k for k, sys in by if sys == "surrogate"}):
-        subset = key.rsplit(".", 1)[1] if "." in key else "test"  # STS12-16: test by year
-        if not is_test_subset(subset):
-            continue
-        rho, n = by[(key, "surrogate")]
-        base = by.get((key, "backbone"), (None, n))[0]
-        out.append((key, n, fmt(rho), fmt(base)))
-    return out
-
-
-def domain_rows(ev: Artefact) -> list[tuple[Any, ...]]:
-    """(task, set, metric, trained, untrained backbone) per set of every task format the
-    evaluate stage found beside STS (readers/evaluators: pair classification, retrieval, ...),
-    on the format's primary metric, from its results.json; none when it found none."""
-    from ctxsim.readers.evaluators import eval_dir_formats
-
-    path = ev.files_dir / "results.json"
-    domain = (json.loads(path.read_text()).get("domain") or {}) if path.exists() else {}
-
-    def fmt(v: float | None) -> Any:
-        return "-" if v is None or not np.isfinite(v) else round(float(v), 2)
-
-    out = []
-    for cls in eval_dir_formats():
-        metric = cls.primary_metric
-        for name, by_sys in (domain.get(cls.section) or {}).items():
-            trained = (by_sys.get("surrogate") or {}).get(metric)
-            base = (by_sys.get("backbone") or {}).get(metric)
-            out.append((cls.format, name, cls.columns.get(metric, metric), fmt(trained), fmt(base)))
-    return out
-
-
-def card_markdown(
-    meta: dict[str, Any],
-    arts: dict[str, Artefact],
-    figures: list[tuple[str, str]],
-    contamination: dict[str, Any],
-    fmt: str,
-) -> str:
-    """README.md: YAML front matter, then what the data is, how it was made and how good it is."""
+def _head_lines(meta: dict[str, Any], fmt: str) -> list[str]:
+    """Front matter, title, loading snippet, counts and warnings."""
     c = meta["ctxsim"]
     route = c.get("route") or {}
-    encoder = route.get("contextual") == "encoder"
     lines = [
         "---",
         yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100).rstrip(),
@@ -327,7 +273,7 @@ def card_markdown(
     else:
         lines += ["from datasets import load_dataset", "ds = load_dataset('DIR')"]
     lines += ["```", "", "## Counts", ""]
-    lines += _table(
+    lines += md_table(
         [(s, k) for s, k in c["counts"]["by_split"].items()]
         + [(f"source={s}", k) for s, k in c["counts"]["by_source"].items()],
         ("rows", "pairs"),
@@ -335,74 +281,31 @@ def card_markdown(
     if c.get("warnings"):
         lines += ["", "## Warnings", ""]
         lines += [f"- {w}" for w in c["warnings"]]
+    return lines
+
+
+def _label_lines(
+    c: dict[str, Any], arts: dict[str, Artefact], figures: list[tuple[str, str]]
+) -> list[str]:
+    """The label summary, the label stage's diagnostics, the figures and the gold table."""
     lab = c["label"]
-    lines += ["", "## Labels", ""]
-    lines += _table([tuple(lab.values())], tuple(lab.keys()))
+    lines = ["", "## Labels", ""]
+    lines += md_table([tuple(lab.values())], tuple(lab.keys()))
     d = c["diagnostics"]
     if d:
         lines += ["", "Diagnostics of the label stage:", ""]
         lines += [f"- `{k[5:]}`: {v}" for k, v in sorted(d.items())]
     for rel, caption in figures:
         lines += ["", f"![{caption}]({rel})", "", f"*{caption}*"]
-    st = arts["label"].stats
-    sets = sorted(k[len("n_pairs.") :] for k in st if k.startswith("n_pairs."))
-    if sets:  # given (STS) pairs: the labels themselves against gold, per evaluation set
-        lines += ["", "## Origin similarity against gold (Spearman x100)", ""]
-        lines += _table(
-            [
-                (
-                    x,
-                    st[f"n_pairs.{x}"],
-                    st.get(f"spearman_all.{x}"),
-                    st.get(f"spearman_all.{x}.tfidf_cosine"),
-                )
-                for x in sets
-            ],
-            ("set", "pairs", "Origin", "TF-IDF cosine"),
-        )
-    ev = arts.get("evaluate")
-    if ev is not None:
-        rows = surrogate_rows(ev)
-        if rows:
-            lines += ["", "## A surrogate trained on these labels (Spearman x100)", ""]
-            lines += [
-                "STS test sets (train and dev splits left out), cosine similarity; the untrained "
-                "backbone is the bar the labels must clear.",
-                "",
-            ]
-            lines += _table(rows, ("test set", "pairs", "trained", "untrained backbone"))
-        rows = domain_rows(ev)
-        if rows:
-            lines += ["", "## The surrogate on the evaluation tasks (x100)", ""]
-            lines += [
-                "Every other task set of the evaluate stage, on its format's primary metric "
-                "(cosine similarity).",
-                "",
-            ]
-            lines += _table(rows, ("task", "set", "metric", "trained", "untrained backbone"))
-    lines += ["", "## Contamination check (STS test sets)", ""]
-    if contamination.get("skipped"):
-        lines.append(f"Not checked: {contamination['skipped']}.")
-    else:
-        lines.append(
-            f"{contamination['contaminated']} of {contamination['checked_sentences']} distinct "
-            "dataset sentences (labelled and query sentences) occur in the "
-            f"{len(contamination['test_files'])} STS test files under "
-            f"`{contamination['sts_dir']}`: {contamination['exact']} after normalisation "
-            f"(exact), {contamination['ngram']} with word {contamination['ngram_n']}-gram "
-            f"Jaccard >= {contamination['threshold']}."
-        )
-        if contamination.get("examples"):
-            lines += [""]
-            lines += _table(
-                [
-                    (e["kind"], e["jaccard"], e["test_set"], e["sentence"].replace("|", "\\|"))
-                    for e in contamination["examples"]
-                ],
-                ("match", "Jaccard", "test set", "sentence"),
-            )
+    return lines + gold_lines(arts["label"].stats)
+
+
+def _tail_lines(meta: dict[str, Any]) -> list[str]:
+    """Source corpus, fields, reproducing and licence."""
+    c = meta["ctxsim"]
+    encoder = (c.get("route") or {}).get("contextual") == "encoder"
     corpus = c["corpus"]
-    lines += ["", "## Source corpus", ""]
+    lines = ["", "## Source corpus", ""]
     if corpus:
         lines.append(
             f"{len(corpus['files'])} files, {corpus['sentences']} sentences; checksum (sha256 of "
@@ -443,6 +346,23 @@ def card_markdown(
         + (" (`license_name: source-corpus-licence`)." if "license_name" in meta else "."),
         "",
     ]
+    return lines
+
+
+def card_markdown(
+    meta: dict[str, Any],
+    arts: dict[str, Artefact],
+    figures: list[tuple[str, str]],
+    contamination: dict[str, Any],
+    fmt: str,
+) -> str:
+    """README.md: YAML front matter, then what the data is, how it was made and how good it is."""
+    lines = _head_lines(meta, fmt) + _label_lines(meta["ctxsim"], arts, figures)
+    ev = arts.get("evaluate")
+    if ev is not None:
+        lines += evaluate_lines(ev)
+    lines += contamination_lines(contamination)
+    lines += _tail_lines(meta)
     return "\n".join(lines)
 
 
