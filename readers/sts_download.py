@@ -191,31 +191,48 @@ def download(
     with tempfile.TemporaryDirectory(prefix="ctxsim-dl-") as tmpd:
         tmp = Path(tmpd)
         for i, src in enumerate(srcs):
-            u = str(src["url"])
-            arch = fetch(u, tmp / f"{i}-{Path(u.split('?')[0]).name}", timeout=timeout)
-            digest = sha256_file(arch)
-            if src.get("sha256") and src["sha256"] != digest:
-                raise StsFormatError(
-                    f"{u}: sha256 {digest} does not match the pinned {src['sha256']}"
-                )
-            files = unpack(arch, tmp / f"unpacked-{i}")
-            pins = src.get("files", PINNED.get(Path(str(originals[i])).name, {}))
-            unpinned = verify_pinned(files, pins, u)  # type: ignore[arg-type]
-            ds = str(src["dataset"])
-            # staged until every archive is fetched and verified: a failure leaves dest as it was
-            sub = "original" if kind == "sts" else "test_goldStandard"
-            _flatten_into(files, tmp / "staged" / ds / sub)
             manifest["archives"].append(
-                {
-                    "dataset": ds,
-                    "url": u,
-                    "sha256": digest,
-                    "bytes": arch.stat().st_size,
-                    "pinned_files": len(pins),  # type: ignore[arg-type]
-                    "unpinned_files": unpinned,
-                }
+                _fetch_archive(kind, i, src, str(originals[i]), tmp, timeout)
             )
         shutil.copytree(tmp / "staged", dest, dirs_exist_ok=True)
+    manifest["sets"] += _lay_out_sets(kind, dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "MANIFEST.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def _fetch_archive(
+    kind: str, i: int, src: dict[str, str | None], original: str, tmp: Path, timeout: float
+) -> dict:
+    """Fetch, verify and unpack archive ``i`` of ``download``, staged under ``tmp/staged``;
+    its manifest entry. ``original`` is the official archive's URL (pins are looked up by its
+    name)."""
+    u = str(src["url"])
+    arch = fetch(u, tmp / f"{i}-{Path(u.split('?')[0]).name}", timeout=timeout)
+    digest = sha256_file(arch)
+    if src.get("sha256") and src["sha256"] != digest:
+        raise StsFormatError(f"{u}: sha256 {digest} does not match the pinned {src['sha256']}")
+    files = unpack(arch, tmp / f"unpacked-{i}")
+    pins = src.get("files", PINNED.get(Path(original).name, {}))
+    unpinned = verify_pinned(files, pins, u)  # type: ignore[arg-type]
+    ds = str(src["dataset"])
+    # staged until every archive is fetched and verified: a failure leaves dest as it was
+    sub = "original" if kind == "sts" else "test_goldStandard"
+    _flatten_into(files, tmp / "staged" / ds / sub)
+    return {
+        "dataset": ds,
+        "url": u,
+        "sha256": digest,
+        "bytes": arch.stat().st_size,
+        "pinned_files": len(pins),  # type: ignore[arg-type]
+        "unpinned_files": unpinned,
+    }
+
+
+def _lay_out_sets(kind: str, dest: Path) -> list[dict]:
+    """The manifest's sets of an unpacked release under ``dest``; for STS, each set also
+    written as ``<dest>/<DATASET>/original/<DATASET>.<subset>.tsv``."""
+    sets: list[dict] = []
     if kind == "sts":
         from ctxsim.readers.sts import discover  # sts.py re-exports download: not at the top
 
@@ -225,7 +242,7 @@ def download(
             folder = Path(s.path).parent.parent  # <dest>/<DATASET>/original/<file>
             out = folder / f"{s.dataset}.{s.subset}.tsv"
             write_tsv(out, s.s1, s.s2, s.gold)
-            manifest["sets"].append(
+            sets.append(
                 {
                     "dataset": s.dataset,
                     "subset": s.subset,
@@ -234,18 +251,16 @@ def download(
                     "sha256": sha256_file(out),
                 }
             )
-    else:
-        from ctxsim.readers.ists import discover_ists
+        return sets
+    from ctxsim.readers.ists import discover_ists
 
-        for d in discover_ists(dest):
-            manifest["sets"].append(
-                {
-                    "domain": d.name,
-                    "n_pairs": len(d.gold),
-                    "wa": str(d.wa_path.relative_to(dest)),
-                    "sha256": sha256_file(d.wa_path),
-                }
-            )
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "MANIFEST.json").write_text(json.dumps(manifest, indent=2))
-    return manifest
+    for d in discover_ists(dest):
+        sets.append(
+            {
+                "domain": d.name,
+                "n_pairs": len(d.gold),
+                "wa": str(d.wa_path.relative_to(dest)),
+                "sha256": sha256_file(d.wa_path),
+            }
+        )
+    return sets
