@@ -23,7 +23,7 @@ from ctxsim.models.contextual.discriminator import (
     train_discriminator,
 )
 from ctxsim.store.checked import torch_checkpoint
-from ctxsim.store.cost_model import TrainedWindows
+from ctxsim.store.cost_models_training import TrainedWindows
 from ctxsim.store.stage import Stage, StageContext
 from ctxsim.tasks.discriminator.data import build_vocabulary, read_windows, split_windows
 from ctxsim.tasks.discriminator.params import DiscriminatorParams

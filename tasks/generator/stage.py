@@ -15,7 +15,7 @@ from ctxsim.models.contextual.generator import DIRECTIONS
 from ctxsim.models.contextual.generator_training import validation_perplexity
 from ctxsim.scores.loading import save_scorer
 from ctxsim.store.checked import seal, verified
-from ctxsim.store.cost_model import ScoredWindows
+from ctxsim.store.cost_models_training import ScoredWindows
 from ctxsim.store.stage import Stage, StageContext
 from ctxsim.tasks.generator.data import load_windows, make_examples, split_windows
 from ctxsim.tasks.generator.evaluation import true_context_wins

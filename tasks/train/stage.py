@@ -22,7 +22,8 @@ from ctxsim.models.training.objectives import (
 from ctxsim.models.training.sentence_encoder import build_model
 from ctxsim.models.training.tiny_backbone import TINY, build_tiny_backbone
 from ctxsim.models.training.training_data import label_columns, objective_examples
-from ctxsim.store.cost_model import CostModel, InputRowsPerQuery, OptimizerSteps
+from ctxsim.store.cost_model import CostModel, InputRowsPerQuery
+from ctxsim.store.cost_models_training import OptimizerSteps
 from ctxsim.store.stage import Stage, StageContext
 from ctxsim.tasks.train.data import DevSet, dev_set
 from ctxsim.tasks.train.params import TrainParams
