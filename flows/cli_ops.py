@@ -100,7 +100,9 @@ def worker(
     if compose:
         import yaml
 
-        services = ops.compose_worker_services(specs)
+        from ctxsim.flows.ops_compose import compose_worker_services
+
+        services = compose_worker_services(specs)
         typer.echo("# paste under services: in docker-compose.yml; add `<<: *ctxsim` to each")
         typer.echo(yaml.safe_dump({"services": services}, sort_keys=False, width=200))
         return

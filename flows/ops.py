@@ -3,8 +3,8 @@
 These wrap Prefect's own commands (``prefect server start``, ``flow.serve``, ``prefect worker
 start``) rather than re-implementing them: what is added is the safe defaults (loopback only,
 telemetry off, one flow run per GPU) and a single place — :func:`worker_specs` — that says what
-a worker is, so ``ctxsim worker`` and the docker-compose worker services cannot drift apart
-(tests/flows/test_ops_compose.py compares them).
+a worker is, so ``ctxsim worker`` and the docker-compose worker services (flows/ops_compose.py)
+cannot drift apart (tests/flows/test_ops_compose.py compares them).
 """
 
 from __future__ import annotations
@@ -431,29 +431,3 @@ def serve_pipeline(
     pipeline_flow.serve(
         name=name, cron=cron, parameters=params, limit=limit, print_starting_message=True
     )
-
-
-# ---- docker-compose -------------------------------------------------------------------------
-def compose_worker_services(specs: list[WorkerSpec]) -> dict[str, dict[str, Any]]:
-    """The docker-compose services equivalent to ``specs`` (what docker-compose.yml must hold).
-
-    In a container the GPU is pinned by a device reservation rather than CUDA_VISIBLE_DEVICES
-    (the container sees only its reserved device), so a spec's CUDA_VISIBLE_DEVICES becomes the
-    service's ``device_ids``; CPU workers get no reservation.
-    """
-    services: dict[str, dict[str, Any]] = {}
-    for spec in specs:
-        svc: dict[str, Any] = {"command": list(spec.argv)}
-        gpu = spec.env.get("CUDA_VISIBLE_DEVICES")
-        if gpu:
-            svc["deploy"] = {
-                "resources": {
-                    "reservations": {
-                        "devices": [
-                            {"driver": "nvidia", "device_ids": [gpu], "capabilities": ["gpu"]}
-                        ]
-                    }
-                }
-            }
-        services[f"worker-{spec.name.rsplit('-', 1)[-1]}"] = svc
-    return services

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from ctxsim.flows import ops
 from ctxsim.flows.cli import app
+from ctxsim.flows.ops_compose import compose_worker_services
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = shutil.which("docker-compose")
@@ -99,7 +100,7 @@ def test_compose_workers_match_ctxsim_worker(compose: dict[str, Any]) -> None:
     workers = {n: s for n, s in compose["services"].items() if n.startswith("worker-")}
     gpus = sorted(n.removeprefix("worker-gpu") for n in workers)
     assert len(gpus) >= 2
-    expected = ops.compose_worker_services(ops.worker_specs("ctxsim", gpus=gpus))
+    expected = compose_worker_services(ops.worker_specs("ctxsim", gpus=gpus))
     assert set(workers) == set(expected)
     for name, svc in workers.items():
         assert svc["command"] == expected[name]["command"]
