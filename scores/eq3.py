@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, field_validator, model_validator
 
+from ctxsim.models.contextual.eq3_combine import Lambdas, combine_eq3
 from ctxsim.models.contextual.generator import DIRECTIONS
-from ctxsim.models.contextual.score_engine import Lambdas, combine_eq3
 from ctxsim.scores.scorers import INT8_FLOAT_LAYERS, Windows, get_scorer
 from ctxsim.scores.scorers.generator import _generate_rows
 from ctxsim.scores.slots import contexts_with_generated, sentences_with_generated

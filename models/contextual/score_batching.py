@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ctxsim.models.contextual.generator import GenerativeScorer, Ids
-from ctxsim.models.contextual.generator.causal import prefix_groups
+from ctxsim.models.contextual.generator.prefix import prefix_groups
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ctxsim.models.contextual.score_engine import log_sigmoid
+from ctxsim.models.contextual.eq3_combine import log_sigmoid
 from ctxsim.scores.scorers.base import ContextScorer, Scored, Windows, register_scorer
 
 

@@ -34,7 +34,8 @@ config's limits: the left context keeps its last tokens (those next to the slot)
 context and the sentence their first.
 
 Files: ``protocol.py`` (directions, sources, limits, the base class), ``seq2seq.py`` and
-``causal.py`` (the backends), ``build.py`` (tiny models, vocabularies, warm starts).
+``causal.py`` (the backends; ``prefix.py``: the causal one's shared prompt beginnings),
+``build.py`` (tiny models, vocabularies, warm starts).
 """
 
 from ctxsim.models.contextual.generator.build import (

@@ -229,7 +229,7 @@ def test_causal_shared_prompt_cache_matches_manual(tok, arch):
 def test_causal_shared_prefix_cache_matches_one_pass_per_request(tok, arch):
     """Prompts that share only their beginning (the left term: "Passage: ___ {sentence}"
     before each context) run it once; every target's log-prob equals the one-pass value."""
-    from ctxsim.models.contextual.generator.causal import prefix_groups
+    from ctxsim.models.contextual.generator.prefix import prefix_groups
 
     model = tiny_causal(tok, TINY) if arch == "llama" else _tiny_gemma3(tok)
     sc = CausalPrefixScorer(model, tok)
@@ -256,7 +256,7 @@ def test_causal_shared_prefix_cache_matches_one_pass_per_request(tok, arch):
 
 
 def test_prefix_groups_keep_the_shared_sentence():
-    from ctxsim.models.contextual.generator.causal import prefix_groups
+    from ctxsim.models.contextual.generator.prefix import prefix_groups
 
     template = (1, 2, 3)
     a = template + (10, 11, 12, 13, 14, 15, 16, 17)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from ctxsim.models.contextual.eq3_combine import Lambdas, combine_eq3, log_sigmoid
 from ctxsim.models.contextual.generator import (
     DIRECTIONS,
     CausalPrefixScorer,
@@ -16,14 +17,7 @@ from ctxsim.models.contextual.generator import (
     tiny_seq2seq,
     train_wordpiece_tokenizer,
 )
-from ctxsim.models.contextual.score_engine import (
-    EngineConfig,
-    Lambdas,
-    ScoringEngine,
-    combine_eq3,
-    log_sigmoid,
-    naive_score,
-)
+from ctxsim.models.contextual.score_engine import EngineConfig, ScoringEngine, naive_score
 from tests.models.contextual.tiny_scoring import TINY, WORDS, windows
 
 
