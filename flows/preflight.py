@@ -95,13 +95,17 @@ def check_corpus(cfg: PipelineConfig) -> None:
     stream is only found by reading it all: the shard stage reports that one, naming the file)."""
     if "shard" not in cfg.stages:
         return
-    from ctxsim.readers.corpus import expand_paths
+    from ctxsim.readers.corpus import CorpusInputError, expand_paths, lead_fields_problem
 
-    for f in expand_paths(cfg.stages["shard"].paths):  # type: ignore[attr-defined]
+    shard = cfg.stages["shard"]
+    for f in expand_paths(shard.paths):  # type: ignore[attr-defined]
         if f.name.endswith(".gz"):
             problem = gzip_header_problem(f)
             if problem:
                 raise CorruptInputError(f"{f}: {problem} (shard.paths)")
+    problem = lead_fields_problem(shard.paths, shard.format, shard.lead_fields)  # type: ignore[attr-defined]
+    if problem:
+        raise CorpusInputError(problem)
 
 
 def check_sts(cfg: PipelineConfig) -> None:

@@ -359,3 +359,64 @@ def _jsonl_sections(path: Path, p: CorpusSettings, counts: Counter) -> Iterator[
             doc_key = f"{path}:{doc}" if doc is not None else f"{path}:{lineno}"
             sec_key = f"{doc_key}#{sec}" if sec is not None else f"{doc_key}#{lineno}"
             yield Section(doc_key, sec_key, paras)
+
+
+def lead_fields_problem(
+    paths: list[str], fmt: str, lead_fields: list[str], files: int = 8, records: int = 200
+) -> str | None:
+    """Why ``shard.lead_fields`` cannot be what the user meant, or None: a lead field that none
+    of the first ``records`` records of the first ``files`` JSON Lines / Parquet files has (it
+    was ignored without a word, and ``queries.lead_share`` then asked for lead texts that do not
+    exist), or lead fields on a corpus of plain text, which has no fields. A sample, so the
+    check costs milliseconds before any work; the message says it was one."""
+    if not lead_fields:
+        return None
+    seen: set[str] = set()
+    sampled: list[Path] = []
+    for path in expand_paths(paths)[:files]:
+        kind = detect_format(path, fmt)
+        if kind in ("auto", "hf", "text") and hf_dataset_root(path) is not None:
+            return None  # a save_to_disk dataset: its columns are checked when it is read
+        if kind == "jsonl":
+            seen |= _jsonl_fields(path, records)
+        elif kind == "parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                seen |= set(pq.read_schema(path).names)
+            except Exception:  # unreadable: the shard stage names it
+                continue
+        else:
+            continue
+        sampled.append(path)
+    if not sampled:
+        return (
+            f"shard.lead_fields {lead_fields}: the corpus is plain text, which has no fields; "
+            "remove shard.lead_fields"
+        )
+    missing = [f for f in lead_fields if f not in seen]
+    if not missing:
+        return None
+    where = str(sampled[0]) + (f" and {len(sampled) - 1} more files" if len(sampled) > 1 else "")
+    return (
+        f"shard.lead_fields: no record of {where} (first {records} records each) has "
+        f"{', '.join(map(repr, missing))}; its records have {', '.join(sorted(seen)) or 'no field'}"
+        ": name one of those or remove it"
+    )
+
+
+def _jsonl_fields(path: Path, records: int) -> set[str]:
+    """Field names of the first ``records`` JSON objects of a JSON Lines file (bad lines are
+    the shard stage's to report, naming their line)."""
+    seen: set[str] = set()
+    with _open_bytes(path) as f:
+        for n, raw in enumerate(f):
+            if n >= records:
+                break
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                seen |= set(rec)
+    return seen
