@@ -36,7 +36,7 @@ _GEN_IDS = (
     "the id range of gencontexts' own rows (generated contexts and sentences), a fact of its "
     "artefact: a bench tells generated contexts from the corpus's by it"
 )
-_OTHERS = "moved out by the engineer converting embed (issue 56), not this change"
+_OTHERS = "the embed artefact's file layout and readers, which explain and archived benches read"
 #: (stage module, imported name) -> why code outside tasks/ may still import it
 EXCEPTIONS: dict[tuple[str, str], str] = {
     **dict.fromkeys(
@@ -117,7 +117,7 @@ def tasks_graph(root: Path = TASKS) -> dict[str, set[str]]:
 
 
 def test_the_graph_sees_a_params_circle(tmp_path: Path) -> None:
-    """The layout before issue 56: a helper importing its stage's Params back (under
+    """The old layout: a helper importing its stage's Params back (under
     TYPE_CHECKING) is a circle; with the Params in a module of their own it is none."""
     (tmp_path / "__init__.py").write_text("")
     (tmp_path / "gen.py").write_text("from ctxsim.tasks.gen_data import load\nclass P: ...\n")

@@ -145,7 +145,7 @@ def _write_with(command: str, out: Path, store, monkeypatch, tmp_path: Path) -> 
 def test_no_export_or_pack_replaces_another_root_or_a_folder_it_did_not_write(
     labelled_store, tmp_path, monkeypatch, command, markers, target, expected
 ):
-    """Issue 57 items 1-2: ``--out`` naming another artefact root, a folder inside one, a
+    """``--out`` naming another artefact root, a folder inside one, a
     folder holding one (each with a forged marker), or a user's folder: one line naming both,
     and not a file lost (today: exit 0 and 14 artefacts -> 0, or a user folder deleted)."""
     from bench.bench_student_grid import PACK_MARKER
@@ -304,7 +304,7 @@ def _not_a_model(tmp_path: Path) -> dict[str, str]:
         ("pairs.encoder=FILE", "pairs.encoder: FILE is a file"),
         ("gencontexts.model=EMPTY", "gencontexts.model: EMPTY holds no model"),
         ("evaluate.extra_models={simcse: FILE}", "evaluate.extra_models.simcse: FILE is a file"),
-        # issue 57 item 11: a count where 0 means nothing is refused at load, naming the key
+        # a count where 0 means nothing is refused at load, naming the key
         *(
             (f"{key}=0", f"{key}: Input should be greater than or equal to 1")
             for key in (
@@ -392,7 +392,7 @@ PAIRS = "sentence1\tsentence2\tlabel\nA cat.\tA dog.\t1\nA car.\tThe sea.\t0\n"
             "STSb.dev.tsv:2: a field of 200000",
         ),
         ("rqe.pairs.tsv", PAIRS + "caf\xe9\tb\t1\n", "rqe.pairs.tsv:4: not UTF-8"),
-        # issue 57 item 6: an empty sentence (Origin labelled it 0.53) and gold off the scale
+        # an empty sentence (Origin labelled it 0.53) and gold off the scale
         (
             "STSb.dev.tsv",
             "sentence1\tsentence2\tscore\nA cat.\tA dog.\t1\n \tA dog.\t2.5\n",
@@ -434,7 +434,7 @@ def test_a_malformed_eval_file_names_file_and_line(tmp_path, name, content, expe
 
 
 def test_origin_refuses_an_sts_row_with_an_empty_sentence_naming_file_and_line(tmp_path):
-    """Issue 57 item 6, through ``ctxsim origin``: refused before anything runs."""
+    """Through ``ctxsim origin``: refused before anything runs."""
     sts = tmp_path / "sts"
     sts.mkdir()
     (sts / "STSb.dev.tsv").write_text("sentence1\tsentence2\tscore\nA cat.\tA dog.\t1\n\tB.\t2\n")
@@ -608,7 +608,7 @@ MEDQUAD = Path(__file__).resolve().parents[2] / "configs" / "medquad.yaml"
     ids=["cs-size", "random-contexts", "no-diversity", "two"],
 )
 def test_origin_refuses_lm_route_options_under_an_encoder_route_config(tmp_path, flags):
-    """Issue 57 item 5: under label.contextual: encoder nothing selects contexts, so these
+    """Under label.contextual: encoder nothing selects contexts, so these
     options changed nothing and said nothing (same labels, same Spearman): one line naming
     them, the config and the key, before anything runs."""
     sts = tmp_path / "sts"
@@ -625,7 +625,7 @@ def test_origin_refuses_lm_route_options_under_an_encoder_route_config(tmp_path,
 
 
 def test_origin_help_describes_both_routes():
-    """Issue 56 item 5: --help described retrieval only."""
+    """--help described retrieval only."""
     import re
 
     text = re.sub(r"\s+", " ", CliRunner().invoke(app, ["origin", "--help"]).output)
@@ -636,7 +636,7 @@ def test_origin_help_describes_both_routes():
 def test_a_prefect_server_too_slow_to_start_is_one_line_saying_what_to_do(
     tmp_path, monkeypatch, command
 ):
-    """Issue 57 item 10: on a loaded machine Prefect's ephemeral API server did not start in
+    """On a loaded machine Prefect's ephemeral API server did not start in
     time and the run ended in 164 lines (Prefect's RuntimeError holds the server's output). The
     server now gets 600 s, and a timeout still is one line naming the setting, the database's
     folder and what to do (exit 1)."""

@@ -108,7 +108,7 @@ def test_the_card_shows_the_warnings_and_no_local_paths(tmp_path):
     assert yaml.safe_load(text.split("---")[1])["ctxsim"]["warnings"] == meta["ctxsim"]["warnings"]
 
 
-# ---- issue 57 item 7: the card and the summary describe the route that ran ----------------------
+# ---- the card and the summary describe the route that ran ----------------------
 def _route_run(tmp_path, route: str):
     """A fake run through `label`: the LM route as the label tests make it, or the same labels
     recorded as an encoder-route run (``encoder`` or ``encoder-FORM``: no select or score
@@ -178,7 +178,7 @@ def test_the_card_describes_the_route_that_made_the_labels(tmp_path, route, pres
 
 @pytest.mark.parametrize("route", ["lm", "encoder", "encoder-softmax"])
 def test_the_run_summary_suggests_explain_only_for_a_run_it_can_explain(tmp_path, route):
-    """Issue 56 item 5: `ctxsim run --config configs/medquad.yaml` suggested `ctxsim explain`,
+    """`ctxsim run --config configs/medquad.yaml` suggested `ctxsim explain`,
     which failed with "run has no 'select' stage"; explain now decomposes the encoder route's
     closed form (a sum over contexts), and no other form."""
     from ctxsim.flows.run_summary import summary_lines

@@ -1,4 +1,4 @@
-"""shard.lead_fields naming a field no record has was ignored without a word (issue 55's bad
+"""shard.lead_fields naming a field no record has was ignored without a word (a bad
 input): it is refused before any work, naming the key, the file and the fields the records have."""
 
 from __future__ import annotations

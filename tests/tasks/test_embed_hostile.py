@@ -1,4 +1,4 @@
-"""The `embed` stage under hostile input (issue 57): shard files changed after their shard
+"""The `embed` stage under hostile input: shard files changed after their shard
 finished, a length setting beyond the model, a full disk while the adapted encoder is written,
 and a concurrent run that builds the same adapted encoder."""
 
@@ -95,7 +95,7 @@ def _a_record_without_checksums(spine, encoder, plan, tmp_path, monkeypatch) -> 
 def test_a_finished_shards_changed_file_is_moved_aside_and_recomputed(
     spine, encoder, clean, tmp_path, monkeypatch, caplog, tamper
 ):
-    """Issue 57 item 3: a valid scatter of another corpus in the partial folder was published
+    """A valid scatter of another corpus in the partial folder was published
     under this corpus's fingerprint, a flipped byte in the embeddings published as is."""
     plan = _plan(spine, tmp_path / "root", encoder)
     infos = [compute_shard(plan, s) for s in range(2)]
@@ -140,7 +140,7 @@ def test_a_nan_shard_is_recomputed_on_the_next_run_instead_of_failing_every_time
 
 
 def test_max_seq_length_beyond_the_model_is_one_line_before_anything_runs(encoder, tmp_path):
-    """Issue 57 item 8: embed.max_seq_length=4096 on MiniLM was a 779-line RuntimeError at
+    """Embed.max_seq_length=4096 on MiniLM was a 779-line RuntimeError at
     embed; the CLI now refuses the config at load, naming the key, and creates nothing."""
     from ctxsim.flows.cli import app
 
@@ -170,7 +170,7 @@ def _full_disk_on_safetensors(monkeypatch) -> None:
 def test_a_full_disk_while_the_adapted_encoder_is_written_is_one_line(
     spine, encoder, tmp_path, monkeypatch
 ):
-    """Issue 57 item 9: safetensors' SafetensorError on a full disk gave 248 lines: the
+    """Safetensors' SafetensorError on a full disk gave 248 lines: the
     disk-full check knew only OSError. Now the CLI's one line, and no partial folder left."""
     from safetensors import SafetensorError
 
@@ -191,7 +191,7 @@ def test_a_full_disk_while_the_adapted_encoder_is_written_is_one_line(
 def test_a_second_build_of_the_same_adapted_encoder_is_reused(
     spine, encoder, clean, tmp_path, caplog
 ):
-    """Issue 57 item 12: a second build rebuilt the 88 MB model; now it is reused, said so,
+    """A second build rebuilt the 88 MB model; now it is reused, said so,
     and nothing is left beside it."""
     from ctxsim.product.adapted import build_adapted_encoder
 

@@ -88,7 +88,7 @@ def test_all_checkpoints_corrupt_or_unsealed_restart_training(tmp_path, monkeypa
 def test_a_resumed_run_logs_the_losses_an_uninterrupted_one_logs(
     tmp_path, monkeypatch, logging_steps
 ):
-    """Issue 57 item 4: checkpoints every 2 steps, losses logged every 5: resumed from
+    """Checkpoints every 2 steps, losses logged every 5: resumed from
     checkpoint 4, between two logs, the history (the train part) is byte-identical to an
     uninterrupted run's. Before, the loss logged after the resume was the mean of the steps
     since the resume alone (3.51 against 1.68 at step 5); the model was already identical."""
