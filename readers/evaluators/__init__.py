@@ -16,9 +16,7 @@ layering holds (flows -> tasks -> readers -> models). Every module of this packa
 sets under ``evaluate.eval_dir`` with no other file changed.
 """
 
-import importlib
-import pkgutil
-
+from ctxsim.models.plugins import import_modules
 from ctxsim.readers.evaluators.base import (
     EVALUATORS,
     Evaluator,
@@ -29,17 +27,8 @@ from ctxsim.readers.evaluators.base import (
     set_name,
 )
 
-
-def _import_all() -> tuple[str, ...]:
-    """Import every module of this package (the evaluators register themselves); their names."""
-    names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__))]
-    for name in names:
-        importlib.import_module(name)
-    return tuple(names)
-
-
 #: the modules of this package, every one imported
-MODULES = _import_all()
+MODULES = import_modules(__name__, __path__)
 
 from ctxsim.readers.evaluators.ists import IstsEvaluator  # noqa: E402
 from ctxsim.readers.evaluators.pairs import PairsEvaluator  # noqa: E402

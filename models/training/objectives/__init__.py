@@ -24,9 +24,7 @@ the `train` stage lists them as its sources, so an edit to any of them fires the
 guard (tests/stage_versions.py) like an imported module would.
 """
 
-import importlib
-import pkgutil
-
+from ctxsim.models.plugins import import_modules
 from ctxsim.models.training.objectives.base import (
     OBJECTIVES,
     SIMCSE_SCALE,
@@ -62,17 +60,8 @@ from ctxsim.models.training.objectives.tsdae import (
 )
 from ctxsim.models.training.sentence_encoder import dropout_config
 
-
-def _import_all() -> tuple[str, ...]:
-    """Import every module of this package (the objectives register themselves); their names."""
-    names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__))]
-    for name in names:
-        importlib.import_module(name)
-    return tuple(names)
-
-
 #: the modules of this package, every one imported
-MODULES = _import_all()
+MODULES = import_modules(__name__, __path__)
 
 __all__ = [
     "MODULES",

@@ -13,9 +13,7 @@ Every module of this package is imported (``MODULES``), so the new one registers
 `label` stage is this package's parent, so an edit to any of them fires the stage-version guard.
 """
 
-import importlib
-import pkgutil
-
+from ctxsim.models.plugins import import_modules
 from ctxsim.tasks.label.contextual.base import (
     CONTEXTUAL,
     LABEL_COLUMNS,
@@ -26,17 +24,8 @@ from ctxsim.tasks.label.contextual.base import (
     register,
 )
 
-
-def _import_all() -> tuple[str, ...]:
-    """Import every module of this package (the models register themselves); their names."""
-    names = [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__))]
-    for name in names:
-        importlib.import_module(name)
-    return tuple(names)
-
-
 #: the modules of this package, every one imported
-MODULES = _import_all()
+MODULES = import_modules(__name__, __path__)
 
 __all__ = [
     "CONTEXTUAL",
