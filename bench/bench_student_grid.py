@@ -20,7 +20,7 @@ Three steps, so that the training can run where a GPU is lent (whose carry holds
   and reference models scored as they are (``--reference NAME=DIR``: the closed form, mpnet).
 
 TSDAE is not an arm here: its loss is a softmax over the whole vocabulary, so the trimmed
-backbone would not be exact for it (bench_domain_adapt.py measures it).
+backbone would not be exact for it (the removed bench_domain_adapt measured it, commit 21ebbe8).
 
 Usage::
 

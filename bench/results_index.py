@@ -32,6 +32,8 @@ SUPERSEDED = SUPERSEDED_DIR / "SUPERSEDED.json"
 SHOWS = RESULTS / "SHOWS.json"
 #: finished experiments' code (``python -m bench.archive.bench_X``); their results stay here
 ARCHIVE = REPO / "bench" / "archive"
+#: finished experiments whose code was removed once replaced: name -> the commit that has it
+REMOVED = ARCHIVE / "REMOVED.json"
 #: where results are cited: the front door, the docs, the configs' comments, the bench README
 CITING = ["README.md", "docs/*.md", "configs/*.yaml", "bench/README.md"]
 _CITED = re.compile(r"(?:\.\.\.)?[\w*.-]*\w\.(?:md|json|png|log)\b")
@@ -142,12 +144,23 @@ _SCRATCH = re.compile(r"(?<![\w.])/tmp/[^\s'\"`]*")
 _CHECKOUT = re.compile(r"(?<![\w.])/(?:work|home|root)/(?:[^\s'\"`]*/)?main/")
 
 
+def removed_benches() -> dict[str, str]:
+    """Finished experiments whose code was removed: bench name -> the commit that still has it."""
+    if not REMOVED.exists():
+        return {}
+    return {name: entry["commit"] for name, entry in json.loads(REMOVED.read_text()).items()}
+
+
 def portable(cmd: str) -> str:
     """A recorded command without machine paths (scratch roots become ``ROOT``), naming a bench
-    moved to ``bench/archive/`` where it is now."""
+    moved to ``bench/archive/`` where it is now, or the commit that has a removed one's code."""
     cmd = _CHECKOUT.sub("", _SCRATCH.sub("ROOT", cmd))
-    for name in sorted(p.stem for p in ARCHIVE.glob("bench_*.py")):
-        cmd = re.sub(rf"\bbench\.{name}\b", f"bench.archive.{name}", cmd)
+    gone = removed_benches()
+    for name in sorted({p.stem for p in ARCHIVE.glob("bench_*.py")} | set(gone)):
+        cmd = re.sub(rf"\bbench\.(?:archive\.)?{name}\b", f"bench.archive.{name}", cmd)
+    for name, commit in sorted(gone.items()):
+        if f"bench.archive.{name}" in cmd:
+            cmd += f" (code at {commit}: git show {commit}:bench/archive/{name}.py)"
     return cmd
 
 

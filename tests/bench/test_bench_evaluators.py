@@ -5,7 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bench.test_bench_domain_adapt import PAIRS, QA, STS
+from ctxsim.readers.domain import PairSet, QaSet
+from ctxsim.readers.sts import StsSet
+
+PAIRS = PairSet(
+    "med.pairs",
+    ["a cat sleeps", "a dog barks", "red cars go fast", "the sun is hot"],
+    ["the cat sleeps", "a cat sleeps", "blue cars go fast", "the moon is cold"],
+    [1, 0, 1, 0],
+)
+QA = QaSet(
+    "med_qa",
+    ["q1", "q2"],
+    ["what is a cat", "what is a dog"],
+    ["a cat is an animal that purrs", "a dog is an animal that barks", "cars are fast"],
+    [0, 1],
+)
+STS = StsSet(
+    "STSb", "dev", ["a cat", "a dog", "a car"], ["the cat", "a car", "a bus"], [5.0, 1.0, 3.0]
+)
 
 
 def test_bench_rows_and_intervals_are_the_evaluators_figures(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 
@@ -113,7 +114,10 @@ def test_bench_readme_says_whether_each_bench_is_live_or_finished() -> None:
             for mod in re.findall(r"`(bench\.(?:archive\.)?bench_\w+)`", cells[0]):
                 kind.setdefault(mod, []).append(cells[1].split(":")[0])
     live = {f"bench.{p.stem}" for p in bench.glob("bench_*.py")}
+    from bench.results_index import removed_benches
+
     finished = {f"bench.archive.{p.stem}" for p in (bench / "archive").glob("bench_*.py")}
+    finished |= {f"bench.archive.{name}" for name in removed_benches()}
     assert set(kind) == live | finished, f"not classified: {sorted(live | finished - set(kind))}"
     # a live tool sits in bench/, a finished experiment in bench/archive/
     assert all(kind[m] == ["live"] for m in live), {m: kind[m] for m in live}
@@ -125,11 +129,12 @@ def test_every_index_command_names_a_module_that_exists() -> None:
     where it is now (python -m bench.archive.bench_X)."""
     import importlib.util
 
-    from bench.results_index import render
+    from bench.results_index import removed_benches, render
 
     mods = set(re.findall(r"-m (bench\.[\w.]+)", render()))
     assert mods, "no command found in the index"
-    gone = sorted(m for m in mods if importlib.util.find_spec(m) is None)
+    removed = {f"bench.archive.{name}" for name in removed_benches()}
+    gone = sorted(m for m in mods - removed if importlib.util.find_spec(m) is None)
     assert not gone, f"bench/results/INDEX.md runs modules that do not exist: {gone}"
 
 
@@ -142,3 +147,36 @@ def test_a_command_of_an_archived_bench_names_the_archive(tmp_path: Path, monkey
     assert ri.portable(cmd) == (
         "python -m bench.archive.bench_old --root ROOT --against bench.bench_old_two"
     )
+
+
+def test_a_removed_bench_command_names_the_commit_that_has_its_code(tmp_path, monkeypatch) -> None:
+    import json
+
+    import bench.results_index as ri
+
+    (tmp_path / "REMOVED.json").write_text(json.dumps({"bench_gone": {"commit": "abc1234"}}))
+    monkeypatch.setattr(ri, "ARCHIVE", tmp_path)
+    monkeypatch.setattr(ri, "REMOVED", tmp_path / "REMOVED.json")
+    assert ri.portable("python -m bench.bench_gone --root /tmp/q/root") == (
+        "python -m bench.archive.bench_gone --root ROOT"
+        " (code at abc1234: git show abc1234:bench/archive/bench_gone.py)"
+    )
+
+
+def test_removed_benches_are_gone_and_their_commit_has_them() -> None:
+    from bench.results_index import ARCHIVE, removed_benches
+
+    root = ARCHIVE.parents[1]
+    shallow = subprocess.run(
+        ["git", "rev-parse", "--is-shallow-repository"], cwd=root, capture_output=True, text=True
+    )
+    for name, commit in removed_benches().items():
+        assert not (ARCHIVE / f"{name}.py").exists(), f"{name} is listed as removed but exists"
+        out = subprocess.run(
+            ["git", "cat-file", "-e", f"{commit}:bench/archive/{name}.py"],
+            cwd=root,
+            capture_output=True,
+        )
+        if shallow.stdout.strip() != "false":  # a shallow clone (CI) lacks old commits
+            continue
+        assert out.returncode == 0, f"{commit} has no bench/archive/{name}.py"
