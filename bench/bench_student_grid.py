@@ -207,7 +207,7 @@ def _make_pack(
 
     from ctxsim.flows.config import load_config
     from ctxsim.models.registry import resolve_model
-    from ctxsim.readers.domain import discover_domain
+    from ctxsim.readers.evaluators import discover_eval_dir
     from ctxsim.readers.sts import discover
 
     budget = [f"train.max_steps={args.steps}", f"train.batch_size={args.batch_size}"]
@@ -226,13 +226,14 @@ def _make_pack(
         print(f"packed {arm}: {spec['examples']} examples ({time.perf_counter() - t0:.0f} s)")
     # the dev files, as the readers find them
     eval_dir = tmp / "eval"
-    pair_sets, qa_sets = discover_domain(args.eval_dir)
-    for s in [*pair_sets, *qa_sets]:
-        rel = Path(s.path).resolve().relative_to(Path(args.eval_dir).resolve())
+    for ev in discover_eval_dir(args.eval_dir):
+        if ev.format not in ("pairs", "qa"):
+            continue
+        rel = Path(ev.data.path).resolve().relative_to(Path(args.eval_dir).resolve())
         (eval_dir / "domain" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(s.path, eval_dir / "domain" / rel)
-    texts += [t for ps in pair_sets for t in ps.s1 + ps.s2]
-    texts += [t for qa in qa_sets for t in qa.questions + qa.answers]
+        shutil.copy2(ev.data.path, eval_dir / "domain" / rel)
+        d = ev.data
+        texts += d.s1 + d.s2 if ev.format == "pairs" else d.questions + d.answers
     for s in discover(args.sts_dir):
         if s.name in set(args.sts_sets):
             (eval_dir / "sts" / s.dataset).mkdir(parents=True, exist_ok=True)
@@ -270,14 +271,11 @@ def pack(args: argparse.Namespace, arms: dict[str, tuple[str | None, list[str]]]
 # ----------------------------------------------------------------------------------------- run
 
 
-def load_eval(pack_dir: Path, sts_sets: list[str]) -> tuple[list, list, list]:
-    from ctxsim.readers.domain import discover_domain
-    from ctxsim.readers.sts import discover
+def load_eval(pack_dir: Path, sts_sets: list[str]) -> list:
+    """The packed dev files as evaluators (bench/common.py ``eval_sets``)."""
+    from bench.common import eval_sets
 
-    pair_sets, qa_sets = discover_domain(pack_dir / "eval" / "domain")
-    sts_root = pack_dir / "eval" / "sts"
-    sts = [s for s in discover(sts_root) if s.name in set(sts_sets)] if sts_root.is_dir() else []
-    return pair_sets, qa_sets, sts
+    return eval_sets(pack_dir / "eval", sts_sets)
 
 
 def train_one(
@@ -291,7 +289,7 @@ def train_one(
     from datasets import Dataset, DatasetDict
 
     from ctxsim.models.training.objectives import ObjectiveContext, get_objective
-    from ctxsim.models.training.sentence_encoder import build_model
+    from ctxsim.models.training.sentence_encoder import build_student
     from ctxsim.tasks.train import TrainParams
     from ctxsim.tasks.train.trainer import make_trainer, training_args, use_bf16
 
@@ -299,10 +297,7 @@ def train_one(
     objective = get_objective(spec["objective"])
     log = logging.getLogger("bench")
     torch.manual_seed(seed)
-    model = build_model(str(backbone), p.max_seq_length, device, p.dropout)
-    model.model_card_data.generate_widget_examples = False  # as the train stage does
-    if p.freeze_embeddings:
-        model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
+    model = build_student(str(backbone), p.max_seq_length, device, p.dropout, p.freeze_embeddings)
     if not objective.trains:
         return model, 0.0, 0
     parts = {k: Dataset.from_parquet(str(pack_dir / f)) for k, f in spec["files"].items()}
@@ -324,16 +319,12 @@ def train_one(
     return model, wall, int(trainer.state.global_step)
 
 
-def criterion(scores: dict[str, np.ndarray], pair_sets, qa_sets) -> float:
-    """The dev figure a learning rate is chosen by: the mean of each pair set's AP and each QA
-    set's nDCG@10 (x100)."""
-    from ctxsim.models.evaluation import domain_metrics as D
+def criterion(scores: dict[str, np.ndarray], sets: list) -> float:
+    """The dev figure a learning rate is chosen by: the mean of the primary metric (x100) of
+    every set but STS (each pair set's AP, each QA set's nDCG@10)."""
+    from bench.common import primary
 
-    vals = [
-        D.pair_classification_scores(scores[f"pairs/{s.name}"], s.labels)["ap"] for s in pair_sets
-    ]
-    vals += [float(np.mean(scores[f"qa/{q.name}/ndcg_at_10"])) for q in qa_sets]
-    return float(np.mean(vals))
+    return float(np.mean([primary(scores, ev) for ev in sets if ev.format != "sts"]))
 
 
 def best_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -362,7 +353,7 @@ def run(args: argparse.Namespace) -> None:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     work = Path(args.work)
     backbone = unpack_backbone(pack_dir / "backbone", work / "backbone")
-    pair_sets, qa_sets, sts = load_eval(pack_dir, manifest["sts_sets"])
+    sets = load_eval(pack_dir, manifest["sts_sets"])
     arms = args.arms or list(manifest["arms"])
     info = {
         "device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
@@ -384,7 +375,7 @@ def run(args: argparse.Namespace) -> None:
         del model
         model = load_st(work / "model", device, args.max_seq_length)
         t1 = time.perf_counter()
-        scores = model_similarities(model, pair_sets, qa_sets, sts, args.eval_batch)
+        scores = model_similarities(model, sets, args.eval_batch)
         tag = f"{arm}__lr{lr:g}__s{seed}"
         np.savez(out / f"{tag}.npz", **scores)
         row = {
@@ -394,7 +385,7 @@ def run(args: argparse.Namespace) -> None:
             "steps": steps,
             "train_s": round(wall, 1),
             "eval_s": round(time.perf_counter() - t1, 1),
-            "criterion": round(criterion(scores, pair_sets, qa_sets), 3),
+            "criterion": round(criterion(scores, sets), 3),
             "scores": f"{tag}.npz",
         }
         with open(out / RESULTS_FILE, "a") as f:
@@ -435,7 +426,7 @@ def report(args: argparse.Namespace) -> None:
 
     pack_dir, runs = Path(args.pack), Path(args.runs)
     manifest = json.loads((pack_dir / PACK_MANIFEST).read_text())
-    pair_sets, qa_sets, sts = load_eval(pack_dir, manifest["sts_sets"])
+    sets = load_eval(pack_dir, manifest["sts_sets"])
     rows = [json.loads(x) for x in (runs / RESULTS_FILE).read_text().splitlines() if x.strip()]
     if not rows:
         raise SystemExit(f"{runs / RESULTS_FILE}: no finished model")
@@ -447,7 +438,7 @@ def report(args: argparse.Namespace) -> None:
 
     grid = [
         {"arm": r["arm"], "lr": r["lr"], "seed": r["seed"]}
-        | summarise(scores_of(r), pair_sets, qa_sets, sts)
+        | summarise(scores_of(r), sets)
         | {"criterion": r["criterion"], "train s": r["train_s"], "steps": r["steps"]}
         for r in rows
     ]
@@ -456,16 +447,14 @@ def report(args: argparse.Namespace) -> None:
     refs = dict(kv.split("=", 1) for kv in args.reference)
     for name, model_dir in refs.items():
         cache = Path(args.cache)
-        scores[name] = arm_similarities(
-            model_dir, pair_sets, qa_sets, sts, cache, args.max_seq_length
-        )
+        scores[name] = arm_similarities(model_dir, sets, cache, args.max_seq_length)
     main_rows = []
     for a, s in scores.items():
         r = chosen.get(a)
         spec = manifest["arms"].get(a, {})
         main_rows.append(
             {"arm": a}
-            | summarise(s, pair_sets, qa_sets, sts)
+            | summarise(s, sets)
             | {
                 "lr (best on dev)": r["lr"] if r and r["steps"] else "-",
                 "rates tried": len({q["lr"] for q in rows if q["arm"] == a and q["seed"] == 0})
@@ -481,7 +470,7 @@ def report(args: argparse.Namespace) -> None:
     for ref in [x for x in args.vs if x in scores]:
         for a in scores:
             if a != ref:
-                ci = intervals(scores[a], scores[ref], pair_sets, qa_sets, sts, args.resamples, 0)
+                ci = intervals(scores[a], scores[ref], sets, args.resamples, 0)
                 ci_rows.append({"arm": a, "vs": ref} | ci)
     seed_rows = []
     for r in rows:
@@ -492,7 +481,7 @@ def report(args: argparse.Namespace) -> None:
             and r["lr"] == c["lr"]
             and any(q["arm"] == r["arm"] and q["seed"] != 0 for q in rows)
         ):
-            ci = intervals(scores_of(r), scores["none"], pair_sets, qa_sets, sts, args.resamples, 0)
+            ci = intervals(scores_of(r), scores["none"], sets, args.resamples, 0)
             seed_rows.append({"arm": r["arm"], "lr": r["lr"], "seed": r["seed"]} | ci)
     meta = {
         "command": "python -m bench.bench_student_grid " + " ".join(sys.argv[1:]),
@@ -502,9 +491,7 @@ def report(args: argparse.Namespace) -> None:
         "backbone": manifest["backbone"],
         "choice": "each arm's lr: the highest mean of dev pair AP and dev QA nDCG@10 (seed 0)"
         " among the rates it was trained with",
-        "eval": {p.name: len(p) for p in pair_sets}
-        | {q.name: f"{len(q)} questions, {len(q.answers)} answers" for q in qa_sets}
-        | {s.name: len(s) for s in sts},
+        "eval": {ev.name: ev.describe() for ev in sets},
     }
     write_results(
         args.name,

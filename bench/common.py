@@ -13,7 +13,7 @@ import os
 import pickle
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -255,12 +255,16 @@ def arm_model_digest(model_dir: str) -> str:
     return _digest({f.relative_to(root).as_posix(): content_digest(f) for f in files})
 
 
-def eval_sets(pair_sets, qa_sets, sts) -> list:
-    """The benches' evaluation sets as evaluators of readers/evaluators (pairs, QA, STS, in
-    that order): each names its primary metric, scores predictions and gives paired intervals."""
-    from ctxsim.readers.evaluators import PairsEvaluator, QaEvaluator, StsEvaluator
+def eval_sets(root: Path, sts_names: Sequence[str] = ()) -> list:
+    """The evaluators of readers/evaluators a bench scores arms on: every set the eval-dir
+    formats find under ``root`` (pairs, QA, ...) and, of the STS sets under ``root/sts``, those
+    named (``STSb.dev``). Each names its primary metric and gives paired intervals."""
+    from ctxsim.readers.evaluators import StsEvaluator, discover_eval_dir
 
-    return [*map(PairsEvaluator, pair_sets), *map(QaEvaluator, qa_sets), *map(StsEvaluator, sts)]
+    domain = [e for e in discover_eval_dir(root / "domain") if e.format != "sts"]
+    sts_root = root / "sts"
+    sts = StsEvaluator.discover(sts_root) if sts_root.is_dir() else []
+    return domain + [e for e in sts if e.name in set(sts_names)]
 
 
 def _content(ev: Any) -> tuple:
@@ -273,13 +277,13 @@ def _content(ev: Any) -> tuple:
     return (ev.format, ev.name, d.s1, d.s2, d.gold)
 
 
-def arm_cache_key(model_dir: str, pair_sets, qa_sets, sts, max_seq: int) -> str:
+def arm_cache_key(model_dir: str, sets: Sequence, max_seq: int) -> str:
     """The arm-score cache key: everything the cached scores depend on: the model's content, the
     content of every evaluation set (pairs and labels, questions, answers and their relevance,
     STS pairs and gold: so the files and the --sts-sets chosen), the sequence cap and the
     version of the scoring code."""
-    sets = [_content(ev) for ev in eval_sets(pair_sets, qa_sets, sts)]
-    return _digest(SCORES_VERSION, arm_model_digest(model_dir), _digest(sets), int(max_seq))
+    content = [_content(ev) for ev in sets]
+    return _digest(SCORES_VERSION, arm_model_digest(model_dir), _digest(content), int(max_seq))
 
 
 class _StsCosine:
@@ -316,12 +320,11 @@ def _pred(ev: Any, scores: dict) -> Any:
     return {k: v for k, v in rest.items() if "/" not in k}  # not a set named NAME/...
 
 
-def model_similarities(model: Any, pair_sets, qa_sets, sts, batch_size: int = 64) -> dict:
+def model_similarities(model: Any, sets: Sequence, batch_size: int = 64) -> dict:
     """Per-pair cosines, per-query retrieval metrics (through the evaluate stage's
     ``evaluate_domain``) and STS cosines of one loaded model (None: TF-IDF 1-2 grams)."""
     from ctxsim.tasks.evaluate.domain import evaluate_domain
 
-    sets = eval_sets(pair_sets, qa_sets, sts)
     dom = evaluate_domain(
         {"arm": model},
         [ev for ev in sets if ev.format != "sts"],
@@ -340,18 +343,18 @@ def model_similarities(model: Any, pair_sets, qa_sets, sts, batch_size: int = 64
 
 
 def arm_similarities(
-    model_dir: str, pair_sets, qa_sets, sts, cache: Path, max_seq: int, device: str = "cpu"
+    model_dir: str, sets: Sequence, cache: Path, max_seq: int, device: str = "cpu"
 ) -> dict:
     """``model_similarities`` of a saved model ("tfidf": TF-IDF 1-2 grams), cached under
     ``arm_cache_key`` (scores do not depend on the device beyond float rounding)."""
     from ctxsim.tasks.evaluate import load_st
 
-    path = cache / f"{arm_cache_key(model_dir, pair_sets, qa_sets, sts, max_seq)}.npz"
+    path = cache / f"{arm_cache_key(model_dir, sets, max_seq)}.npz"
     if path.exists():
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
     model = load_st(model_dir, device, max_seq) if model_dir != "tfidf" else None
-    out = model_similarities(model, pair_sets, qa_sets, sts)
+    out = model_similarities(model, sets)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
     np.savez(tmp, **out)
@@ -373,24 +376,29 @@ SUMMARY = {
 INTERVAL = {"pairs": ("ap", " AP"), "qa": ("ndcg_at_10", " nDCG@10"), "sts": ("spearman", "")}
 
 
-def summarise(scores: dict, pair_sets, qa_sets, sts) -> dict[str, float]:
+def summarise(scores: dict, sets: Sequence) -> dict[str, float]:
     """A bench table's row: each set's figures (``SUMMARY``) from an arm's cached scores."""
     row: dict[str, float] = {}
-    for ev in eval_sets(pair_sets, qa_sets, sts):
+    for ev in sets:
         v = ev.scores(_pred(ev, scores))
         for metric, label in SUMMARY[ev.format]:
             row[f"{ev.name} {label}"] = round(v[metric], 2)
     return row
 
 
-def intervals(a: dict, b: dict, pair_sets, qa_sets, sts, n: int, seed: int) -> dict[str, str]:
+def primary(scores: dict, ev: Any) -> float:
+    """An evaluator's primary metric from an arm's cached scores."""
+    return float(ev.scores(_pred(ev, scores))[ev.primary_metric])
+
+
+def intervals(a: dict, b: dict, sets: Sequence, n: int, seed: int) -> dict[str, str]:
     """Paired intervals of arm ``a`` minus arm ``b`` on each set's ``INTERVAL`` metric."""
 
     def fmt(ci: dict) -> str:
         return f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
 
     out: dict[str, str] = {}
-    for ev in eval_sets(pair_sets, qa_sets, sts):
+    for ev in sets:
         metric, suffix = INTERVAL[ev.format]
         ci = ev.interval(_pred(ev, a), _pred(ev, b), metric, n, 0.95, seed)
         out[f"{ev.name}{suffix}"] = fmt(ci)

@@ -66,6 +66,23 @@ def build_model(backbone_path: str, max_seq_length: int, device: str, dropout: f
     return SentenceTransformer(modules=[tr, pool], device=device)
 
 
+def build_student(
+    backbone_path: str,
+    max_seq_length: int,
+    device: str,
+    dropout: float | None = None,
+    freeze_embeddings: bool = False,
+):
+    """The model a training run starts from: ``build_model`` without the card's Hub widget
+    examples (they cost a pass over the data and print their own bar), its input embeddings
+    frozen when asked (train.freeze_embeddings)."""
+    model = build_model(backbone_path, max_seq_length, device, dropout)
+    model.model_card_data.generate_widget_examples = False
+    if freeze_embeddings:
+        model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
+    return model
+
+
 def forward(model: Any, texts: list[str]) -> dict[str, Any]:
     """One inference pass over ``texts`` (bf16 autocast on CUDA where supported): the model's
     output features (``sentence_embedding``, ``token_embeddings``, ``attention_mask``)."""

@@ -19,7 +19,7 @@ from ctxsim.models.training.objectives import (
     get_objective,
     has_dropout,
 )
-from ctxsim.models.training.sentence_encoder import build_model
+from ctxsim.models.training.sentence_encoder import build_student
 from ctxsim.models.training.tiny_backbone import TINY, build_tiny_backbone
 from ctxsim.models.training.training_data import label_columns, objective_examples
 from ctxsim.store.cost_model import CostModel, InputRowsPerQuery
@@ -100,11 +100,9 @@ class TrainStage(Stage):
         dev = dev_set(ctx, p, cols)
         torch.manual_seed(ctx.run.seed)
         backbone_path = self._backbone(ctx, p, examples.texts, dev)
-        model = build_model(backbone_path, p.max_seq_length, ctx.device, p.dropout)
-        # the card's Hub widget examples cost a pass over the data and print their own bar
-        model.model_card_data.generate_widget_examples = False
-        if p.freeze_embeddings:
-            model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
+        model = build_student(
+            backbone_path, p.max_seq_length, ctx.device, p.dropout, p.freeze_embeddings
+        )
         loss = objective.loss(model, oc, backbone_path) if objective.trains else None
         if objective.needs_dropout and not has_dropout(model):
             log.warning(

@@ -28,23 +28,56 @@ STS = StsSet(
 
 def test_bench_rows_and_intervals_are_the_evaluators_figures(tmp_path):
     from bench import common as B
+    from ctxsim.readers.evaluators import PairsEvaluator, QaEvaluator, StsEvaluator
     from ctxsim.tasks.evaluate.domain import TfidfSimilarity
 
-    sets = B.eval_sets([PAIRS], [QA], [STS])
-    assert [(e.format, e.primary_metric) for e in sets] == [
-        ("pairs", "ap"),
-        ("qa", "ndcg_at_10"),
-        ("sts", "spearman"),
-    ]
-    scores = B.arm_similarities("tfidf", [PAIRS], [QA], [STS], tmp_path, 64)
-    row = B.summarise(scores, [PAIRS], [QA], [STS])
+    sets = [PairsEvaluator(PAIRS), QaEvaluator(QA), StsEvaluator(STS)]
+    scores = B.arm_similarities("tfidf", sets, tmp_path, 64)
+    row = B.summarise(scores, sets)
     pairs, qa, sts = sets
     assert row["med.pairs AP"] == round(pairs(TfidfSimilarity())["ap"], 2)
     assert row["med_qa ndcg_at_10"] == round(qa(TfidfSimilarity())["ndcg_at_10"], 2)
     assert row["STSb.dev spearman"] == pytest.approx(
         sts.scores(scores["sts/STSb.dev"])["spearman"], abs=0.005
     )
-    same = B.intervals(scores, scores, [PAIRS], [QA], [STS], 20, 0)
+    assert B.primary(scores, qa) == pytest.approx(qa(TfidfSimilarity())["ndcg_at_10"])
+    same = B.intervals(scores, scores, sets, 20, 0)
     assert same == dict.fromkeys(
         ["med.pairs AP", "med_qa nDCG@10", "STSb.dev"], "+0.00 [+0.00, +0.00]"
     )
+
+
+def test_eval_sets_finds_every_format_of_a_folder_and_only_the_named_sts(tmp_path):
+    """A bench's sets come from the folder through the eval-dir formats: a new format's files
+    reach the benches with no bench changed; STS sets only when named."""
+    import json
+
+    from bench.common import eval_sets
+
+    dom = tmp_path / "domain" / "med"
+    dom.mkdir(parents=True)
+    (dom / "x.pairs.tsv").write_text(
+        "sentence1\tsentence2\tlabel\n"
+        + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in zip(PAIRS.s1, PAIRS.s2, PAIRS.labels))
+    )
+    (dom / "y_qa.jsonl").write_text(
+        "".join(
+            json.dumps({"qid": f"q{i}", "question": q, "answer": a}) + "\n"
+            for i, (q, a) in enumerate(zip(QA.questions, QA.answers))
+        )
+    )
+    sts = tmp_path / "sts" / "STSb"
+    sts.mkdir(parents=True)
+    for split in ("dev", "test"):
+        (sts / f"STSb.{split}.tsv").write_text(
+            "sentence1\tsentence2\tscore\n"
+            + "".join(f"{a}\t{b}\t{g}\n" for a, b, g in zip(STS.s1, STS.s2, STS.gold))
+        )
+    got = eval_sets(tmp_path, ["STSb.dev"])
+    assert [(e.format, e.primary_metric) for e in got] == [
+        ("pairs", "ap"),
+        ("qa", "ndcg_at_10"),
+        ("sts", "spearman"),
+    ]
+    assert got[-1].name == "STSb.dev"
+    assert [e.format for e in eval_sets(tmp_path)] == ["pairs", "qa"]
