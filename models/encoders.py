@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -229,3 +230,25 @@ def encode(
         if bar is not None:
             bar.update(len(part))
     return out
+
+
+def token_lengths(model: Any, texts: Sequence[str]) -> np.ndarray:
+    """Tokens each text has for ``model`` after truncation at its ``max_seq_length``."""
+    return np.minimum(token_counts(model, list(texts)), model.max_seq_length)
+
+
+def encode_sorted(model: Any, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    """Embeddings as the model outputs them (not normalised), in batches of texts of similar
+    true token length (Sun et al. Sec. 4.2) and bf16 autocast on CUDA (sentence_encoder.forward):
+    the evaluation's pass, where ``encode`` is the stages' (unit vectors, a progress bar)."""
+    from ctxsim.models.training.sentence_encoder import forward
+
+    order = np.argsort(-token_lengths(model, texts), kind="stable")
+    out: list[np.ndarray] = []
+    for i in range(0, len(order), batch_size):
+        batch = [texts[j] for j in order[i : i + batch_size]]
+        out.append(forward(model, batch)["sentence_embedding"].float().cpu().numpy())
+    emb = np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+    res = np.empty_like(emb)
+    res[order] = emb
+    return res

@@ -1,5 +1,6 @@
-"""Sentence and token vectors for evaluation: a sentence-transformers model (length-sorted
-batches), and the word vectors DynaMax-Jaccard (Zhelezniak et al. 2019) pools."""
+"""Sentence and token vectors for evaluation: a sentence-transformers model (models/encoders.py
+loads it and encodes in length-sorted batches), pair similarities in one forward per batch, and
+the word vectors DynaMax-Jaccard (Zhelezniak et al. 2019) pools."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ctxsim.models.encoders import load_capped
+from ctxsim.models.encoders import encode_sorted, load_capped, token_lengths
 from ctxsim.models.evaluation.dynamax import dynamax_pairs
 from ctxsim.models.evaluation.similarity import (
     cosine_paired,
@@ -23,24 +24,9 @@ def load_st(path: str | Path, device: str = "cpu", max_seq_length: int | None = 
     return load_capped(path, device, max_seq_length)
 
 
-def _token_lengths(model, texts: Sequence[str]) -> np.ndarray:
-    enc = model.tokenizer(
-        list(texts), add_special_tokens=True, truncation=True, max_length=model.max_seq_length
-    )
-    return np.array([len(x) for x in enc["input_ids"]])
-
-
 def encode_sentences(model, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-    """Sentence embeddings with length bucketing on true token lengths (Sun et al. Sec. 4.2)."""
-    order = np.argsort(-_token_lengths(model, texts), kind="stable")
-    out: list[np.ndarray] = []
-    for i in range(0, len(order), batch_size):
-        batch = [texts[j] for j in order[i : i + batch_size]]
-        out.append(forward(model, batch)["sentence_embedding"].float().cpu().numpy())
-    emb = np.concatenate(out) if out else np.zeros((0, 0), np.float32)
-    res = np.empty_like(emb)
-    res[order] = emb
-    return res
+    """Sentence embeddings of the evaluation: models/encoders.py ``encode_sorted``."""
+    return encode_sorted(model, texts, batch_size)
 
 
 def pair_similarities(
@@ -53,7 +39,7 @@ def pair_similarities(
     """Cosine and/or RCMD for every pair, pairs bucketed by length, one forward per batch."""
     if len(s1) != len(s2):
         raise ValueError(f"{len(s1)} first sentences but {len(s2)} second sentences")
-    lens = np.maximum(_token_lengths(model, s1), _token_lengths(model, s2))
+    lens = np.maximum(token_lengths(model, s1), token_lengths(model, s2))
     order = np.argsort(-lens, kind="stable")
     res = {s: np.zeros(len(s1)) for s in similarities}
     half = max(1, batch_size // 2)
