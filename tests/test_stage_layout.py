@@ -175,7 +175,16 @@ def stage_names(stage: str) -> tuple[str, str, Path | None]:
         and [getattr(t, "id", None) for t in a.targets] == ["Params"]
         and isinstance(a.value, ast.Name)
     )
-    return cls, params, defined[params][1] if params in defined else None
+    # a Params class may be built at module level (label's: ``LabelParams = label_params_class()``)
+    built = {
+        tgt.id: f
+        for f in files
+        for n in ast.parse(f.read_text(), str(f)).body
+        if isinstance(n, ast.Assign)
+        for tgt in n.targets
+        if isinstance(tgt, ast.Name)
+    }
+    return cls, params, defined[params][1] if params in defined else built.get(params)
 
 
 def test_every_stage_is_a_lone_module_or_a_package_with_params() -> None:

@@ -8,105 +8,39 @@ in a config without effect. The flat keys of before (``label.encoder_form``, ``l
 ``label.block_pairs``) are still read, with a deprecation warning naming the new key.
 
 The fingerprint keeps the flat layout of before (``LabelParams.fingerprint_layout``), so the
-sub-sections moved no artefact. Of the stage's modules this one imports only the registry
-(``contextual/base.py``, to check ``label.contextual`` at config load); the contextual models,
-``diagnostics.py`` and ``report.py`` take LabelParams from here, and the stage imports them.
+sub-sections moved no artefact. The settings classes live with their contextual models
+(tasks/label/contextual/): this module imports that package (every model registered) and makes a
+field of each; ``diagnostics.py``, ``report.py`` and the stage take LabelParams from here.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
 from ctxsim.product.contamination import ContaminationParams
 from ctxsim.store.logs import get_logger
-from ctxsim.store.stage import StageParams, fingerprint_params, knob
-from ctxsim.tasks.label.contextual.base import get_contextual
+from ctxsim.store.stage import StageParams, fingerprint_params
+from ctxsim.tasks.label.contextual import CONTEXTUAL, ContextualSettings, get_contextual
 
 
-class ContextualSettings(BaseModel):
-    """Base of a contextual model's settings: the sub-section of `label` named after the model
-    (unknown keys are errors)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    #: field -> the flat `label` key it was before the sub-sections (read with a deprecation
-    #: warning; the fingerprint keeps the flat layout)
-    flat_keys: ClassVar[dict[str, str]] = {}
+def route_sections() -> dict[str, type[ContextualSettings]]:
+    """The sub-sections: ``label.<name>`` holds the settings of the contextual model <name>, for
+    every registered model that has settings (its ``settings`` class, in its own file)."""
+    return {name: m.settings for name, m in CONTEXTUAL.items() if m.settings is not None}
 
 
-class LmSettings(ContextualSettings):
-    """`label.lm`: the LM route (Eq. 3 scores of `score` over the context sets of `select`)."""
-
-    similarity: Literal["cosine", "pearson", "neg_rmse", "cross_fit"] = Field(
-        "cosine",
-        description=(
-            "How the context vectors v_s1 and v_s2 are compared (models/contextual/origin.py "
-            "SIMILARITIES); the paper's Eq. 4 is cosine."
-        ),
-    )
-    ablations: bool = Field(
-        True,
-        description=(
-            "For given pairs, also report each Eq. 3 term's labels alone and without it (Spearman "
-            "against gold)."
-        ),
-    )
-    block_pairs: int = knob(
-        20_000,
-        ge=1,
-        description=(
-            "Pairs labelled per vectorised block; bounds memory, each pair's label does not depend "
-            "on it. Out of the fingerprint."
-        ),
-    )
-
-    flat_keys: ClassVar[dict[str, str]] = {
-        "similarity": "similarity",
-        "ablations": "ablations",
-        "block_pairs": "block_pairs",
-    }
+#: the sub-sections of the registered contextual models (tasks/label/contextual/)
+ROUTE_SECTIONS = route_sections()
 
 
-class EncoderSettings(ContextualSettings):
-    """`label.encoder`: the encoder route (the `embed` artefact's encoder, cosine fit scores over
-    every context unit of the corpus)."""
+class LabelSection(StageParams):
+    """What every contextual model shares in the `label` config section; ``LabelParams`` adds
+    one field per registered model with settings (``label_params_class``)."""
 
-    form: Literal["closed", "softmax", "topk"] = Field(
-        "closed",
-        description=(
-            "closed = Origin over all contexts through the scatter matrix; softmax = the fit score "
-            "p(c | s) = softmax of cos / tau over all contexts (exact, blocked); topk = over the "
-            "union of the two sentences' k nearest contexts"
-        ),
-    )
-    tau: float = Field(0.05, gt=0, description="form softmax: the temperature")
-    k: int = Field(32, ge=1, description="form topk: contexts per sentence")
-    centred: bool = Field(
-        True,
-        description=(
-            "compare the profiles by Pearson correlation (centred) or by cosine (uncentred)"
-        ),
-    )
-
-    flat_keys: ClassVar[dict[str, str]] = {
-        "form": "encoder_form",
-        "tau": "tau",
-        "k": "k",
-        "centred": "centred",
-    }
-
-
-#: the sub-sections: `label.<name>` holds the settings of the contextual model <name>
-ROUTE_SECTIONS: dict[str, type[ContextualSettings]] = {
-    "lm": LmSettings,
-    "encoder": EncoderSettings,
-}
-
-
-class LabelParams(StageParams):
-    """The `label` config section."""
+    #: the sub-sections this class has a field for: model name -> its settings class
+    sections: ClassVar[dict[str, type[ContextualSettings]]] = {}
 
     contextual: str = Field(
         "lm",
@@ -114,16 +48,6 @@ class LabelParams(StageParams):
             "The contextual model (tasks/label/contextual/): lm = Eq. 3 scores (score stage) over "
             "the context sets of select; encoder = the embed stage's encoder, cosine fit scores "
             "over every context unit of the corpus. Its settings are the sub-section of its name."
-        ),
-    )
-    lm: LmSettings = Field(
-        default_factory=LmSettings,
-        description="contextual lm only: its settings (refused under another contextual model)",
-    )
-    encoder: EncoderSettings = Field(
-        default_factory=EncoderSettings,
-        description=(
-            "contextual encoder only: its settings (refused under another contextual model)"
         ),
     )
     split_ratios: list[float] = Field(
@@ -202,7 +126,7 @@ class LabelParams(StageParams):
             return data
         moved = [
             (section, field, flat)
-            for section, settings in ROUTE_SECTIONS.items()
+            for section, settings in cls.sections.items()
             for field, flat in settings.flat_keys.items()
             if flat in data
         ]
@@ -215,7 +139,7 @@ class LabelParams(StageParams):
             get_logger("ctxsim.config").warning(
                 "label.%s is deprecated: write it as label.%s.%s", flat, section, field
             )
-            default = ROUTE_SECTIONS[section].model_fields[field].default
+            default = cls.sections[section].model_fields[field].default
             if section != contextual and value == default and section not in data:
                 continue
             sub = data.get(section)
@@ -233,9 +157,9 @@ class LabelParams(StageParams):
         return value
 
     @model_validator(mode="after")
-    def _one_route(self) -> LabelParams:
+    def _one_route(self) -> LabelSection:
         """A sub-section set for another contextual model is refused: it would have no effect."""
-        for section in ROUTE_SECTIONS:
+        for section in self.sections:
             if section != self.contextual and section in self.model_fields_set:
                 raise ValueError(
                     f"label.{section}: set, but label.contextual is {self.contextual!r} (its "
@@ -254,7 +178,7 @@ class LabelParams(StageParams):
         """The dump without the sub-sections of the other contextual models (so the dump reads
         back, e.g. in a shard worker, without being refused)."""
         out = super().model_dump(**kwargs)
-        for section in ROUTE_SECTIONS:
+        for section in self.sections:
             if section != self.contextual:
                 out.pop(section, None)
         return out
@@ -264,9 +188,13 @@ class LabelParams(StageParams):
         sub-section's fields under their flat key (a sub-section not in the dump at its
         defaults), then the encoder keys left out at their defaults, so every label artefact
         kept its fingerprint (tests/tasks/test_label_contextual.py pins two)."""
-        flat = {k: v for k, v in dump.items() if k not in ROUTE_SECTIONS}
-        for section, settings in ROUTE_SECTIONS.items():
+        flat = {k: v for k, v in dump.items() if k not in self.sections}
+        for section, settings in self.sections.items():
             sub = dump.get(section)
+            if not settings.flat_keys:  # a model newer than the flat layout: its sub-section
+                if sub is not None:
+                    flat[section] = sub
+                continue
             if sub is None:
                 sub = fingerprint_params(settings())
             for field, value in sub.items():
@@ -287,4 +215,36 @@ class LabelParams(StageParams):
 
     def settings(self) -> ContextualSettings | None:
         """The settings of the chosen contextual model (None: it has none)."""
-        return getattr(self, self.contextual) if self.contextual in ROUTE_SECTIONS else None
+        return getattr(self, self.contextual) if self.contextual in self.sections else None
+
+
+def label_params_class(sections: dict[str, type[ContextualSettings]] | None = None) -> type:
+    """The `label` section's class: ``LabelSection`` and a field ``<name>`` (the sub-section
+    ``label.<name>``) for each contextual model with settings, so a model's settings are its own
+    file's class and nothing here names them."""
+    sections = route_sections() if sections is None else sections
+    fields: dict[str, Any] = {
+        name: (
+            cls,
+            Field(
+                default_factory=cls,
+                description=(
+                    f"contextual {name} only: its settings (refused under another contextual model)"
+                ),
+            ),
+        )
+        for name, cls in sections.items()
+    }
+    cls = create_model(
+        "LabelParams",
+        __base__=LabelSection,
+        __module__=__name__,
+        __doc__="The `label` config section.",
+        **fields,
+    )
+    cls.sections = dict(sections)
+    return cls
+
+
+#: the `label` config section, with the sub-sections of the registered contextual models
+LabelParams = label_params_class(ROUTE_SECTIONS)

@@ -186,7 +186,7 @@ class LabelStage(Stage):
             and pairs.num_rows > 0
             and bool(np.all(pairs.column("source").to_numpy(zero_copy_only=False) == "given"))
         )
-        out = model.labels(ctx, p, PairsToLabel(pairs, s1, s2, text_of, given))
+        out = model.labels(ctx, p.settings(), PairsToLabel(pairs, s1, s2, text_of, given))
         check_answer(p.contextual, model.columns, out, pairs.num_rows)
         t_label = time.perf_counter() - t0
         if given:

@@ -18,6 +18,7 @@ from ctxsim.tasks.label.contextual import (
     CONTEXTUAL,
     ContextualLabels,
     ContextualModel,
+    ContextualSettings,
     PairsToLabel,
     register,
 )
@@ -91,6 +92,51 @@ def test_a_model_answering_with_columns_it_did_not_declare_is_a_bug(tmp_path, ja
             run_stage_locally(resolve_stage(LabelStage(), p, RunParams(), store, up))
     finally:
         jaccard.columns = ("label",)
+
+
+class ShortWordsSettings(ContextualSettings):
+    """The toy's settings: words shorter than this are ignored."""
+
+    min_chars: int = 1
+
+
+class ShortWordsJaccard(JaccardContextual):
+    """A toy contextual model with settings of its own, in the same file as the model."""
+
+    name = "jaccard-settings-test"
+    settings = ShortWordsSettings
+
+    def labels(self, ctx, settings: ShortWordsSettings, pairs: PairsToLabel) -> ContextualLabels:
+        self.seen = settings
+        return super().labels(ctx, settings, pairs)
+
+
+def test_a_contextual_model_s_settings_are_its_own_class_and_a_sub_section(tmp_path) -> None:
+    """A model with settings is still one file: its settings class becomes the sub-section
+    ``label.<name>``, handed to its ``labels``; the other routes' sub-sections stay refused."""
+    from pydantic import ValidationError
+
+    from ctxsim.tasks.label.params import label_params_class
+
+    register(ShortWordsJaccard)
+    try:
+        params_cls = label_params_class()
+        name = "jaccard-settings-test"
+        p = params_cls.model_validate({"contextual": name, name: {"min_chars": 3}})
+        assert p.settings() == ShortWordsSettings(min_chars=3)
+        assert name in params_cls.model_fields and "lm" in params_cls.model_fields
+        with pytest.raises(ValidationError, match="label.encoder: set"):
+            params_cls.model_validate({"contextual": name, "encoder": {"form": "softmax"}})
+        with pytest.raises(ValidationError, match=f"label.{name}: set"):
+            params_cls.model_validate({"contextual": "lm", name: {"min_chars": 3}})
+        with pytest.raises(ValidationError, match="min_chars"):
+            params_cls.model_validate({"contextual": name, name: {"min_chars": "many"}})
+        store, arts, _ = _fake_world(tmp_path, given=False)
+        up = {k: arts[k] for k in ("queries", "pairs")}
+        run_stage_locally(resolve_stage(LabelStage(), p, RunParams(), store, up))
+        assert CONTEXTUAL[name].seen == ShortWordsSettings(min_chars=3)
+    finally:
+        CONTEXTUAL.pop("jaccard-settings-test", None)
 
 
 def _load(tmp_path, label: dict) -> LabelParams:

@@ -5,14 +5,14 @@ A contextual model gives every pair its Eq. 4 label from the contexts it knows: 
 upstream stages it reads (``inputs``, refused in one line when a config lacks one, and
 ``optional_inputs``, read when the run has them), which of the label columns it fills
 (``columns``; the others of LABEL_SCHEMA are NaN by design), what ``n_ctx1``/``n_ctx2`` count
-for it, and its settings: the sub-section of `label` named after it (tasks/label/params.py,
-``ROUTE_SECTIONS``). The `label` stage owns what every model shares: the pairs and their texts,
-the splits, the table, the stats, the Origin report of given pairs, the diagnostics.
+for it, and its settings (``settings``: a ``ContextualSettings`` class in the same file, read
+from the sub-section of `label` named after it; tasks/label/params.py makes one field of each).
+The `label` stage owns what every model shares: the pairs and their texts, the splits, the
+table, the stats, the Origin report of given pairs, the diagnostics.
 
 Adding one: a file in this package with a ``ContextualModel`` subclass under ``@register``
-(every module here is imported, so it registers itself) and its test; settings, if it has any,
-are a ``ContextualSettings`` sub-model in params.py's ``ROUTE_SECTIONS`` and a field of
-``LabelParams`` named after it.
+(every module here is imported, so it registers itself) and its test; its settings, if it has
+any, a ``ContextualSettings`` subclass in the same file named by ``settings``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
 
 from ctxsim.store.errors import InputError
 
@@ -31,6 +32,17 @@ if TYPE_CHECKING:
 #: the label columns of the stage's table (LABEL_SCHEMA) a contextual model may fill: the label
 #: and the label from each Eq. 3 term alone
 LABEL_COLUMNS = ("label", "label_disc", "label_fwd", "label_left", "label_right")
+
+
+class ContextualSettings(BaseModel):
+    """Base of a contextual model's settings: the sub-section of `label` named after the model
+    (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: field -> the flat `label` key it was before the sub-sections (read with a deprecation
+    #: warning; the fingerprint keeps the flat layout)
+    flat_keys: ClassVar[dict[str, str]] = {}
 
 
 @dataclass
@@ -78,10 +90,12 @@ class ContextualModel:
     columns: ClassVar[tuple[str, ...]] = ("label",)
     #: what the table's n_ctx1 / n_ctx2 count for it (docs/stages.md)
     n_ctx: ClassVar[str] = "0: no contexts"
+    #: its settings: the sub-section ``label.<name>`` (None: it has none)
+    settings: ClassVar[type[ContextualSettings] | None] = None
 
-    def labels(self, ctx: StageContext, p: Any, pairs: PairsToLabel) -> ContextualLabels:
-        """Label ``pairs``; ``p`` is the `label` section (LabelParams: params.py imports this
-        module, so it is not named here), its sub-section of this model's name its settings."""
+    def labels(self, ctx: StageContext, settings: Any, pairs: PairsToLabel) -> ContextualLabels:
+        """Label ``pairs``; ``settings`` is this model's ``settings`` as the config set them
+        (None when it has none)."""
         raise NotImplementedError
 
 

@@ -8,10 +8,10 @@ are encoded by the encoder the `embed` artefact names; `select` and `score` are 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from ctxsim.models.contextual.encoder_origin import (
     closed_form_similarity,
@@ -25,13 +25,13 @@ from ctxsim.tasks.embed import SCATTER_FILE, EmbedParams, load_scatter, read_emb
 from ctxsim.tasks.label.contextual.base import (
     ContextualLabels,
     ContextualModel,
+    ContextualSettings,
     PairsToLabel,
     register,
 )
 
 if TYPE_CHECKING:
     from ctxsim.store.stage import StageContext
-    from ctxsim.tasks.label.params import LabelParams
 
 
 def embed_params(art: Artefact) -> EmbedParams:
@@ -49,6 +49,35 @@ def embed_params(art: Artefact) -> EmbedParams:
         ) from None
 
 
+class EncoderSettings(ContextualSettings):
+    """`label.encoder`: the encoder route (the `embed` artefact's encoder, cosine fit scores over
+    every context unit of the corpus)."""
+
+    form: Literal["closed", "softmax", "topk"] = Field(
+        "closed",
+        description=(
+            "closed = Origin over all contexts through the scatter matrix; softmax = the fit score "
+            "p(c | s) = softmax of cos / tau over all contexts (exact, blocked); topk = over the "
+            "union of the two sentences' k nearest contexts"
+        ),
+    )
+    tau: float = Field(0.05, gt=0, description="form softmax: the temperature")
+    k: int = Field(32, ge=1, description="form topk: contexts per sentence")
+    centred: bool = Field(
+        True,
+        description=(
+            "compare the profiles by Pearson correlation (centred) or by cosine (uncentred)"
+        ),
+    )
+
+    flat_keys: ClassVar[dict[str, str]] = {
+        "form": "encoder_form",
+        "tau": "tau",
+        "k": "k",
+        "centred": "centred",
+    }
+
+
 @register
 class EncoderContextual(ContextualModel):
     """The `embed` artefact's encoder over every context unit (``label.encoder``: the form, its
@@ -62,10 +91,14 @@ class EncoderContextual(ContextualModel):
         "unit of the embed artefact (forms closed and softmax), k (form topk)"
     )
 
-    def labels(self, ctx: StageContext, p: LabelParams, pairs: PairsToLabel) -> ContextualLabels:
+    settings = EncoderSettings
+
+    def labels(
+        self, ctx: StageContext, settings: EncoderSettings, pairs: PairsToLabel
+    ) -> ContextualLabels:
         """Origin with the `embed` artefact's encoder as the contextual model. The sentences are
         encoded by the encoder that encoded the contexts, refused if its files changed since."""
-        enc = p.encoder
+        enc = settings
         art = ctx.input("embed")
         ep = embed_params(art)
         recorded = art.manifest.get("fingerprint_payload", {}).get("extra", {}).get("scorer")

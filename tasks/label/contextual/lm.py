@@ -5,10 +5,11 @@ without each term) come from the same rows."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
 
 from ctxsim.models.contextual.origin import (
     SIMILARITIES,
@@ -17,17 +18,18 @@ from ctxsim.models.contextual.origin import (
     required_scores,
 )
 from ctxsim.scores.views import ablation_views, labels_at, read_cs_sizes
+from ctxsim.store.stage import knob
 from ctxsim.tasks.label.contextual.base import (
     LABEL_COLUMNS,
     ContextualLabels,
     ContextualModel,
+    ContextualSettings,
     PairsToLabel,
     register,
 )
 
 if TYPE_CHECKING:
     from ctxsim.store.stage import StageContext
-    from ctxsim.tasks.label.params import LabelParams
 
 
 def required_score_table(select: pa.Table, pairs: pa.Table) -> pa.Table:
@@ -44,6 +46,39 @@ def required_score_table(select: pa.Table, pairs: pa.Table) -> pa.Table:
     return pa.table({"query_id": q, "context_id": c})
 
 
+class LmSettings(ContextualSettings):
+    """`label.lm`: the LM route (Eq. 3 scores of `score` over the context sets of `select`)."""
+
+    similarity: Literal["cosine", "pearson", "neg_rmse", "cross_fit"] = Field(
+        "cosine",
+        description=(
+            "How the context vectors v_s1 and v_s2 are compared (models/contextual/origin.py "
+            "SIMILARITIES); the paper's Eq. 4 is cosine."
+        ),
+    )
+    ablations: bool = Field(
+        True,
+        description=(
+            "For given pairs, also report each Eq. 3 term's labels alone and without it (Spearman "
+            "against gold)."
+        ),
+    )
+    block_pairs: int = knob(
+        20_000,
+        ge=1,
+        description=(
+            "Pairs labelled per vectorised block; bounds memory, each pair's label does not depend "
+            "on it. Out of the fingerprint."
+        ),
+    )
+
+    flat_keys: ClassVar[dict[str, str]] = {
+        "similarity": "similarity",
+        "ablations": "ablations",
+        "block_pairs": "block_pairs",
+    }
+
+
 @register
 class LmContextual(ContextualModel):
     """Eq. 3 scores over Cs (``label.lm``: how the two score vectors are compared, the ablation
@@ -57,10 +92,14 @@ class LmContextual(ContextualModel):
     columns = LABEL_COLUMNS
     n_ctx = "|Cs| of the sentence (from select; the prefix it stopped at under adaptive |Cs|)"
 
-    def labels(self, ctx: StageContext, p: LabelParams, pairs: PairsToLabel) -> ContextualLabels:
+    settings = LmSettings
+
+    def labels(
+        self, ctx: StageContext, settings: LmSettings, pairs: PairsToLabel
+    ) -> ContextualLabels:
         """Eq. 4 over the context sets of `select` with the Eq. 3 scores of `score`, for S and
         each term; S under every other vector similarity for given pairs."""
-        lm = p.lm
+        lm = settings
         sel = ctx.input("select").read_table(["query_id", "context_id", "position"])
         score = ctx.input("score").read_table()
         cs = ContextSets.from_rows(
