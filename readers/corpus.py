@@ -75,11 +75,9 @@ def hf_dataset_root(path: Path) -> Path | None:
 
 
 def _columns(p: TableColumns) -> list[str]:
-    return [
-        c
-        for c in (p.parquet_text_column, p.parquet_doc_column, p.parquet_section_column)
-        if c is not None
-    ]
+    """The columns to read, each once (one column may name both documents and sections)."""
+    cols = (p.parquet_text_column, p.parquet_doc_column, p.parquet_section_column)
+    return list(dict.fromkeys(c for c in cols if c is not None))
 
 
 def _check_columns(where: Path, available: Sequence[str], p: TableColumns) -> None:
@@ -299,6 +297,10 @@ def iter_sections(p: CorpusSettings, counts: Counter) -> Iterator[Section]:
                 continue
             if p.text_mode == "file":
                 yield Section(str(path), f"{path}#0", blocks)
+            elif p.text_mode == "lines":  # each line a paragraph, a blank line ends a document
+                for i, block in enumerate(blocks):
+                    key = str(path) if len(blocks) == 1 else f"{path}:{i}"
+                    yield Section(key, f"{key}#0", block.split("\n"))
             else:
                 for i, block in enumerate(blocks):
                     yield Section(f"{path}:{i}", f"{path}:{i}#0", [block])

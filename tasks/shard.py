@@ -78,11 +78,13 @@ class ShardParams(StageParams):
             " each record is its own section)."
         ),
     )
-    text_mode: Literal["file", "blank_lines"] = Field(
+    text_mode: Literal["file", "blank_lines", "lines"] = Field(
         "file",
         description=(
-            "Plain text: one document per file (file), or documents separated by blank lines "
-            "(blank_lines)."
+            "Plain text: one document per file, paragraphs separated by blank lines (file); "
+            "documents separated by blank lines (blank_lines); or one sentence or short "
+            "paragraph per line, each line a paragraph and a blank line ending a document "
+            "(lines)."
         ),
     )
     parquet_text_column: str = Field(
