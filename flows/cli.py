@@ -434,6 +434,10 @@ from ctxsim.flows.cli_plan import register as register_plan  # noqa: E402 - plan
 
 register_plan(app)
 
+from ctxsim.flows.cli_adapt import register as register_adapt  # noqa: E402 - adapt
+
+register_adapt(app)
+
 
 def main() -> None:
     try:

@@ -1,0 +1,240 @@
+"""`ctxsim adapt`: the encoder-route recipe as one command, a config underneath.
+
+The recipe is ``configs/recipes/adapt.yaml``: its stage sections are an ordinary config (the encoder
+route of docs/domain.md), its ``adapt:`` section the rules (``AdaptRules``) that size a run from
+the corpus and the budget, the same for every field. ``adapt_config`` reads the corpus's shape
+(readers/corpus_shape.py), applies the rules and returns the config as a mapping; the command
+writes it under the root (``<root>/adapt/<run id>.yaml``), so `ctxsim run --config` on that file
+reruns, resumes or plans the same run, and `inspect`, `export`, deployments work as for any run.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from ctxsim.models.errors import InputError
+from ctxsim.readers.corpus_shape import CorpusShape, detect_shape
+
+RECIPE = Path("configs/recipes/adapt.yaml")
+
+
+class AdaptRules(BaseModel):
+    """The `adapt:` section of the recipe: how sizes follow from the corpus and the budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    words_per_sentence: float = Field(
+        20.0, gt=0, description="corpus words per kept sentence (economics 21, MedQuAD 19)"
+    )
+    max_queries: int = Field(2000, ge=1, description="labelled queries of a large corpus")
+    query_share: float = Field(
+        0.25, gt=0, le=1, description="at most this share of the corpus's sentences are queries"
+    )
+    min_queries: int = Field(
+        100, ge=1, description="fewer queries than this: the corpus is refused as too small"
+    )
+    max_context_sentences: int = Field(
+        8000, ge=0, description="extra corpus sentences trained on their right context"
+    )
+    context_sentence_share: float = Field(
+        0.5, ge=0, le=1, description="at most this share of the corpus's sentences as those"
+    )
+    small_words: int = Field(
+        200_000, ge=0, description="below this many words the plan warns what a run can do"
+    )
+    cpu_s_fixed: float = Field(60.0, ge=0, description="cost model: model loads, Prefect")
+    cpu_s_per_word: float = Field(
+        2.0e-4, ge=0, description="cost model: shard, embed, pairs and label, per corpus word"
+    )
+    cpu_s_per_step: float = Field(
+        3.0, ge=0, description="cost model: one training step of the recipe's batch"
+    )
+
+
+@dataclass
+class AdaptPlan:
+    """What ``adapt_config`` decided: the shape, the sizes, the predicted cost, and why."""
+
+    shape: CorpusShape
+    queries: int
+    context_sentences: int
+    steps: int
+    cpu_s: float
+    config: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"corpus: {self.shape.describe()}",
+            f"sizes: {self.queries:,} queries x {self.pairs_per_query} pairs, "
+            f"{self.context_sentences:,} extra context sentences, {self.steps} steps",
+            f"predicted cost: {self.cpu_s / 3600:.2f} CPU-hours (this machine's cost model; "
+            "`ctxsim plan --config` on the written config pilots it)",
+        ]
+        return out + [f"note: {n}" for n in self.notes]
+
+    @property
+    def pairs_per_query(self) -> int:
+        return int(self.config["pairs"]["pairs_per_query"])
+
+
+def read_recipe(path: Path = RECIPE) -> tuple[dict[str, Any], AdaptRules]:
+    """The recipe's stage sections and its rules; a missing or bad file is one line."""
+    if not path.exists():
+        raise InputError(
+            f"recipe {path} does not exist (run from the checkout, or give --recipe PATH)"
+        )
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict) or not isinstance(raw.get("adapt"), dict):
+        raise InputError(f"{path}: a recipe needs an `adapt:` section of rules")
+    rules_raw = raw.pop("adapt")
+    try:
+        rules = AdaptRules(**rules_raw)
+    except Exception as e:  # pydantic's ValidationError, summarised
+        raise InputError(f"{path}: adapt: {str(e).splitlines()[-1].strip()}") from None
+    return raw, rules
+
+
+def sizes(
+    words: int, rules: AdaptRules, batch: int, pairs_per_query: int, budget_cpu_h: float | None
+) -> tuple[int, int, int, float, list[str]]:
+    """(queries, extra context sentences, steps, predicted CPU-s, notes) for a corpus of
+    ``words`` words: queries and context sentences are shares of the corpus's sentences up to the
+    recipe's caps; steps are one pass over the labelled pairs; a budget scales both down until
+    the cost model fits it."""
+    sentences = words / rules.words_per_sentence
+    queries = int(min(rules.max_queries, sentences * rules.query_share))
+    ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
+    notes: list[str] = []
+
+    def cost(q: int) -> tuple[int, float]:
+        steps = max(1, math.ceil(q * pairs_per_query / batch))
+        return (
+            steps,
+            rules.cpu_s_fixed + rules.cpu_s_per_word * words + rules.cpu_s_per_step * steps,
+        )
+
+    steps, cpu = cost(queries)
+    if budget_cpu_h is not None and cpu > budget_cpu_h * 3600:
+        fixed = rules.cpu_s_fixed + rules.cpu_s_per_word * words
+        left = budget_cpu_h * 3600 - fixed
+        fit = int(left / rules.cpu_s_per_step * batch / pairs_per_query) if left > 0 else 0
+        if fit < rules.min_queries:
+            raise InputError(
+                f"--budget-cpu-hours {budget_cpu_h:g}: reading and labelling this corpus alone "
+                f"costs about {fixed / 3600:.2f} CPU-hours and {rules.min_queries} queries "
+                f"(adapt.min_queries) need {cost(rules.min_queries)[1] / 3600:.2f}; raise the "
+                "budget or pass a smaller corpus"
+            )
+        notes.append(f"the budget cut queries from {queries:,} to {fit:,}")
+        ctx = int(ctx * fit / max(queries, 1))
+        queries = fit
+        steps, cpu = cost(queries)
+    if queries < rules.min_queries:
+        raise InputError(
+            f"corpus too small: about {words:,} words give {queries} queries, fewer than "
+            f"adapt.min_queries={rules.min_queries}; the recipe needs a larger corpus"
+        )
+    if words < rules.small_words:
+        notes.append(
+            f"a small corpus ({words:,} words): {queries} queries and few context units; the "
+            "labels' closed form over few units is noisy, expect a small gain and check it on "
+            "your own dev task (--eval-dir)"
+        )
+    return queries, ctx, steps, cpu, notes
+
+
+def adapt_config(
+    corpus: list[str],
+    model: str,
+    eval_dir: str | None,
+    budget_cpu_h: float | None,
+    root: str,
+    fields: dict[str, Any] | None = None,
+    recipe: Path = RECIPE,
+) -> AdaptPlan:
+    """The config `ctxsim adapt` runs: the recipe with the corpus's shape, the model and the
+    sizes the rules give (``fields``: shard settings the user named, over the detected ones)."""
+    base, rules = read_recipe(recipe)
+    shape = detect_shape(corpus)
+    cfg = copy.deepcopy(base)
+    shard = cfg.setdefault("shard", {})
+    shard.update(shape.settings)
+    shard.update(fields or {})
+    shard["paths"] = list(corpus)
+    for section, key in (("embed", "model"), ("pairs", "encoder"), ("train", "backbone")):
+        cfg.setdefault(section, {})[key] = model
+    batch = int(cfg["train"].get("batch_size", 32))
+    per_query = int(cfg["pairs"].get("pairs_per_query", 4))
+    queries, ctx, steps, cpu, notes = sizes(
+        shape.words_estimate, rules, batch, per_query, budget_cpu_h
+    )
+    if not shard.get("lead_fields"):
+        notes.append(
+            "no lead texts (question or heading fields) found: queries' lead share comes from "
+            "each section's first paragraph"
+        )
+    cfg["queries"]["n_corpus"] = queries
+    cfg["train"]["context_corpus_sentences"] = ctx
+    cfg["train"]["max_steps"] = steps
+    cfg["train"]["eval_steps"] = max(1, steps // 2)
+    cfg.setdefault("run", {})["root"] = root
+    if eval_dir is None:
+        cfg.pop("evaluate", None)
+    else:
+        cfg["evaluate"]["eval_dir"] = eval_dir
+    return AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
+
+
+def dump_config(plan: AdaptPlan, command: str) -> str:
+    """The config as YAML, headed by the command that made it."""
+    head = (
+        f"# Written by: {command}\n# The recipe of configs/recipes/adapt.yaml sized for this "
+        'corpus (docs/domain.md, "ctxsim adapt").\n'
+    )
+    return head + yaml.safe_dump(plan.config, sort_keys=False, allow_unicode=True)
+
+
+def model_problem(model: str) -> str | None:
+    """Why ``model`` cannot be the encoder adapt starts from, or None: a registered sentence
+    encoder or a sentence-transformers folder; a causal LM (the registry's GGUF models, or a
+    folder whose config names a ...ForCausalLM) is not a sentence encoder."""
+    import json
+
+    from ctxsim.models.encoders import encoder_problem
+    from ctxsim.models.registry import REGISTRY
+
+    spec = REGISTRY.get(model)
+    if spec is not None and spec.kind.startswith("gguf"):
+        return f"--model {model}: a causal language model, not a sentence encoder (minilm, mpnet)"
+    problem = encoder_problem(model)
+    if problem:
+        return f"--model: {problem}"
+    path = Path(model).expanduser()
+    if spec is None and (path / "config.json").exists():
+        arch = json.loads((path / "config.json").read_text()).get("architectures") or []
+        if any("CausalLM" in a or "ConditionalGeneration" in a for a in arch):
+            return f"--model {model}: a generative model ({arch[0]}), not a sentence encoder"
+    return None
+
+
+def eval_dir_problem(eval_dir: str) -> str | None:
+    """Why ``eval_dir`` holds no dev task, or None."""
+    from ctxsim.readers.evaluators import discover_eval_dir
+
+    path = Path(eval_dir).expanduser()
+    if not path.is_dir():
+        return f"--eval-dir {eval_dir}: no such folder"
+    if not discover_eval_dir(path):
+        return (
+            f"--eval-dir {eval_dir}: no task file under it (*.pairs.tsv, *_qa.jsonl, iSTS); "
+            "docs/evaluation.md lists the formats"
+        )
+    return None

@@ -1,0 +1,181 @@
+"""`ctxsim adapt`: sizes follow from the corpus and the budget by the recipe's rules, the config
+it writes is an ordinary one, bad input is one line before any work, and a run leaves a
+sentence-transformers model with its card (a tiny encoder and recipe here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from ctxsim.flows.adapt import AdaptRules, adapt_config, read_recipe, sizes
+from ctxsim.flows.cli import app
+from ctxsim.flows.config import load_config
+from ctxsim.models.errors import InputError
+from tests.conftest import REPO, SAMPLE
+
+RECIPE = REPO / "configs" / "recipes" / "adapt.yaml"
+
+
+def test_sizes_of_a_large_corpus_are_the_recipe_s_caps() -> None:
+    rules = read_recipe(RECIPE)[1]
+    q, ctx, steps, cpu, notes = sizes(2_600_000, rules, 32, 4, None)
+    assert (q, ctx, steps) == (2000, 8000, 250)  # the recipe measured on MedQuAD and economics
+    assert notes == [] and cpu > 0
+
+
+def test_sizes_scale_with_a_small_corpus_and_say_so() -> None:
+    rules = AdaptRules()
+    q, ctx, steps, _, notes = sizes(50_000, rules, 32, 4, None)
+    assert q == 625 and ctx == 1250 and steps == 79  # a quarter / half of ~2,500 sentences
+    assert any("small corpus" in n for n in notes)
+    with pytest.raises(InputError, match="corpus too small"):
+        sizes(5_000, rules, 32, 4, None)
+
+
+def test_a_budget_scales_queries_down_or_is_refused_in_one_line() -> None:
+    rules = AdaptRules()
+    full = sizes(2_600_000, rules, 32, 4, None)
+    fixed = rules.cpu_s_fixed + rules.cpu_s_per_word * 2_600_000
+    budget = (fixed + 0.5 * (full[3] - fixed)) / 3600  # half the training the caps would cost
+    cut = sizes(2_600_000, rules, 32, 4, budget)
+    assert cut[0] < full[0] and cut[3] <= budget * 3600 + rules.cpu_s_per_step
+    assert any("budget cut" in n for n in cut[4])
+    with pytest.raises(InputError, match="--budget-cpu-hours 0.01") as e:
+        sizes(2_600_000, rules, 32, 4, 0.01)
+    assert "\n" not in str(e.value)
+
+
+def test_the_written_config_is_an_ordinary_config(tmp_path: Path) -> None:
+    plan = adapt_config([str(SAMPLE)], "minilm", None, None, str(tmp_path / "root"))
+    shard = plan.config["shard"]
+    assert shard["doc_field"] == "book" and shard["section_field"] == "section"
+    assert shard["paths"] == [str(SAMPLE)] and "evaluate" not in plan.config
+    assert plan.config["train"]["max_steps"] == plan.steps
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(yaml.safe_dump(plan.config))
+    cfg = load_config(cfg_file)
+    assert cfg.stages["queries"].n_corpus == plan.queries
+    assert cfg.stages["label"].contextual == "encoder"
+
+
+def _corpus_words() -> list[str]:
+    return [
+        p
+        for line in SAMPLE.read_text().splitlines()
+        if line.strip()
+        for p in json.loads(line)["paragraphs"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nothing/*.jsonl"], "matches no file"),
+        ([str(SAMPLE), "--model", "smollm2-135m"], "not a sentence encoder"),
+        ([str(SAMPLE), "--model", "no/such/dir"], "neither a registered model"),
+        ([str(SAMPLE), "--eval-dir", "{tmp}/empty"], "no task file under it"),
+        ([str(SAMPLE), "--out", "{tmp}/full"], "is not empty"),
+        ([str(SAMPLE), "--budget-cpu-hours", "0.01"], "--budget-cpu-hours 0.01"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_work(tmp_path, args, message) -> None:
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x.txt").write_text("mine")
+    root = tmp_path / "root"
+    argv = ["adapt", *[a.format(tmp=tmp_path) for a in args], "--root", str(root)]
+    if "--out" not in args:
+        argv += ["--out", str(tmp_path / "model")]
+    out = CliRunner().invoke(app, argv)
+    assert out.exit_code == 2, out.output
+    assert message in out.output and len(out.output.strip().splitlines()) == 1, out.output
+    assert not root.exists() and not (tmp_path / "model").exists()
+    assert (tmp_path / "full" / "x.txt").read_text() == "mine"
+
+
+def test_dump_config_prints_the_config_and_does_nothing(tmp_path) -> None:
+    root = tmp_path / "root"
+    out = CliRunner().invoke(app, ["adapt", str(SAMPLE), "--root", str(root), "--dump-config"])
+    assert out.exit_code == 0, out.output
+    cfg = yaml.safe_load(out.output)
+    assert cfg["shard"]["paths"] == [str(SAMPLE)] and cfg["embed"]["model"] == "minilm"
+    assert out.output.startswith("# Written by: ctxsim adapt")
+    assert not root.exists()
+
+
+def _tiny_recipe(tmp_path: Path, encoder: Path) -> Path:
+    """The recipe with a tiny encoder's lengths, one shard per stage and tiny sizes."""
+    raw = yaml.safe_load(RECIPE.read_text())
+    raw["adapt"].update(max_queries=24, min_queries=5, max_context_sentences=24)
+    raw["run"].update(torch_threads=1, device="cpu", no_progress=True)
+    for section in ("shard", "queries", "embed"):
+        raw[section]["n_shards"] = 1
+    raw["embed"].update(max_seq_length=32)
+    raw["train"].update(max_seq_length=32, batch_size=8, context_width=2)
+    raw["evaluate"].update(max_seq_length=32, bootstrap_resamples=50, baselines=["backbone"])
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_adapt_leaves_a_model_with_its_card_and_reruns_from_its_config(tmp_path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from tests.tasks.tiny_encoder import build_tiny_encoder
+
+    paras = _corpus_words()
+    enc = build_tiny_encoder(paras[:120], tmp_path / "tiny-st")
+    recipe = _tiny_recipe(tmp_path, enc)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "sample_qa.jsonl").write_text(
+        "".join(
+            json.dumps({"qid": f"q{i}", "question": p.split(". ")[0], "answer": p}) + "\n"
+            for i, p in enumerate(paras[:20])
+        )
+    )
+    root, out_dir = tmp_path / "root", tmp_path / "adapted"
+    argv = [
+        "adapt",
+        str(SAMPLE),
+        "--model",
+        str(enc),
+        "--recipe",
+        str(recipe),
+        "--root",
+        str(root),
+        "--out",
+        str(out_dir),
+        "--eval-dir",
+        str(dev),
+        "--run-id",
+        "a1",
+        "--no-progress",
+    ]
+    out = CliRunner().invoke(app, argv)
+    assert out.exit_code == 0, out.output
+    assert "corpus: records with a lead text" in out.output
+    card = (out_dir / "README.md").read_text()
+    assert "| sample_qa | nDCG@10 |" in card and "adapted - downloaded [95% CI]" in card
+    assert "labelled pairs" in card and "a1" in card
+    meta = json.loads((out_dir / "ctxsim_adapt.json").read_text())
+    assert meta["run_id"] == "a1" and set(meta["fingerprints"]) >= {"embed", "label", "train"}
+    model = SentenceTransformer(str(out_dir), device="cpu")
+    assert model.encode(["a loaf of bread"]).shape == (1, 32)
+    # the written config is an ordinary one: `ctxsim run` on it reuses every stage
+    again = CliRunner().invoke(
+        app, ["run", "--config", str(root / "adapt" / "a1.yaml"), "--run-id", "a2"]
+    )
+    assert again.exit_code == 0, again.output
+    rec = json.loads((root / "runs" / "a2.json").read_text())
+    assert all(st["shards_computed"] == 0 for st in rec["stages"].values())
+    # a second adapt onto the same --out needs --overwrite, which replaces only a model it wrote
+    refused = CliRunner().invoke(app, argv[:-3] + ["--run-id", "a3"])
+    assert refused.exit_code == 2 and "is not empty" in refused.output
+    replaced = CliRunner().invoke(app, argv[:-3] + ["--run-id", "a3", "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    assert json.loads((out_dir / "ctxsim_adapt.json").read_text())["run_id"] == "a3"
