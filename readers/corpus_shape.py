@@ -48,9 +48,11 @@ _WORD = re.compile(r"\S+")
 
 @dataclass
 class CorpusShape:
-    """The answer: the shape's name, the `shard` settings that read it, the files and words."""
+    """The answer: the shape's name, the file format (found from the names, as `shard` finds
+    it: not a setting), the `shard` settings that read it, the files and words."""
 
     kind: str
+    format: str
     settings: dict[str, Any]
     files: int
     bytes: int
@@ -61,7 +63,7 @@ class CorpusShape:
     def describe(self) -> str:
         keys = ", ".join(f"{k}={v}" for k, v in self.settings.items()) or "defaults"
         return (
-            f"{self.kind}: {self.files} file(s), {self.bytes / 1e6:.1f} MB, about "
+            f"{self.kind} ({self.format}): {self.files} file(s), {self.bytes / 1e6:.1f} MB, about "
             f"{self.words_estimate:,} words; read with {keys}"
         )
 
@@ -185,11 +187,11 @@ def _text_shape(paths: list[Path]) -> tuple[str, dict[str, Any], int, int]:
             blocks_lines.append(len(lines))
             line_words += [_words(x) for x in lines]
     if not line_words:
-        return "plain documents", {"format": "text"}, read, words
+        return "plain documents", {"text_mode": "file"}, read, words
     many_lines = statistics.median(blocks_lines) >= 5
     if many_lines and statistics.median(line_words) <= LINE_WORDS:
-        return "one sentence per line", {"format": "text", "text_mode": "lines"}, read, words
-    return "plain documents", {"format": "text", "text_mode": "file"}, read, words
+        return "one sentence per line", {"text_mode": "lines"}, read, words
+    return "plain documents", {"text_mode": "file"}, read, words
 
 
 def _stored_bytes(paths: list[Path]) -> int:
@@ -239,13 +241,12 @@ def detect_shape(patterns: list[str]) -> CorpusShape:
         kind, settings, fields = _records_shape(records, sample[0])
         words = sum(_words(r.get(k)) for r in records for k in _text_keys(settings))
         estimate = int(words / max(read, 1) * _text_bytes(paths))  # words per byte read
-        settings = {"format": "jsonl", **settings}
-        return CorpusShape(kind, settings, len(paths), total, estimate, fields)
+        return CorpusShape(kind, "jsonl", settings, len(paths), total, estimate, fields)
     if fmt == "parquet":
         return _parquet_shape(paths, total)
     kind, settings, read, words = _text_shape(sample)
     estimate = int(words / max(read, 1) * _text_bytes(paths))
-    return CorpusShape(kind, settings, len(paths), total, estimate)
+    return CorpusShape(kind, "text", settings, len(paths), total, estimate)
 
 
 def _text_keys(settings: dict[str, Any]) -> list[str]:
@@ -265,7 +266,7 @@ def _parquet_shape(paths: list[Path], total: int) -> CorpusShape:
     if not records or not strings:
         raise CorpusInputError(f"{paths[0]}: no string column to read as the text")
     text = max(strings, key=lambda c: sum(_words(r[c]) for r in records))
-    settings: dict[str, Any] = {"format": "parquet", "parquet_text_column": text}
+    settings: dict[str, Any] = {"parquet_text_column": text}
     doc = _id_field(records, DOC_NAMES, {text})
     if doc:
         settings["parquet_doc_column"] = doc
@@ -275,5 +276,11 @@ def _parquet_shape(paths: list[Path], total: int) -> CorpusShape:
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
     per_row = statistics.fmean(_words(r[text]) for r in records)
     return CorpusShape(
-        "records", settings, len(paths), total, int(per_row * rows), list(table.column_names)
+        "records",
+        "parquet",
+        settings,
+        len(paths),
+        total,
+        int(per_row * rows),
+        list(table.column_names),
     )

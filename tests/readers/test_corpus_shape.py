@@ -45,7 +45,6 @@ def test_question_answer_records(tmp_path: Path) -> None:
     shape = detect_shape([str(path)])
     assert shape.kind == "records with a lead text"
     assert shape.settings == {
-        "format": "jsonl",
         "paragraphs_field": "paragraphs",
         "doc_field": "doc",
         "section_field": "section",
@@ -77,7 +76,7 @@ def test_records_with_one_text_and_no_ids(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps({"id": i, "body": _paragraph(i)}) + "\n" for i in range(30)))
     shape = detect_shape([str(path)])
     assert shape.kind == "records"
-    assert shape.settings == {"format": "jsonl", "text_field": "body", "lead_fields": []}
+    assert shape.settings == {"text_field": "body", "lead_fields": []}
     assert len(_sections([str(path)], shape.settings)) == 30
 
 
@@ -86,7 +85,7 @@ def test_plain_documents_without_sections(tmp_path: Path) -> None:
         (tmp_path / f"doc{d}.txt").write_text("\n\n".join(_paragraph(d + k) for k in range(5)))
     shape = detect_shape([str(tmp_path / "*.txt")])
     assert shape.kind == "plain documents"
-    assert shape.settings == {"format": "text", "text_mode": "file"}
+    assert shape.settings == {"text_mode": "file"} and shape.format == "text"
     secs = _sections([str(tmp_path / "*.txt")], shape.settings)
     assert len(secs) == 3 and all(len(s.paragraphs) == 5 for s in secs)
 
@@ -96,7 +95,7 @@ def test_one_sentence_per_line(tmp_path: Path) -> None:
     path.write_text("\n".join(_sentence(i) for i in range(200)) + "\n")
     shape = detect_shape([str(path)])
     assert shape.kind == "one sentence per line"
-    assert shape.settings == {"format": "text", "text_mode": "lines"}
+    assert shape.settings == {"text_mode": "lines"}
     secs = _sections([str(path)], shape.settings)
     assert len(secs) == 1 and len(secs[0].paragraphs) == 200  # each line a paragraph
     assert 200 * 12 * 0.9 < shape.words_estimate < 200 * 12 * 1.1
@@ -113,7 +112,6 @@ def test_parquet_records(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "c.parquet")
     shape = detect_shape([str(tmp_path / "c.parquet")])
     assert shape.settings == {
-        "format": "parquet",
         "parquet_text_column": "content",
         "parquet_doc_column": "doc_id",
         "parquet_section_column": "doc_id",  # a document's rows flow into each other
