@@ -71,10 +71,13 @@ class AdaptPlan:
     notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
+        """The plan as printed (sizes read from the config, so --set overrides show)."""
+        queries, train = self.config["queries"], self.config["train"]
         out = [
             f"corpus: {self.shape.describe()}",
-            f"sizes: {self.queries:,} queries x {self.pairs_per_query} pairs, "
-            f"{self.context_sentences:,} extra context sentences, {self.steps} steps",
+            f"sizes: {queries['n_corpus']:,} queries x {self.pairs_per_query} pairs, "
+            f"{train['context_corpus_sentences']:,} extra context sentences, "
+            f"{train['max_steps']} steps",
             f"predicted cost: {self.cpu_s / 3600:.2f} CPU-hours (this machine's cost model; "
             "`ctxsim plan --config` on the written config pilots it)",
         ]
@@ -83,6 +86,25 @@ class AdaptPlan:
     @property
     def pairs_per_query(self) -> int:
         return int(self.config["pairs"]["pairs_per_query"])
+
+    def override(self, overrides: list[str]) -> None:
+        """``--set SECTION.KEY=VALUE`` on the config, as `ctxsim run --set` would."""
+        from ctxsim.flows.config import _set_dotted, parse_override
+
+        for ov in overrides:
+            key, value = parse_override(ov)
+            _set_dotted(self.config, key, value, f"--set {ov}")
+
+    def check(self) -> None:
+        """Load the config as `ctxsim run` will (a ConfigError in one line otherwise)."""
+        import tempfile
+
+        from ctxsim.flows.config import load_config
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "adapt.yaml"
+            path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+            load_config(path)
 
 
 def read_recipe(path: Path = RECIPE) -> tuple[dict[str, Any], AdaptRules]:

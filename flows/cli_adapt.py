@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ctxsim.flows.adapt import RECIPE, AdaptPlan
+from ctxsim.flows.cli_options import SetOpt
 
 EXAMPLE = (
     "Example: ctxsim adapt '../shared/data/corpus/openstax_econ/*.jsonl.gz' --out "
@@ -70,6 +71,7 @@ def adapt(
         bool, typer.Option("--no-lead", help="put no field before a record's text")
     ] = False,
     recipe: Annotated[Path, typer.Option("--recipe", help="the recipe file")] = RECIPE,
+    set_: SetOpt = None,
     dump_config: Annotated[
         bool, typer.Option("--dump-config", help="print the config it would run, and stop")
     ] = False,
@@ -99,6 +101,8 @@ def adapt(
         if not dump_config:
             check_target(out, overwrite, Path(root), ADAPT_MARKER, "adapted model")
         plan = adapt_config(corpus, model, eval_dir, budget_cpu_hours, root, fields, recipe)
+        plan.override(list(set_ or []))
+        plan.check()
         if run_id is not None:
             safe_name(run_id, "run id")
     command = (

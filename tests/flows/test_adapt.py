@@ -80,6 +80,7 @@ def _corpus_words() -> list[str]:
         ([str(SAMPLE), "--eval-dir", "{tmp}/empty"], "no task file under it"),
         ([str(SAMPLE), "--out", "{tmp}/full"], "is not empty"),
         ([str(SAMPLE), "--budget-cpu-hours", "0.01"], "--budget-cpu-hours 0.01"),
+        ([str(SAMPLE), "--set", "train.lr=-1"], "train.lr"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(tmp_path, args, message) -> None:
@@ -99,10 +100,12 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, args, message) -> None:
 
 def test_dump_config_prints_the_config_and_does_nothing(tmp_path) -> None:
     root = tmp_path / "root"
-    out = CliRunner().invoke(app, ["adapt", str(SAMPLE), "--root", str(root), "--dump-config"])
+    argv = ["adapt", str(SAMPLE), "--root", str(root), "--dump-config", "--set", "train.lr=0.00002"]
+    out = CliRunner().invoke(app, argv)
     assert out.exit_code == 0, out.output
     cfg = yaml.safe_load(out.output)
     assert cfg["shard"]["paths"] == [str(SAMPLE)] and cfg["embed"]["model"] == "minilm"
+    assert cfg["train"]["lr"] == 2e-5
     assert out.output.startswith("# Written by: ctxsim adapt")
     assert not root.exists()
 
