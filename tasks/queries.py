@@ -71,6 +71,18 @@ class QueriesParams(StageParams):
             "all sentences."
         ),
     )
+    paragraph_share: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Share of the corpus queries that are whole paragraphs (its sentences joined, "
+            "paragraphs of at least two sentences) instead of sentences: pairs of mixed "
+            "granularity for the encoder route, so labels also speak of short text -> passage. "
+            "A paragraph query's sent_id is its last sentence's (its right context follows the "
+            "paragraph); None: sentences only."
+        ),
+    )
     sts_dir: str | None = Field(
         None,
         description=(
@@ -103,7 +115,7 @@ class QueriesParams(StageParams):
         ),
     )
 
-    added_defaults: ClassVar[dict[str, Any]] = {"lead_share": None}
+    added_defaults: ClassVar[dict[str, Any]] = {"lead_share": None, "paragraph_share": None}
 
 
 QUERY_SCHEMA = pa.schema(
@@ -176,7 +188,9 @@ class QueriesStage(Stage):
     def _corpus(
         self, ctx: StageContext, p: QueriesParams, rng: np.random.Generator
     ) -> tuple[list[str], list[int | None], list[str]]:
-        cols = ["sent_id", "text", "n_tokens"] + (["para_idx"] if p.lead_share is not None else [])
+        cols = ["sent_id", "text", "n_tokens"]
+        cols += ["para_idx"] if p.lead_share is not None or p.paragraph_share else []
+        cols += ["section_id"] if p.paragraph_share else []
         sents = ctx.input("shard").read_table(cols).sort_by("sent_id")
         ids = sents.column("sent_id").to_numpy()
         ntok = sents.column("n_tokens").to_numpy()
@@ -187,12 +201,15 @@ class QueriesStage(Stage):
         candidates = np.flatnonzero(ok)
         if len(candidates) == 0:
             raise InputError("queries: no corpus sentence passes the length bounds")
+        n_para = int(round(p.n_corpus * (p.paragraph_share or 0.0)))
+        paras = _paragraph_queries(sents, n_para, rng) if n_para else ([], [])
+        n_sent = p.n_corpus - len(paras[0])
         if p.lead_share is None:
-            take = rng.choice(candidates, size=min(p.n_corpus, len(candidates)), replace=False)
+            take = rng.choice(candidates, size=min(n_sent, len(candidates)), replace=False)
         else:
             lead = sents.column("para_idx").to_numpy()[candidates] == 0
-            n_lead = min(int(round(p.n_corpus * p.lead_share)), int(lead.sum()))
-            n_body = min(p.n_corpus - n_lead, int((~lead).sum()))
+            n_lead = min(int(round(n_sent * p.lead_share)), int(lead.sum()))
+            n_body = min(n_sent - n_lead, int((~lead).sum()))
             take = np.concatenate(
                 [
                     rng.choice(candidates[lead], size=n_lead, replace=False),
@@ -201,7 +218,9 @@ class QueriesStage(Stage):
             )
         take = np.sort(take)
         texts = sents.column("text").take(pa.array(take)).to_pylist()
-        return texts, [int(i) for i in ids[take]], ["corpus"] * len(take)
+        sent_ids: list[int | None] = [int(i) for i in ids[take]]
+        origins = ["corpus"] * len(take)
+        return texts + paras[0], sent_ids + paras[1], origins + ["corpus-paragraph"] * n_para
 
     def _sts(
         self, p: QueriesParams, rng: np.random.Generator
@@ -244,3 +263,26 @@ class QueriesStage(Stage):
                 pairs["subset"].append(s.subset)
                 pairs["gold"].append(float(s.gold[r]))
         return texts, [None] * len(texts), origins, pa.table(pairs, schema=GIVEN_PAIRS_SCHEMA)
+
+
+def _paragraph_queries(
+    sents: pa.Table, n: int, rng: np.random.Generator
+) -> tuple[list[str], list[int | None]]:
+    """``n`` paragraphs of at least two sentences drawn without replacement (seeded): their
+    sentences joined in order, and the sent_id of their last sentence."""
+    sec = sents.column("section_id").to_numpy()
+    para = sents.column("para_idx").to_numpy()
+    ids = sents.column("sent_id").to_numpy()
+    texts = sents.column("text").to_pylist()
+    # rows are in sent_id order, so a paragraph's sentences are consecutive rows
+    starts = np.flatnonzero(np.r_[True, (sec[1:] != sec[:-1]) | (para[1:] != para[:-1])])
+    ends = np.r_[starts[1:], len(ids)]
+    multi = np.flatnonzero(ends - starts >= 2)
+    if len(multi) < n:
+        raise InputError(
+            f"queries.paragraph_share asks for {n} paragraph queries but the corpus has "
+            f"{len(multi)} paragraphs of two sentences or more"
+        )
+    pick = np.sort(rng.choice(multi, size=n, replace=False))
+    out_texts = [" ".join(texts[starts[i] : ends[i]]) for i in pick]
+    return out_texts, [int(ids[ends[i] - 1]) for i in pick]

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.errors import InputError
 from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
 from ctxsim.tasks.contexts import ContextsParams, ContextsStage, build_contexts
 from ctxsim.tasks.shard import CorpusInputError, ShardParams, ShardStage
@@ -352,7 +353,27 @@ def test_lead_fields_put_the_question_before_its_answer_and_queries_mix_them(tmp
     assert sum(t.startswith("What causes") for t in mixed) == 5
     assert all(t.startswith("What causes") for t in queries(lead_share=1.0))
     assert not any(t.startswith("What causes") for t in queries(lead_share=0.0))
+    # paragraph queries: whole paragraphs of two sentences or more, placed at their last sentence
+    params = QueriesParams(
+        n_corpus=10, only_context_centres=False, min_tokens=3, paragraph_share=0.3, lead_share=0.5
+    )
+    art, _ = run_stage_locally(resolve_stage(QueriesStage(), params, run, store, ups))
+    q = art.read_table().to_pylist()
+    para = [r for r in q if r["origin"] == "corpus-paragraph"]
+    assert len(para) == 3 and len(q) == 10
+    ids, texts = table.column("sent_id").to_pylist(), table.column("text").to_pylist()
+    sent_text = dict(zip(ids, texts, strict=True))
+    for r in para:
+        assert r["text"].endswith("It affects the liver and the kidneys.")
+        assert r["text"].startswith("Disease ") and sent_text[r["sent_id"]] == (
+            "It affects the liver and the kidneys."
+        )
+    assert sum(r["text"].startswith("What causes") for r in q) == 4  # half of the 7 sentences
+    too_many = QueriesParams(n_corpus=11, only_context_centres=False, paragraph_share=1.0)
+    with pytest.raises(InputError, match="paragraphs of two sentences or more"):
+        run_stage_locally(resolve_stage(QueriesStage(), too_many, run, store, ups))
     # defaults leave the dumps (and so every existing fingerprint) as they were
     assert "lead_fields" not in ShardParams().model_dump()
     assert "lead_share" not in QueriesParams().model_dump()
+    assert "paragraph_share" not in QueriesParams().model_dump()
     assert "lead_fields" in ShardParams(lead_fields=["question"]).model_dump()
