@@ -116,7 +116,9 @@ class TrainStage(Stage):
         args = training_args(p, ckpt_dir, max_steps, ctx.device, ctx.run.seed, bf16, metric)
         trainer = None
         if objective.trains:
-            trainer = make_trainer(model, args, examples.data, loss, evaluator, log)
+            trainer = make_trainer(
+                model, args, examples.data, loss, evaluator, log, not ctx.run.no_progress
+            )
         before, final, resumed, train_cpu = fit(model, trainer, evaluator, ckpt_dir, log)
 
         out_dir = ctx.files_dir / "model"

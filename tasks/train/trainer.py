@@ -87,9 +87,11 @@ def training_args(
     )
 
 
-def make_trainer(model: Any, args: Any, data: Any, loss: Any, evaluator: Any, log: Any) -> Any:
+def make_trainer(
+    model: Any, args: Any, data: Any, loss: Any, evaluator: Any, log: Any, progress: bool = False
+) -> Any:
     """The trainer over ``data``: checkpoints sealed as they are saved, its log lines through
-    the stage's logger, and any ``extra_callbacks``."""
+    the stage's logger, a progress bar with ETA when ``progress``, and any ``extra_callbacks``."""
     from sentence_transformers import SentenceTransformerTrainer
 
     trainer = SentenceTransformerTrainer(
@@ -102,7 +104,41 @@ def make_trainer(model: Any, args: Any, data: Any, loss: Any, evaluator: Any, lo
     )
     keep_loss_log(trainer)
     log_through(trainer, log)
+    if progress:
+        trainer.add_callback(step_bar())
     return trainer
+
+
+def step_bar() -> Any:
+    """A trainer callback showing steps done of ``max_steps`` with an ETA (the trainer's own
+    bars are off: they print a line per update into Prefect's log); a resumed run starts the
+    bar at its checkpoint's step."""
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    class StepBar(TrainerCallback):
+        bar: Any = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.bar = tqdm(
+                total=state.max_steps,
+                initial=state.global_step,
+                desc="train",
+                unit="step",
+                mininterval=30.0,
+                disable=False,  # shown when asked (run.no_progress decides), as embed's bars
+            )
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.bar is not None:
+                self.bar.update(state.global_step - self.bar.n)
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+
+    return StepBar()
 
 
 def fit(

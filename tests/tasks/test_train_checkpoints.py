@@ -103,3 +103,22 @@ def test_a_resumed_run_logs_the_losses_an_uninterrupted_one_logs(
     assert [r["train_loss"] is not None for r in want].count(True) >= 1
     assert got == want
     assert [p.read_bytes() for p in art.parts] == [p.read_bytes() for p in clean.parts]
+
+
+def test_training_shows_a_step_bar_from_its_checkpoint_and_none_when_asked(
+    tmp_path, monkeypatch, capsys
+):
+    """`train` shows steps done of max_steps with an ETA (a resume starts at its checkpoint's
+    step); run.no_progress hides it."""
+    store, run, label, params = _setup(tmp_path)
+    _crash(store, run, label, params, monkeypatch)
+    capsys.readouterr()
+    _train(store, run, label, params)
+    err = capsys.readouterr().err
+    assert "train:" in err and "step" in err, err
+    assert f"4/{params.max_steps}" in err, err  # resumed from checkpoint-4
+    quiet_store, quiet_run, quiet_label, quiet_params = _setup(tmp_path / "quiet")
+    quiet_run = quiet_run.model_copy(update={"no_progress": True})
+    capsys.readouterr()
+    _train(quiet_store, quiet_run, quiet_label, quiet_params)
+    assert "train:" not in capsys.readouterr().err
