@@ -18,10 +18,21 @@ if TYPE_CHECKING:
 
 
 def use_bf16(p: TrainParams, device: str) -> bool:
-    """bf16 when asked for and the CUDA device supports it (never on CPU)."""
+    """bf16 when asked for and the device has it: ``bf16`` on a CUDA device that supports it,
+    ``bf16_cpu`` on a CPU whose oneDNN has bf16 kernels (AVX512-BF16 or AMX)."""
     import torch
 
-    return bool(p.bf16 and device.startswith("cuda") and torch.cuda.is_bf16_supported())
+    if device.startswith("cuda"):
+        return bool(p.bf16 and torch.cuda.is_bf16_supported())
+    return bool(p.bf16_cpu and cpu_has_bf16())
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU runs bf16 matrix products natively (oneDNN's own check)."""
+    import torch
+
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check and check())
 
 
 def dev_evaluator(dev: DevSet | None, p: TrainParams) -> tuple[Any, str | None]:

@@ -122,3 +122,16 @@ def test_training_shows_a_step_bar_from_its_checkpoint_and_none_when_asked(
     capsys.readouterr()
     _train(quiet_store, quiet_run, quiet_label, quiet_params)
     assert "train:" not in capsys.readouterr().err
+
+
+def test_bf16_on_cpu_only_when_asked_and_the_cpu_has_it(monkeypatch):
+    """train.bf16_cpu: bf16 autocast on a CPU with bf16 units; off by default and left out of
+    the fingerprint there (existing train artefacts keep theirs)."""
+    p = T.TrainParams()
+    assert "bf16_cpu" not in p.model_dump()
+    assert trainer.use_bf16(p, "cpu") is False
+    on = T.TrainParams(bf16_cpu=True)
+    monkeypatch.setattr(trainer, "cpu_has_bf16", lambda: True)
+    assert trainer.use_bf16(on, "cpu") is True
+    monkeypatch.setattr(trainer, "cpu_has_bf16", lambda: False)
+    assert trainer.use_bf16(on, "cpu") is False  # a CPU without the units: float32
