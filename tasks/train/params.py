@@ -206,7 +206,8 @@ class TrainParams(StageParams):
         description=(
             "Train in bfloat16 autocast on a CPU with bf16 units too (AVX512-BF16 / AMX): "
             "measured 2.7x fewer CPU-s per step of the encoder recipe on this machine's EPYC "
-            "(a probe of 32 x 56 tokens; the recipe measured in bench/results/adapt_recipe_two_fields.md); off: float32 on CPU as before."
+            "(a probe of 32 x 56 tokens; the recipe: bench/results/adapt_recipe_two_fields.md); "
+            "off: float32 on CPU as before."
         ),
     )
     clrcmd_temperature: float = Field(

@@ -58,12 +58,14 @@ def test_eval_sets_finds_every_format_of_a_folder_and_only_the_named_sts(tmp_pat
     dom.mkdir(parents=True)
     (dom / "x.pairs.tsv").write_text(
         "sentence1\tsentence2\tlabel\n"
-        + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in zip(PAIRS.s1, PAIRS.s2, PAIRS.labels))
+        + "".join(
+            f"{a}\t{b}\t{y}\n" for a, b, y in zip(PAIRS.s1, PAIRS.s2, PAIRS.labels, strict=True)
+        )
     )
     (dom / "y_qa.jsonl").write_text(
         "".join(
             json.dumps({"qid": f"q{i}", "question": q, "answer": a}) + "\n"
-            for i, (q, a) in enumerate(zip(QA.questions, QA.answers))
+            for i, (q, a) in enumerate(zip(QA.questions, QA.answers[:2], strict=True))
         )
     )
     sts = tmp_path / "sts" / "STSb"
@@ -71,7 +73,7 @@ def test_eval_sets_finds_every_format_of_a_folder_and_only_the_named_sts(tmp_pat
     for split in ("dev", "test"):
         (sts / f"STSb.{split}.tsv").write_text(
             "sentence1\tsentence2\tscore\n"
-            + "".join(f"{a}\t{b}\t{g}\n" for a, b, g in zip(STS.s1, STS.s2, STS.gold))
+            + "".join(f"{a}\t{b}\t{g}\n" for a, b, g in zip(STS.s1, STS.s2, STS.gold, strict=True))
         )
     got = eval_sets(tmp_path, ["STSb.dev"])
     assert [(e.format, e.primary_metric) for e in got] == [
