@@ -1,0 +1,107 @@
+"""The adapt recipe's arms on the dev tasks, paired: finished runs (``ctxsim adapt`` or ``ctxsim
+run``) named ROOT:RUN_ID, each run's trained model scored on every dev task under --eval-dir
+(the evaluators of readers/evaluators through bench/common.py), with paired bootstrap intervals
+against the encoder as downloaded and between arms (--vs A=B: the recipe against the same run
+with the `context` objective alone, with the labels alone, ...), and each run's CPU-seconds by
+stage from its manifests (and all-in from a ``/usr/bin/time -v`` file beside its log, if any).
+
+    python -m bench.bench_adapt --eval-dir ../shared/data/domain \\
+        --arm recipe=/tmp/e55/root:econ-recipe --arm context=/tmp/e55/root:econ-context \\
+        --vs recipe=context --reference minilm --name adapt_recipe_two_fields
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _record(spec: str) -> tuple[Path, dict[str, Any]]:
+    root, run_id = spec.rsplit(":", 1)
+    return Path(root), json.loads((Path(root) / "runs" / f"{run_id}.json").read_text())
+
+
+def stage_cpu(record: dict[str, Any]) -> dict[str, float]:
+    """CPU-seconds by stage from each stage artefact's manifest (reused stages included: the
+    cost of the run as if alone)."""
+    out = {}
+    for name, st in record["stages"].items():
+        manifest = json.loads((Path(st["path"]) / "_MANIFEST.json").read_text())
+        out[name] = round(float(manifest.get("stats", {}).get("cpu_seconds") or 0.0), 1)
+    return out
+
+
+def all_in_cpu(time_file: Path) -> float | None:
+    """User + system seconds of a ``/usr/bin/time -v`` file."""
+    if not time_file.exists():
+        return None
+    fields = dict(
+        line.strip().split(": ", 1) for line in time_file.read_text().splitlines() if ": " in line
+    )
+    try:
+        return float(fields["User time (seconds)"]) + float(fields["System time (seconds)"])
+    except KeyError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench.common import arm_similarities, intervals, summarise
+    from bench.harness import write_results
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--eval-dir", required=True, help="folder with domain/ dev tasks or them")
+    ap.add_argument("--arm", action="append", default=[], help="NAME=ROOT:RUN_ID")
+    ap.add_argument("--reference", action="append", default=[], help="NAME (registry) or DIR")
+    ap.add_argument("--vs", action="append", default=[], help="A=B: paired intervals of A - B")
+    ap.add_argument("--time", action="append", default=[], help="NAME=/usr/bin/time -v file")
+    ap.add_argument("--cache", default="/tmp/bench_adapt_cache")
+    ap.add_argument("--max-seq-length", type=int, default=256)
+    ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--name", default="adapt_recipe_two_fields")
+    ap.add_argument("--out-dir", default=None, help="default bench/results")
+    args = ap.parse_args(argv)
+
+    from ctxsim.models.registry import resolve_model
+    from ctxsim.readers.evaluators import discover_eval_dir
+
+    sets = [e for e in discover_eval_dir(args.eval_dir) if e.format in ("pairs", "qa")]
+    times = dict(kv.split("=", 1) for kv in args.time)
+    cache = Path(args.cache)
+    scores: dict[str, dict] = {}
+    rows, cost = [], []
+    for kv in args.reference:
+        name = kv
+        scores[name] = arm_similarities(str(resolve_model(name)), sets, cache, args.max_seq_length)
+        rows.append({"arm": name, "run": "as downloaded"} | summarise(scores[name], sets))
+    for kv in args.arm:
+        name, spec = kv.split("=", 1)
+        _, record = _record(spec)
+        model_dir = str(Path(record["stages"]["train"]["path"]) / "files" / "model")
+        scores[name] = arm_similarities(model_dir, sets, cache, args.max_seq_length)
+        rows.append({"arm": name, "run": spec} | summarise(scores[name], sets))
+        cpu = stage_cpu(record)
+        total = all_in_cpu(Path(times[name])) if name in times else None
+        cost.append({"arm": name, "all-in CPU-s": total} | cpu)
+    ci_rows = []
+    pairs = [v.split("=", 1) for v in args.vs]
+    pairs += [(a, r) for r in args.reference for a in scores if a not in args.reference]
+    for a, b in pairs:
+        ci_rows.append(
+            {"arm": a, "vs": b} | intervals(scores[a], scores[b], sets, args.resamples, 0)
+        )
+    meta = {
+        "command": "python -m bench.bench_adapt "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "eval": {ev.name: ev.describe() for ev in sets},
+        "note": "paired bootstrap 95% intervals of A - B on the same items (AP for pairs, "
+        "nDCG@10 for QA)",
+    }
+    tables = {"paired intervals": ci_rows, "cost": cost}
+    write_results(args.name, rows, meta, args.out_dir, tables)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""bench/bench_adapt.py: finished runs' trained models scored on the dev tasks with paired
+intervals against a reference and between arms, and each run's CPU by stage."""
+
+from __future__ import annotations
+
+import json
+
+from tests.bench.test_bench_evaluators import PAIRS, QA
+
+
+def _run(root, run_id, model_dir, cpu):
+    stage = root / "train" / run_id
+    stage.mkdir(parents=True)
+    (stage / "_MANIFEST.json").write_text(json.dumps({"stats": {"cpu_seconds": cpu}}))
+    (stage / "files").mkdir()
+    (stage / "files" / "model").symlink_to(model_dir, target_is_directory=True)
+    (root / "runs").mkdir(exist_ok=True)
+    rec = {"run_id": run_id, "stages": {"train": {"path": str(stage)}}}
+    (root / "runs" / f"{run_id}.json").write_text(json.dumps(rec))
+
+
+def test_arms_are_scored_and_paired_against_each_other_and_the_download(tmp_path):
+    from bench.bench_adapt import main
+    from tests.tasks.tiny_encoder import build_tiny_encoder
+
+    texts = PAIRS.s1 + PAIRS.s2 + QA.questions + QA.answers
+    a = build_tiny_encoder(texts * 5, tmp_path / "a", seed=0)
+    b = build_tiny_encoder(texts * 5, tmp_path / "b", seed=1)
+    root = tmp_path / "root"
+    _run(root, "ra", a, 12.5)
+    _run(root, "rb", b, 3.0)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "x.pairs.tsv").write_text(
+        "sentence1\tsentence2\tlabel\n"
+        + "".join(
+            f"{s}\t{t}\t{y}\n" for s, t, y in zip(PAIRS.s1, PAIRS.s2, PAIRS.labels, strict=True)
+        )
+    )
+    (dev / "y_qa.jsonl").write_text(
+        "".join(
+            json.dumps({"qid": f"q{i}", "question": q, "answer": x}) + "\n"
+            for i, (q, x) in enumerate(zip(QA.questions, QA.answers[:2], strict=True))
+        )
+    )
+    (tmp_path / "ra.time").write_text("\tUser time (seconds): 10.5\n\tSystem time (seconds): 1.5\n")
+    out = tmp_path / "out"
+    main(
+        [
+            "--eval-dir",
+            str(dev),
+            "--arm",
+            f"A={root}:ra",
+            "--arm",
+            f"B={root}:rb",
+            "--reference",
+            str(a),
+            "--vs",
+            "A=B",
+            "--time",
+            f"A={tmp_path / 'ra.time'}",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--resamples",
+            "20",
+            "--out-dir",
+            str(out),
+            "--name",
+            "t",
+        ]
+    )
+    doc = json.loads((out / "t.json").read_text())
+    rows = {r["arm"]: r for r in doc["rows"]}
+    assert set(rows) == {str(a), "A", "B"}
+    assert rows["A"]["x AP"] == rows[str(a)]["x AP"]  # the same model scores the same
+    cis = {(r["arm"], r["vs"]): r for r in doc["tables"]["paired intervals"]}
+    assert cis[("A", str(a))]["x AP"] == "+0.00 [+0.00, +0.00]"
+    assert ("A", "B") in cis and ("B", str(a)) in cis
+    cost = {r["arm"]: r for r in doc["tables"]["cost"]}
+    assert cost["A"]["all-in CPU-s"] == 12.0 and cost["A"]["train"] == 12.5
+    assert cost["B"]["all-in CPU-s"] is None
