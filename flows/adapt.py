@@ -56,6 +56,9 @@ class AdaptRules(BaseModel):
     cpu_s_per_step: float = Field(
         3.0, ge=0, description="cost model: one training step of the recipe's batch"
     )
+    cpu_s_per_dev_item: float = Field(
+        0.085, ge=0, description="cost model: one dev pair or question, three systems scored"
+    )
 
 
 @dataclass
@@ -125,29 +128,39 @@ def read_recipe(path: Path = RECIPE) -> tuple[dict[str, Any], AdaptRules]:
 
 
 def sizes(
-    words: int, rules: AdaptRules, batch: int, pairs_per_query: int, budget_cpu_h: float | None
+    words: int,
+    rules: AdaptRules,
+    batch: int,
+    pairs_per_query: int,
+    budget_cpu_h: float | None,
+    model_factor: float = 1.0,
+    dev_items: int = 0,
 ) -> tuple[int, int, int, float, list[str]]:
     """(queries, extra context sentences, steps, predicted CPU-s, notes) for a corpus of
     ``words`` words: queries and context sentences are shares of the corpus's sentences up to the
     recipe's caps; steps are one pass over the labelled pairs; a budget scales both down until
-    the cost model fits it."""
+    the cost model fits it. ``model_factor``: the encoder's cost per token against MiniLM's
+    (``model_cost_factor``); ``dev_items``: dev pairs and questions to evaluate."""
     sentences = words / rules.words_per_sentence
     queries = int(min(rules.max_queries, sentences * rules.query_share))
     ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
     notes: list[str] = []
 
+    per_step = rules.cpu_s_per_step * model_factor
+    fixed = (
+        rules.cpu_s_fixed
+        + rules.cpu_s_per_word * words * model_factor
+        + rules.cpu_s_per_dev_item * dev_items * model_factor
+    )
+
     def cost(q: int) -> tuple[int, float]:
         steps = max(1, math.ceil(q * pairs_per_query / batch))
-        return (
-            steps,
-            rules.cpu_s_fixed + rules.cpu_s_per_word * words + rules.cpu_s_per_step * steps,
-        )
+        return steps, fixed + per_step * steps
 
     steps, cpu = cost(queries)
     if budget_cpu_h is not None and cpu > budget_cpu_h * 3600:
-        fixed = rules.cpu_s_fixed + rules.cpu_s_per_word * words
         left = budget_cpu_h * 3600 - fixed
-        fit = int(left / rules.cpu_s_per_step * batch / pairs_per_query) if left > 0 else 0
+        fit = int(left / per_step * batch / pairs_per_query) if left > 0 else 0
         if fit < rules.min_queries:
             raise InputError(
                 f"--budget-cpu-hours {budget_cpu_h:g}: reading and labelling this corpus alone "
@@ -195,8 +208,14 @@ def adapt_config(
         cfg.setdefault(section, {})[key] = model
     batch = int(cfg["train"].get("batch_size", 32))
     per_query = int(cfg["pairs"].get("pairs_per_query", 4))
+    dev_items = 0
+    if eval_dir is not None:
+        from ctxsim.readers.evaluators import discover_eval_dir
+
+        dev_items = sum(len(ev) for ev in discover_eval_dir(eval_dir))
+    factor = model_cost_factor(model)
     queries, ctx, steps, cpu, notes = sizes(
-        shape.words_estimate, rules, batch, per_query, budget_cpu_h
+        shape.words_estimate, rules, batch, per_query, budget_cpu_h, factor, dev_items
     )
     if not shard.get("lead_fields"):
         notes.append(
@@ -213,6 +232,26 @@ def adapt_config(
     else:
         cfg["evaluate"]["eval_dir"] = eval_dir
     return AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
+
+
+#: MiniLM's layers x hidden size squared: the cost model's unit
+_MINILM_WORK = 6 * 384**2
+
+
+def model_cost_factor(model: str) -> float:
+    """The encoder's work per token against all-MiniLM-L6-v2's (layers x hidden^2 from its
+    config; 1.0 when it cannot be read): mpnet's is 8."""
+    import json
+
+    from ctxsim.models.registry import resolve_model
+
+    try:
+        root = Path(resolve_model(model))
+        configs = [root / "config.json", *root.glob("*/config.json")]
+        cfg = json.loads(next(c for c in configs if c.exists()).read_text())
+        return cfg["num_hidden_layers"] * cfg["hidden_size"] ** 2 / _MINILM_WORK
+    except (StopIteration, OSError, KeyError, ValueError, TypeError):
+        return 1.0
 
 
 def dump_config(plan: AdaptPlan, command: str) -> str:

@@ -182,3 +182,14 @@ def test_adapt_leaves_a_model_with_its_card_and_reruns_from_its_config(tmp_path)
     replaced = CliRunner().invoke(app, argv[:-3] + ["--run-id", "a3", "--overwrite"])
     assert replaced.exit_code == 0, replaced.output
     assert json.loads((out_dir / "ctxsim_adapt.json").read_text())["run_id"] == "a3"
+
+
+def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
+    from ctxsim.flows.adapt import model_cost_factor
+
+    rules = AdaptRules()
+    base = sizes(400_000, rules, 32, 4, None)[3]
+    assert sizes(400_000, rules, 32, 4, None, 8.0)[3] > 7 * base  # mpnet's 12 x 768^2
+    with_dev = sizes(400_000, rules, 32, 4, None, 1.0, 1000)[3]
+    assert with_dev == pytest.approx(base + 1000 * rules.cpu_s_per_dev_item)
+    assert model_cost_factor("no/such/model") == 1.0
