@@ -369,7 +369,7 @@ def _explain_encoder(
     Both sentences are encoded by the run's embed encoder, so any pair works."""
     from ctxsim.models.encoders import encode, load_encoder
     from ctxsim.product import explain_encoder as ex
-    from ctxsim.tasks.embed import SCATTER_FILE, load_scatter
+    from ctxsim.tasks.embed import SCATTER_FILE, load_scatter, use_bf16
 
     t0 = time.perf_counter()
     run_id = record["run_id"]
@@ -382,7 +382,7 @@ def _explain_encoder(
     art = arts["embed"]
     ep = _embed_encoder(record, art)
     model = load_encoder(ep.model, ep.max_seq_length, "cpu")
-    e = encode(model, [s1, s2], ep.batch_size)
+    e = encode(model, [s1, s2], ep.batch_size, bf16=use_bf16(ep, "cpu"))  # as label encoded
     a, b, cbar, label = ex.term_weights(
         e[0], e[1], load_scatter(art.files_dir / SCATTER_FILE), centred
     )

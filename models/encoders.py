@@ -212,21 +212,46 @@ def embedding_dim(model: Any) -> int:
     return int((dim_of or model.get_sentence_embedding_dimension)())
 
 
+def bf16_available(device: str) -> bool:
+    """Whether ``device`` runs bf16 matrix products natively: a CUDA device that supports it,
+    or a CPU whose oneDNN has bf16 kernels (AVX512-BF16 or AMX; oneDNN's own check)."""
+    import torch
+
+    if str(device).startswith("cuda"):
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check and check())
+
+
 def encode(
-    model: Any, texts: list[str], batch_size: int, bar: Any | None = None, block: int = 2048
+    model: Any,
+    texts: list[str],
+    batch_size: int,
+    bar: Any | None = None,
+    block: int = 2048,
+    bf16: bool = False,
 ) -> np.ndarray:
     """Unit-normalised float32 embeddings, in ``block``-sized calls so ``bar`` moves (the model
-    sorts by length within a call: a ``block`` of ``len(texts)`` is one call)."""
+    sorts by length within a call: a ``block`` of ``len(texts)`` is one call); ``bf16``: in
+    bfloat16 autocast on the model's device (only where ``bf16_available``)."""
+    import contextlib
+
+    import torch
+
+    kind = "cuda" if str(model.device).startswith("cuda") else "cpu"
+    cast = torch.autocast(kind, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     out = np.zeros((len(texts), embedding_dim(model)), np.float32)
     for lo in range(0, len(texts), max(1, block)):
         part = texts[lo : lo + max(1, block)]
-        out[lo : lo + len(part)] = model.encode(
-            part,
-            batch_size=batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
+        with cast:
+            got = model.encode(
+                part,
+                batch_size=batch_size,
+                convert_to_tensor=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        out[lo : lo + len(part)] = got.float().cpu().numpy()
         if bar is not None:
             bar.update(len(part))
     return out

@@ -24,7 +24,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,7 @@ from pydantic import Field, field_validator, model_validator
 from ctxsim.models.contextual.encoder_origin import ScatterStats
 from ctxsim.models.encoders import (
     EncoderInputError,
+    bf16_available,
     declared_limit,
     encode,
     encoder_identity,
@@ -89,6 +90,12 @@ class EmbedParams(StageParams):
         8, ge=1, description="units of fewer words (headings, list stubs) are not contexts"
     )
     batch_size: int = knob(64, ge=1, description="units per encoder batch (speed and memory only)")
+    bf16: bool = Field(
+        False,
+        description="encode in bfloat16 autocast where the device has bf16 units (a CPU with "
+        "AVX512-BF16 / AMX, or CUDA; float32 elsewhere): the units and the label stage's "
+        "sentences alike (bench/results/embed_bf16_econ.md measures speed and label agreement)",
+    )
     n_shards: int = Field(
         4,
         ge=1,
@@ -96,6 +103,9 @@ class EmbedParams(StageParams):
         description="pieces of the corpus pass, each recorded when done: a rerun after a crash "
         "encodes only the missing ones",
     )
+
+    #: keys added after the stage's first artefacts, left out of the dump at these defaults
+    added_defaults: ClassVar[dict[str, Any]] = {"bf16": False}
 
     @field_validator("model")
     @classmethod
@@ -115,6 +125,11 @@ class EmbedParams(StageParams):
         if problem:
             raise ValueError(problem)
         return self
+
+
+def use_bf16(p: EmbedParams, device: str) -> bool:
+    """bf16 when asked for and the device has the units (float32 otherwise)."""
+    return p.bf16 and bf16_available(str(device))
 
 
 def context_units(
@@ -249,7 +264,7 @@ class EmbedStage(Stage):
             n_tokens = token_counts(model, texts)
             t0 = time.perf_counter()
             with bar:
-                emb = encode(model, texts, p.batch_size, bar)
+                emb = encode(model, texts, p.batch_size, bar, bf16=use_bf16(p, ctx.device))
             seconds = time.perf_counter() - t0
         emb_path, stats_path = shard_files(ctx.files_dir, shard)
         with atomic_path(emb_path, suffix=".npy") as tmp:

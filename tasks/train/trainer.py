@@ -28,11 +28,10 @@ def use_bf16(p: TrainParams, device: str) -> bool:
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU runs bf16 matrix products natively (oneDNN's own check)."""
-    import torch
+    """Whether this CPU runs bf16 matrix products natively (models/encoders.py)."""
+    from ctxsim.models.encoders import bf16_available
 
-    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    return bool(check and check())
+    return bf16_available("cpu")
 
 
 def dev_evaluator(dev: DevSet | None, p: TrainParams) -> tuple[Any, str | None]:

@@ -158,3 +158,24 @@ def test_max_seq_length_beyond_the_model_is_refused_at_config_load(encoder):
     EmbedParams(model=str(encoder), max_seq_length=64)
     with pytest.raises(ValueError, match=r"embed\.max_seq_length=4096 is more than the 64 token"):
         EmbedParams(model=str(encoder), max_seq_length=4096)
+
+
+def test_bf16_embeds_close_to_float32_under_its_own_fingerprint(
+    spine, encoder, tmp_path, monkeypatch
+):
+    """embed.bf16: bfloat16 autocast where the device has bf16 units, float32 elsewhere; off by
+    default and out of the fingerprint there (existing embed artefacts keep theirs)."""
+    import ctxsim.tasks.embed as E
+
+    assert "bf16" not in EmbedParams().model_dump()
+    common = {"model": str(encoder), "n_shards": 1, "max_seq_length": 16}
+    p32, a32 = _run(spine, tmp_path / "fp32", **common)
+    monkeypatch.setattr(E, "bf16_available", lambda device: True)
+    p16, a16 = _run(spine, tmp_path / "bf16", **common, bf16=True)
+    assert p16.fingerprint != p32.fingerprint
+    e32, e16 = read_embeddings(a32), read_embeddings(a16)
+    assert e16.dtype == np.float32 and not np.array_equal(e16, e32)
+    assert float((e32 * e16).sum(axis=1).min()) > 0.999  # the same unit vectors, nearly
+    monkeypatch.setattr(E, "bf16_available", lambda device: False)  # a CPU without the units
+    _, plain = _run(spine, tmp_path / "no-units", **common, bf16=True)
+    assert np.array_equal(read_embeddings(plain), e32)

@@ -21,7 +21,13 @@ from ctxsim.models.contextual.encoder_origin import (
 from ctxsim.models.encoders import EncoderInputError, encode, encoder_identity, load_encoder
 from ctxsim.store.artefacts import Artefact
 from ctxsim.store.errors import InputError
-from ctxsim.tasks.embed import SCATTER_FILE, EmbedParams, load_scatter, read_embeddings
+from ctxsim.tasks.embed import (
+    SCATTER_FILE,
+    EmbedParams,
+    load_scatter,
+    read_embeddings,
+    use_bf16,
+)
 from ctxsim.tasks.label.contextual.base import (
     ContextualLabels,
     ContextualModel,
@@ -115,7 +121,8 @@ class EncoderContextual(ContextualModel):
             raise InputError(f"label: pairs name query ids without a text, e.g. {missing[:3]}")
         model = load_encoder(ep.model, ep.max_seq_length, ctx.device)
         t0 = time.perf_counter()
-        emb = encode(model, [text_of[int(q)] for q in qids], ep.batch_size)
+        texts = [text_of[int(q)] for q in qids]
+        emb = encode(model, texts, ep.batch_size, bf16=use_bf16(ep, ctx.device))
         t_encode = time.perf_counter() - t0
         e1, e2 = emb[np.searchsorted(qids, s1)], emb[np.searchsorted(qids, s2)]
         n_contexts = int(art.stats.get("contexts", art.num_rows))
