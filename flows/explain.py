@@ -367,9 +367,9 @@ def _explain_encoder(
     """explain_pair on an encoder-route run: the closed-form label as a sum over the corpus's
     context units, the units pushing it up and pulling it down most (product/explain_encoder.py).
     Both sentences are encoded by the run's embed encoder, so any pair works."""
-    from ctxsim.models.encoders import encode, load_encoder
+    from ctxsim.models.encoders import bf16_available, encode, load_encoder
     from ctxsim.product import explain_encoder as ex
-    from ctxsim.tasks.embed import SCATTER_FILE, load_scatter, use_bf16
+    from ctxsim.tasks.embed import SCATTER_FILE, load_scatter
 
     t0 = time.perf_counter()
     run_id = record["run_id"]
@@ -382,7 +382,7 @@ def _explain_encoder(
     art = arts["embed"]
     ep = _embed_encoder(record, art)
     model = load_encoder(ep.model, ep.max_seq_length, "cpu")
-    e = encode(model, [s1, s2], ep.batch_size, bf16=use_bf16(ep, "cpu"))  # as label encoded
+    e = encode(model, [s1, s2], ep.batch_size, bf16=ep.bf16 and bf16_available("cpu"))  # as label
     a, b, cbar, label = ex.term_weights(
         e[0], e[1], load_scatter(art.files_dir / SCATTER_FILE), centred
     )
