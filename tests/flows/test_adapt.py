@@ -49,12 +49,22 @@ def test_a_budget_scales_queries_down_or_is_refused_in_one_line() -> None:
     assert "\n" not in str(e.value)
 
 
-def test_the_written_config_is_an_ordinary_config(tmp_path: Path) -> None:
-    plan = adapt_config([str(SAMPLE)], "minilm", None, None, str(tmp_path / "root"))
+@pytest.fixture(scope="module")
+def tiny_st(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny sentence encoder folder: adapt checks --model exists before any work, and the
+    registered models' weights are not installed where the suite runs."""
+    from tests.tasks.tiny_encoder import build_tiny_encoder
+
+    return build_tiny_encoder(_corpus_words()[:120], tmp_path_factory.mktemp("st") / "tiny-st")
+
+
+def test_the_written_config_is_an_ordinary_config(tmp_path: Path, tiny_st: Path) -> None:
+    plan = adapt_config([str(SAMPLE)], str(tiny_st), None, None, str(tmp_path / "root"))
     shard = plan.config["shard"]
     assert shard["doc_field"] == "book" and shard["section_field"] == "section"
     assert shard["paths"] == [str(SAMPLE)] and "evaluate" not in plan.config
     assert plan.config["train"]["max_steps"] == plan.steps
+    assert plan.config["embed"]["model"] == plan.config["train"]["backbone"] == str(tiny_st)
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(yaml.safe_dump(plan.config))
     cfg = load_config(cfg_file)
@@ -83,7 +93,7 @@ def _corpus_words() -> list[str]:
         ([str(SAMPLE), "--set", "train.lr=-1"], "train.lr"),
     ],
 )
-def test_bad_input_is_one_line_before_any_work(tmp_path, args, message) -> None:
+def test_bad_input_is_one_line_before_any_work(tmp_path, tiny_st, args, message) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x.txt").write_text("mine")
@@ -91,6 +101,8 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, args, message) -> None:
     argv = ["adapt", *[a.format(tmp=tmp_path) for a in args], "--root", str(root)]
     if "--out" not in args:
         argv += ["--out", str(tmp_path / "model")]
+    if "--model" not in args:
+        argv += ["--model", str(tiny_st)]
     out = CliRunner().invoke(app, argv)
     assert out.exit_code == 2, out.output
     assert message in out.output and len(out.output.strip().splitlines()) == 1, out.output
@@ -98,13 +110,14 @@ def test_bad_input_is_one_line_before_any_work(tmp_path, args, message) -> None:
     assert (tmp_path / "full" / "x.txt").read_text() == "mine"
 
 
-def test_dump_config_prints_the_config_and_does_nothing(tmp_path) -> None:
+def test_dump_config_prints_the_config_and_does_nothing(tmp_path, tiny_st) -> None:
     root = tmp_path / "root"
-    argv = ["adapt", str(SAMPLE), "--root", str(root), "--dump-config", "--set", "train.lr=0.00002"]
+    argv = ["adapt", str(SAMPLE), "--root", str(root), "--dump-config", "--model", str(tiny_st)]
+    argv += ["--set", "train.lr=0.00002"]
     out = CliRunner().invoke(app, argv)
     assert out.exit_code == 0, out.output
     cfg = yaml.safe_load(out.output)
-    assert cfg["shard"]["paths"] == [str(SAMPLE)] and cfg["embed"]["model"] == "minilm"
+    assert cfg["shard"]["paths"] == [str(SAMPLE)] and cfg["embed"]["model"] == str(tiny_st)
     assert cfg["train"]["lr"] == 2e-5
     assert out.output.startswith("# Written by: ctxsim adapt")
     assert not root.exists()
@@ -125,13 +138,11 @@ def _tiny_recipe(tmp_path: Path, encoder: Path) -> Path:
     return path
 
 
-def test_adapt_leaves_a_model_with_its_card_and_reruns_from_its_config(tmp_path) -> None:
+def test_adapt_leaves_a_model_with_its_card_and_reruns_from_its_config(tmp_path, tiny_st) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from tests.tasks.tiny_encoder import build_tiny_encoder
-
     paras = _corpus_words()
-    enc = build_tiny_encoder(paras[:120], tmp_path / "tiny-st")
+    enc = tiny_st
     recipe = _tiny_recipe(tmp_path, enc)
     dev = tmp_path / "dev"
     dev.mkdir()
