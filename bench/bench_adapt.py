@@ -1,9 +1,10 @@
 """The adapt recipe's arms on the dev tasks, paired: finished runs (``ctxsim adapt`` or ``ctxsim
 run``) named ROOT:RUN_ID, each run's trained model scored on every dev task under --eval-dir
 (the evaluators of readers/evaluators through bench/common.py), with paired bootstrap intervals
-against the encoder as downloaded and between arms (--vs A=B: the recipe against the same run
-with the `context` objective alone, with the labels alone, ...), and each run's CPU-seconds by
-stage from its manifests (and all-in from a ``/usr/bin/time -v`` file beside its log, if any).
+against the encoder each run started from (the --reference of that name) and between arms
+(--vs A=B: the recipe against the same run with the `context` objective alone, with the labels
+alone, ...), and each run's CPU-seconds by stage from its manifests (and all-in from a
+``/usr/bin/time -v`` file beside its log, if any).
 
     python -m bench.bench_adapt --eval-dir ../shared/data/domain \\
         --arm recipe=/tmp/e55/root:econ-recipe --arm context=/tmp/e55/root:econ-context \\
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     cache = Path(args.cache)
     scores: dict[str, dict] = {}
     rows, cost = [], []
+    backbone: dict[str, str] = {}  # arm -> the model it started from (its reference)
     for kv in args.reference:
         name = kv
         scores[name] = arm_similarities(str(resolve_model(name)), sets, cache, args.max_seq_length)
@@ -81,13 +83,14 @@ def main(argv: list[str] | None = None) -> None:
         _, record = _record(spec)
         model_dir = str(Path(record["stages"]["train"]["path"]) / "files" / "model")
         scores[name] = arm_similarities(model_dir, sets, cache, args.max_seq_length)
+        backbone[name] = str(record["config"].get("train", {}).get("backbone", ""))
         rows.append({"arm": name, "run": spec} | summarise(scores[name], sets))
         cpu = stage_cpu(record)
         total = all_in_cpu(Path(times[name])) if name in times else None
         cost.append({"arm": name, "all-in CPU-s": total} | cpu)
     ci_rows = []
     pairs = [v.split("=", 1) for v in args.vs]
-    pairs += [(a, r) for r in args.reference for a in scores if a not in args.reference]
+    pairs += [(a, backbone[a]) for a in backbone if backbone[a] in args.reference]
     for a, b in pairs:
         ci_rows.append(
             {"arm": a, "vs": b} | intervals(scores[a], scores[b], sets, args.resamples, 0)

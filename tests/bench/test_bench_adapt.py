@@ -1,5 +1,5 @@
 """bench/bench_adapt.py: finished runs' trained models scored on the dev tasks with paired
-intervals against a reference and between arms, and each run's CPU by stage."""
+intervals against the model each started from and between arms, and each run's CPU by stage."""
 
 from __future__ import annotations
 
@@ -8,18 +8,22 @@ import json
 from tests.bench.test_bench_evaluators import PAIRS, QA
 
 
-def _run(root, run_id, model_dir, cpu):
+def _run(root, run_id, model_dir, cpu, backbone):
     stage = root / "train" / run_id
     stage.mkdir(parents=True)
     (stage / "_MANIFEST.json").write_text(json.dumps({"stats": {"cpu_seconds": cpu}}))
     (stage / "files").mkdir()
     (stage / "files" / "model").symlink_to(model_dir, target_is_directory=True)
     (root / "runs").mkdir(exist_ok=True)
-    rec = {"run_id": run_id, "stages": {"train": {"path": str(stage)}}}
+    rec = {
+        "run_id": run_id,
+        "config": {"train": {"backbone": str(backbone)}},
+        "stages": {"train": {"path": str(stage)}},
+    }
     (root / "runs" / f"{run_id}.json").write_text(json.dumps(rec))
 
 
-def test_arms_are_scored_and_paired_against_each_other_and_the_download(tmp_path):
+def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_path):
     from bench.bench_adapt import main
     from tests.tasks.tiny_encoder import build_tiny_encoder
 
@@ -27,8 +31,8 @@ def test_arms_are_scored_and_paired_against_each_other_and_the_download(tmp_path
     a = build_tiny_encoder(texts * 5, tmp_path / "a", seed=0)
     b = build_tiny_encoder(texts * 5, tmp_path / "b", seed=1)
     root = tmp_path / "root"
-    _run(root, "ra", a, 12.5)
-    _run(root, "rb", b, 3.0)
+    _run(root, "ra", a, 12.5, a)
+    _run(root, "rb", b, 3.0, b)  # started from b, which is no --reference
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "x.pairs.tsv").write_text(
@@ -75,7 +79,7 @@ def test_arms_are_scored_and_paired_against_each_other_and_the_download(tmp_path
     assert rows["A"]["x AP"] == rows[str(a)]["x AP"]  # the same model scores the same
     cis = {(r["arm"], r["vs"]): r for r in doc["tables"]["paired intervals"]}
     assert cis[("A", str(a))]["x AP"] == "+0.00 [+0.00, +0.00]"
-    assert ("A", "B") in cis and ("B", str(a)) in cis
+    assert ("A", "B") in cis and ("B", str(a)) not in cis  # an arm meets its own backbone only
     cost = {r["arm"]: r for r in doc["tables"]["cost"]}
     assert cost["A"]["all-in CPU-s"] == 12.0 and cost["A"]["train"] == 12.5
     assert cost["B"]["all-in CPU-s"] is None
