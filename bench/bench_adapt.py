@@ -3,8 +3,9 @@ run``) named ROOT:RUN_ID, each run's trained model scored on every dev task unde
 (the evaluators of readers/evaluators through bench/common.py), with paired bootstrap intervals
 against the encoder each run started from (the --reference of that name) and between arms
 (--vs A=B: the recipe against the same run with the `context` objective alone, with the labels
-alone, ...), and each run's CPU-seconds by stage from its manifests (and all-in from a
-``/usr/bin/time -v`` file beside its log, if any).
+alone, ...), each run's CPU-seconds by stage from its manifests (and all-in from a
+``/usr/bin/time -v`` file beside its log, if any), and how far two arms' labels agree
+(--agree A=B: Spearman on the pairs both labelled).
 
     python -m bench.bench_adapt --eval-dir ../shared/data/domain \\
         --arm recipe=/tmp/e55/root:econ-recipe --arm context=/tmp/e55/root:econ-context \\
@@ -48,6 +49,30 @@ def all_in_cpu(time_file: Path) -> float | None:
         return None
 
 
+def label_agreement(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Spearman (x100) and the largest gap between two runs' labels on the pairs both labelled
+    (by pair_id): whether a cheaper setting (bf16 embeddings, ...) changes what train learns."""
+    import numpy as np
+    import pyarrow.dataset as ds
+    from scipy.stats import spearmanr
+
+    def labels(record: dict[str, Any]) -> dict[str, float]:
+        table = ds.dataset(record["stages"]["label"]["path"], format="parquet").to_table(
+            columns=["pair_id", "label"]
+        )
+        return dict(zip(table["pair_id"].to_pylist(), table["label"].to_pylist(), strict=True))
+
+    la, lb = labels(a), labels(b)
+    both = sorted(la.keys() & lb.keys())
+    x, y = np.array([la[k] for k in both]), np.array([lb[k] for k in both])
+    rho = float(spearmanr(x, y)[0]) if len(both) > 1 else float("nan")
+    return {
+        "pairs in both": len(both),
+        "label Spearman x100": round(100 * rho, 4),
+        "max |label gap|": round(float(np.abs(x - y).max()), 5) if both else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     from bench.common import arm_similarities, intervals, summarise
     from bench.harness import write_results
@@ -58,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reference", action="append", default=[], help="NAME (registry) or DIR")
     ap.add_argument("--vs", action="append", default=[], help="A=B: paired intervals of A - B")
     ap.add_argument("--time", action="append", default=[], help="NAME=/usr/bin/time -v file")
+    ap.add_argument("--agree", action="append", default=[], help="A=B: label agreement of A, B")
     ap.add_argument("--cache", default="/tmp/bench_adapt_cache")
     ap.add_argument("--max-seq-length", type=int, default=256)
     ap.add_argument("--resamples", type=int, default=1000)
@@ -74,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     scores: dict[str, dict] = {}
     rows, cost = [], []
     backbone: dict[str, str] = {}  # arm -> the model it started from (its reference)
+    records: dict[str, dict[str, Any]] = {}
     for kv in args.reference:
         name = kv
         scores[name] = arm_similarities(str(resolve_model(name)), sets, cache, args.max_seq_length)
@@ -81,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     for kv in args.arm:
         name, spec = kv.split("=", 1)
         _, record = _record(spec)
+        records[name] = record
         model_dir = str(Path(record["stages"]["train"]["path"]) / "files" / "model")
         scores[name] = arm_similarities(model_dir, sets, cache, args.max_seq_length)
         backbone[name] = str(record["config"].get("train", {}).get("backbone", ""))
@@ -102,7 +130,11 @@ def main(argv: list[str] | None = None) -> None:
         "note": "paired bootstrap 95% intervals of A - B on the same items (AP for pairs, "
         "nDCG@10 for QA)",
     }
-    tables = {"paired intervals": ci_rows, "cost": cost}
+    agree = [
+        {"arm": a, "vs": b} | label_agreement(records[a], records[b])
+        for a, b in (v.split("=", 1) for v in args.agree)
+    ]
+    tables = {"paired intervals": ci_rows, "cost": cost, "label agreement": agree}
     write_results(args.name, rows, meta, args.out_dir, tables)
 
 

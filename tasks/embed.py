@@ -94,7 +94,7 @@ class EmbedParams(StageParams):
         False,
         description="encode in bfloat16 autocast where the device has bf16 units (a CPU with "
         "AVX512-BF16 / AMX, or CUDA; float32 elsewhere): the units and the label stage's "
-        "sentences alike (bench/results/embed_bf16_econ.md measures speed and label agreement)",
+        "sentences alike (bench/results/adapt_recipe_two_fields.md: speed, label agreement)",
     )
     n_shards: int = Field(
         4,

@@ -8,7 +8,17 @@ import json
 from tests.bench.test_bench_evaluators import PAIRS, QA
 
 
-def _run(root, run_id, model_dir, cpu, backbone):
+def _run(root, run_id, model_dir, cpu, backbone, labels):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    label_dir = root / "label" / run_id
+    label_dir.mkdir(parents=True)
+    pq.write_table(
+        pa.table({"pair_id": list(range(len(labels))), "label": labels}),
+        label_dir / "part-00000.parquet",
+    )
+    (label_dir / "_MANIFEST.json").write_text(json.dumps({"stats": {"cpu_seconds": 1.0}}))
     stage = root / "train" / run_id
     stage.mkdir(parents=True)
     (stage / "_MANIFEST.json").write_text(json.dumps({"stats": {"cpu_seconds": cpu}}))
@@ -18,7 +28,7 @@ def _run(root, run_id, model_dir, cpu, backbone):
     rec = {
         "run_id": run_id,
         "config": {"train": {"backbone": str(backbone)}},
-        "stages": {"train": {"path": str(stage)}},
+        "stages": {"train": {"path": str(stage)}, "label": {"path": str(label_dir)}},
     }
     (root / "runs" / f"{run_id}.json").write_text(json.dumps(rec))
 
@@ -31,8 +41,8 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     a = build_tiny_encoder(texts * 5, tmp_path / "a", seed=0)
     b = build_tiny_encoder(texts * 5, tmp_path / "b", seed=1)
     root = tmp_path / "root"
-    _run(root, "ra", a, 12.5, a)
-    _run(root, "rb", b, 3.0, b)  # started from b, which is no --reference
+    _run(root, "ra", a, 12.5, a, [0.1, 0.5, 0.9, 0.3])
+    _run(root, "rb", b, 3.0, b, [0.2, 0.6, 0.8, 0.4])  # started from b, which is no --reference
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "x.pairs.tsv").write_text(
@@ -61,6 +71,8 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
             str(a),
             "--vs",
             "A=B",
+            "--agree",
+            "A=B",
             "--time",
             f"A={tmp_path / 'ra.time'}",
             "--cache",
@@ -83,3 +95,6 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     cost = {r["arm"]: r for r in doc["tables"]["cost"]}
     assert cost["A"]["all-in CPU-s"] == 12.0 and cost["A"]["train"] == 12.5
     assert cost["B"]["all-in CPU-s"] is None
+    agree = doc["tables"]["label agreement"][0]
+    assert agree["pairs in both"] == 4 and agree["label Spearman x100"] == 100.0
+    assert agree["max |label gap|"] == 0.1
