@@ -59,6 +59,13 @@ class AdaptRules(BaseModel):
     cpu_s_per_dev_item: float = Field(
         0.085, ge=0, description="cost model: one dev pair or question, three systems scored"
     )
+    cpu_bf16_factor: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="cost model: per-word and per-step costs times this where embed and train "
+        "run in bf16 (embed.bf16, train.bf16_cpu on a CPU with bf16 units)",
+    )
 
 
 @dataclass
@@ -135,21 +142,24 @@ def sizes(
     budget_cpu_h: float | None,
     model_factor: float = 1.0,
     dev_items: int = 0,
+    bf16: bool = False,
 ) -> tuple[int, int, int, float, list[str]]:
     """(queries, extra context sentences, steps, predicted CPU-s, notes) for a corpus of
     ``words`` words: queries and context sentences are shares of the corpus's sentences up to the
     recipe's caps; steps are one pass over the labelled pairs; a budget scales both down until
     the cost model fits it. ``model_factor``: the encoder's cost per token against MiniLM's
-    (``model_cost_factor``); ``dev_items``: dev pairs and questions to evaluate."""
+    (``model_cost_factor``); ``dev_items``: dev pairs and questions to evaluate; ``bf16``:
+    embed and train run in bf16 (``rules.cpu_bf16_factor``)."""
     sentences = words / rules.words_per_sentence
     queries = int(min(rules.max_queries, sentences * rules.query_share))
     ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
     notes: list[str] = []
 
-    per_step = rules.cpu_s_per_step * model_factor
+    speed = rules.cpu_bf16_factor if bf16 else 1.0
+    per_step = rules.cpu_s_per_step * model_factor * speed
     fixed = (
         rules.cpu_s_fixed
-        + rules.cpu_s_per_word * words * model_factor
+        + rules.cpu_s_per_word * words * model_factor * speed
         + rules.cpu_s_per_dev_item * dev_items * model_factor
     )
 
@@ -215,7 +225,7 @@ def adapt_config(
         dev_items = sum(len(ev) for ev in discover_eval_dir(eval_dir))
     factor = model_cost_factor(model)
     queries, ctx, steps, cpu, notes = sizes(
-        shape.words_estimate, rules, batch, per_query, budget_cpu_h, factor, dev_items
+        shape.words_estimate, rules, batch, per_query, budget_cpu_h, factor, dev_items, _bf16(cfg)
     )
     if not shard.get("lead_fields"):
         notes.append(
@@ -232,6 +242,15 @@ def adapt_config(
     else:
         cfg["evaluate"]["eval_dir"] = eval_dir
     return AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
+
+
+def _bf16(cfg: dict[str, Any]) -> bool:
+    """Whether the config's embed and train run in bf16 on this machine's CPU (the cost model
+    counts CPU-seconds: a CUDA device is not priced)."""
+    from ctxsim.models.encoders import bf16_available
+
+    wanted = cfg.get("embed", {}).get("bf16") and cfg.get("train", {}).get("bf16_cpu")
+    return bool(wanted and bf16_available("cpu"))
 
 
 #: MiniLM's layers x hidden size squared: the cost model's unit

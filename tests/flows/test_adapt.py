@@ -204,3 +204,9 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
     with_dev = sizes(400_000, rules, 32, 4, None, 1.0, 1000)[3]
     assert with_dev == pytest.approx(base + 1000 * rules.cpu_s_per_dev_item)
     assert model_cost_factor("no/such/model") == 1.0
+    half = AdaptRules(cpu_bf16_factor=0.5)
+    fp32, bf16 = (
+        sizes(400_000, half, 32, 4, None)[3],
+        sizes(400_000, half, 32, 4, None, bf16=True)[3],
+    )
+    assert bf16 == pytest.approx(half.cpu_s_fixed + 0.5 * (fp32 - half.cpu_s_fixed))
