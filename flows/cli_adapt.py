@@ -85,26 +85,13 @@ def adapt(
     label -> train (-> evaluate with --eval-dir), and write a sentence-transformers model with
     its card to --out. The config it runs is written under the root and printed by
     --dump-config, so resume, inspect, export and deployments work as for any run."""
-    from ctxsim.flows.adapt import adapt_config, eval_dir_problem, model_problem
     from ctxsim.flows.adapt import dump_config as render
-    from ctxsim.flows.cli_errors import user_errors
-    from ctxsim.models.errors import InputError
-    from ctxsim.product.export_target import check_target
-    from ctxsim.store.artefacts import safe_name
 
     out = out or Path(f"adapted-{Path(model).name}")
     fields = _fields(text_field, doc_field, section_field, lead_field, no_lead)
-    with user_errors(2):  # every check before any work
-        for problem in (model_problem(model), eval_dir and eval_dir_problem(eval_dir)):
-            if problem:
-                raise InputError(problem)
-        if not dump_config:
-            check_target(out, overwrite, Path(root), ADAPT_MARKER, "adapted model")
-        plan = adapt_config(corpus, model, eval_dir, budget_cpu_hours, root, fields, recipe)
-        plan.override(list(set_ or []))
-        plan.check()
-        if run_id is not None:
-            safe_name(run_id, "run id")
+    target = None if dump_config else (out, overwrite)
+    plan = _checked_plan(corpus, model, eval_dir, budget_cpu_hours, root, fields, recipe, set_)
+    _check_rest(target, root, run_id)
     command = (
         shlex.join(["ctxsim", "adapt", *sys.argv[2:]])
         if sys.argv[1:2] == ["adapt"]
@@ -126,6 +113,45 @@ def adapt(
     typer.echo(f"config: {config_path}")
     _run(config_path, rid, eval_dir is not None, no_progress)
     _write_model(plan, model, out, overwrite, Path(root), rid, config_path, command)
+
+
+def _checked_plan(
+    corpus: list[str],
+    model: str,
+    eval_dir: str | None,
+    budget_cpu_hours: float | None,
+    root: str,
+    fields: dict[str, Any],
+    recipe: Path,
+    set_: list[str] | None,
+) -> AdaptPlan:
+    """The plan, after every check of the model, the eval dir, the corpus, the budget and the
+    --set overrides: bad input is one line (exit 2) before any work."""
+    from ctxsim.flows.adapt import adapt_config, eval_dir_problem, model_problem
+    from ctxsim.flows.cli_errors import user_errors
+    from ctxsim.models.errors import InputError
+
+    with user_errors(2):
+        for problem in (model_problem(model), eval_dir and eval_dir_problem(eval_dir)):
+            if problem:
+                raise InputError(problem)
+        plan = adapt_config(corpus, model, eval_dir, budget_cpu_hours, root, fields, recipe)
+        plan.override(list(set_ or []))
+        plan.check()
+    return plan
+
+
+def _check_rest(target: tuple[Path, bool] | None, root: str, run_id: str | None) -> None:
+    """--out (unless only the config is printed) and --run-id, before any work."""
+    from ctxsim.flows.cli_errors import user_errors
+    from ctxsim.product.export_target import check_target
+    from ctxsim.store.artefacts import safe_name
+
+    with user_errors(2):
+        if target is not None:
+            check_target(target[0], target[1], Path(root), ADAPT_MARKER, "adapted model")
+        if run_id is not None:
+            safe_name(run_id, "run id")
 
 
 def _fields(

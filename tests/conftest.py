@@ -21,6 +21,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
+# Prefect reads its settings once, at import: the in-process runs of CliRunner tests get the
+# CLI's startup timeout only if it is set before (its default of 20 s fails on a loaded machine)
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
 # One ephemeral Prefect database for the whole session: its migrations run once, not per test.
 # Removed when the session ends (one per run had piled up in /tmp).
 if not os.environ.get("PREFECT_API_URL") and "PREFECT_HOME" not in os.environ:
