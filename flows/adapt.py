@@ -227,10 +227,11 @@ def adapt_config(
     queries, ctx, steps, cpu, notes = sizes(
         shape.words_estimate, rules, batch, per_query, budget_cpu_h, factor, dev_items, _bf16(cfg)
     )
+    notes = shape.notes + notes
     if not shard.get("lead_fields"):
         notes.append(
-            "no lead texts (question or heading fields) found: queries' lead share comes from "
-            "each section's first paragraph"
+            "no lead texts (question fields) put before the text: queries' lead share comes "
+            "from each section's first paragraph"
         )
     cfg["queries"]["n_corpus"] = queries
     cfg["train"]["context_corpus_sentences"] = ctx

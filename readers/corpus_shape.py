@@ -1,13 +1,14 @@
 """What a corpus looks like, read from a sample before any work: its format, which fields hold
-the text, the documents, the sections and the lead texts (a question or heading put before its
-text), and about how many words it has. `ctxsim adapt` turns the answer into `shard` settings,
+the text, the documents, the sections and the lead texts (a question put before its text), and
+about how many words it has. `ctxsim adapt` turns the answer into `shard` settings,
 so a user names no field when the shape can be recognised.
 
 Shapes recognised (each with a fixture in tests/readers/test_corpus_shape.py):
 
 - **records with a lead text**: JSON Lines / Parquet records whose text (``paragraphs`` or
-  ``text``) follows a short field named like a question or heading (``LEAD_NAMES``): the lead is
-  put before its text, so its right context is its own text;
+  ``text``) follows a short field named like a question (``LEAD_NAMES``): the lead is put before
+  its text, so its right context is its own text (a heading field, ``HEADING_NAMES``, is named in
+  a note but not put before the text unless asked);
 - **records**: JSON Lines / Parquet records with a text and perhaps document and section ids;
 - **plain documents**: text files, paragraphs separated by blank lines, one document per file;
 - **one sentence per line**: text files without blank lines between short lines: each line a
@@ -35,8 +36,12 @@ from ctxsim.readers.corpus import CorpusInputError, detect_format, expand_paths,
 SAMPLE_FILES = 8
 SAMPLE_RECORDS = 200
 SAMPLE_BYTES = 1 << 20
-#: field names read as a lead text, by preference (the first one present that varies per record)
-LEAD_NAMES = ("question", "query", "heading", "header", "subject", "title")
+#: field names read as a lead text, by preference (the first one present that varies per
+#: record): a question the record's text answers, put before it
+LEAD_NAMES = ("question", "query")
+#: field names read as a heading: found and named, but not put before the text (a heading as the
+#: lead measured below no lead on the economics dev task: docs/domain.md); --lead-field puts it
+HEADING_NAMES = ("heading", "header", "subject", "title")
 #: field names read as the document id, then as the section id, by preference
 DOC_NAMES = ("doc", "doc_id", "document", "document_id", "url", "source_id", "book")
 SECTION_NAMES = ("section", "section_id", "chapter", "part")
@@ -127,10 +132,12 @@ def _id_field(records: list[dict], names: tuple[str, ...], skip: set[str]) -> st
     return next((n for n in names if n not in skip and all(n in r for r in records)), None)
 
 
-def _lead_field(records: list[dict], text_words: float, skip: set[str]) -> str | None:
-    """The first of ``LEAD_NAMES`` that most records have as a short string (fewer words than
-    a fifth of the text) and that varies between records of one document."""
-    for name in LEAD_NAMES:
+def _lead_field(
+    records: list[dict], text_words: float, skip: set[str], names: tuple[str, ...] = LEAD_NAMES
+) -> str | None:
+    """The first of ``names`` that most records have as a short string (fewer words than a
+    fifth of the text) and that varies between records of one document."""
+    for name in names:
         if name in skip:
             continue
         values = [r.get(name) for r in records]
@@ -146,7 +153,9 @@ def _lead_field(records: list[dict], text_words: float, skip: set[str]) -> str |
     return None
 
 
-def _records_shape(records: list[dict], where: Path) -> tuple[str, dict[str, Any], list[str]]:
+def _records_shape(
+    records: list[dict], where: Path
+) -> tuple[str, dict[str, Any], list[str], list[str]]:
     text = _text_field(records)
     if text is None:
         raise CorpusInputError(
@@ -169,7 +178,14 @@ def _records_shape(records: list[dict], where: Path) -> tuple[str, dict[str, Any
     lead = _lead_field(records, text_words, used)
     settings["lead_fields"] = [lead] if lead else []
     fields = sorted({k for r in records for k in r})
-    return ("records with a lead text" if lead else "records"), settings, fields
+    notes = []
+    heading = None if lead else _lead_field(records, text_words, used, HEADING_NAMES)
+    if heading:
+        notes.append(
+            f"field {heading!r} reads as a heading: not put before the text (no gain measured "
+            f"from a heading lead); --lead-field {heading} puts it"
+        )
+    return ("records with a lead text" if lead else "records"), settings, fields, notes
 
 
 def _text_shape(paths: list[Path]) -> tuple[str, dict[str, Any], int, int]:
@@ -238,10 +254,10 @@ def detect_shape(patterns: list[str]) -> CorpusShape:
             read += n
         if not records:
             raise CorpusInputError(f"corpus: no JSON object in {sample[0]}")
-        kind, settings, fields = _records_shape(records, sample[0])
+        kind, settings, fields, notes = _records_shape(records, sample[0])
         words = sum(_words(r.get(k)) for r in records for k in _text_keys(settings))
         estimate = int(words / max(read, 1) * _text_bytes(paths))  # words per byte read
-        return CorpusShape(kind, "jsonl", settings, len(paths), total, estimate, fields)
+        return CorpusShape(kind, "jsonl", settings, len(paths), total, estimate, fields, notes)
     if fmt == "parquet":
         return _parquet_shape(paths, total)
     kind, settings, read, words = _text_shape(sample)

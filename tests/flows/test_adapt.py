@@ -172,7 +172,8 @@ def test_adapt_leaves_a_model_with_its_card_and_reruns_from_its_config(tmp_path,
     ]
     out = CliRunner().invoke(app, argv)
     assert out.exit_code == 0, out.output
-    assert "corpus: records with a lead text" in out.output
+    assert "corpus: records (jsonl)" in out.output
+    assert "note: field 'title' reads as a heading" in out.output
     card = (out_dir / "README.md").read_text()
     assert "| sample_qa | nDCG@10 |" in card and "adapted - downloaded [95% CI]" in card
     assert "labelled pairs" in card and "a1" in card

@@ -55,7 +55,7 @@ def test_question_answer_records(tmp_path: Path) -> None:
     assert 60 * 105 * 0.8 < shape.words_estimate < 60 * 105 * 1.25  # 5 + 2 x 48 words each
 
 
-def test_textbook_records_take_the_heading_not_the_shared_title(tmp_path: Path) -> None:
+def test_textbook_records_name_the_heading_but_do_not_lead_with_it(tmp_path: Path) -> None:
     path = tmp_path / "book.jsonl"
     with open(path, "w") as f:
         for i in range(40):
@@ -68,7 +68,10 @@ def test_textbook_records_take_the_heading_not_the_shared_title(tmp_path: Path) 
             }
             f.write(json.dumps(rec) + "\n")
     shape = detect_shape([str(path)])
-    assert shape.settings["lead_fields"] == ["heading"]
+    assert shape.kind == "records" and shape.settings["lead_fields"] == []
+    # the varying heading is found (not the shared title), named, and left for --lead-field
+    assert len(shape.notes) == 1 and "'heading'" in shape.notes[0]
+    assert "--lead-field heading" in shape.notes[0]
 
 
 def test_records_with_one_text_and_no_ids(tmp_path: Path) -> None:
