@@ -17,9 +17,10 @@ def dev_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per dev task of an evaluate results.json: the download (``backbone``), the
     adapted model (``surrogate``), TF-IDF, and the paired interval adapted minus download."""
     rows = []
-    boot = results.get("bootstrap", {})
+    domain = results.get("domain", {})
+    boot = domain.get("bootstrap", {})  # the dev tasks' intervals (the top level's are STS's)
     for section, (metric, label) in PRIMARY.items():
-        for name, systems in sorted(results.get("domain", {}).get(section, {}).items()):
+        for name, systems in sorted(domain.get(section, {}).items()):
             ci = boot.get(f"{section}.{name}.{metric}.surrogate-vs-backbone")
             rows.append(
                 {

@@ -176,6 +176,9 @@ def test_adapt_leaves_a_model_with_its_card_and_reruns_from_its_config(tmp_path,
     assert "note: field 'title' reads as a heading" in out.output
     card = (out_dir / "README.md").read_text()
     assert "| sample_qa | nDCG@10 |" in card and "adapted - downloaded [95% CI]" in card
+    row = next(line for line in card.splitlines() if line.startswith("| sample_qa |"))
+    assert row.count("[") == 1 and row.count(", ") == 1, row  # the paired interval is shown
+    assert "sample_qa nDCG@10:" in out.output and " [" in out.output.split("sample_qa nDCG@10:")[1]
     assert "labelled pairs" in card and "a1" in card
     meta = json.loads((out_dir / "ctxsim_adapt.json").read_text())
     assert meta["run_id"] == "a1" and set(meta["fingerprints"]) >= {"embed", "label", "train"}
