@@ -57,9 +57,8 @@ def label_agreement(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     from scipy.stats import spearmanr
 
     def labels(record: dict[str, Any]) -> dict[str, float]:
-        table = ds.dataset(record["stages"]["label"]["path"], format="parquet").to_table(
-            columns=["pair_id", "label"]
-        )
+        parts = sorted(Path(record["stages"]["label"]["path"]).glob("part-*.parquet"))
+        table = ds.dataset(parts, format="parquet").to_table(columns=["pair_id", "label"])
         return dict(zip(table["pair_id"].to_pylist(), table["label"].to_pylist(), strict=True))
 
     la, lb = labels(a), labels(b)

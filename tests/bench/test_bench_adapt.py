@@ -19,6 +19,8 @@ def _run(root, run_id, model_dir, cpu, backbone, labels):
         label_dir / "part-00000.parquet",
     )
     (label_dir / "_MANIFEST.json").write_text(json.dumps({"stats": {"cpu_seconds": 1.0}}))
+    (label_dir / "files").mkdir()  # as a real label artefact: not parts
+    (label_dir / "files" / "diagnostics.json").write_text("{}")
     stage = root / "train" / run_id
     stage.mkdir(parents=True)
     (stage / "_MANIFEST.json").write_text(json.dumps({"stats": {"cpu_seconds": cpu}}))
