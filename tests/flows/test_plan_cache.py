@@ -157,3 +157,21 @@ def test_a_fixed_step_train_is_piloted_for_a_few_steps_and_scaled_by_steps() -> 
     view = PilotView({"train": measure}, cfg.stages, 1.0, 1, 1, 8, 1.0, 0.0)
     model = load_stage("train").cost_model(cfg.stages["train"])
     assert (model.basis("train"), *model.units("train", view)) == ("optimizer steps", 20.0, 200.0)
+
+
+def test_warm_imports_load_every_library_a_stage_would_charge_to_its_pilot() -> None:
+    """A library imported first inside a pilot stage is charged to it (memory and CPU) and then
+    scaled with the corpus: the plan imports them before measuring anything."""
+    import subprocess
+    import sys
+
+    from ctxsim.flows.plan_measure import WARM_MODULES
+
+    code = (
+        "import sys; from ctxsim.flows.plan_measure import warm_imports, WARM_MODULES; "
+        "assert not any(m in sys.modules for m in ('sentence_transformers',)); warm_imports(); "
+        "print(','.join(m for m in WARM_MODULES if m not in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""  # every module imported
+    assert "sentence_transformers" in WARM_MODULES  # embed's encoder library
