@@ -29,11 +29,17 @@ def _record(spec: str) -> tuple[Path, dict[str, Any]]:
 def stage_cpu(record: dict[str, Any]) -> dict[str, float]:
     """CPU-seconds by stage from each stage artefact's manifest (reused stages included: the
     cost of the run as if alone)."""
-    out = {}
-    for name, st in record["stages"].items():
-        manifest = json.loads((Path(st["path"]) / "_MANIFEST.json").read_text())
-        out[name] = round(float(manifest.get("stats", {}).get("cpu_seconds") or 0.0), 1)
-    return out
+    return {name: round(_artefact(record, name).cpu_seconds or 0.0, 1) for name in record["stages"]}
+
+
+def _artefact(record: dict[str, Any], stage: str) -> Any:
+    """The run's ``stage`` artefact, read through the store's own type (its manifest's parts)."""
+    from ctxsim.store.artefacts import Artefact
+
+    st = record["stages"][stage]
+    path = Path(st["path"])
+    manifest = json.loads((path / "_MANIFEST.json").read_text())
+    return Artefact(stage, str(st.get("fingerprint", path.name)), path, manifest)
 
 
 def all_in_cpu(time_file: Path) -> float | None:
@@ -53,12 +59,10 @@ def label_agreement(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Spearman (x100) and the largest gap between two runs' labels on the pairs both labelled
     (by pair_id): whether a cheaper setting (bf16 embeddings, ...) changes what train learns."""
     import numpy as np
-    import pyarrow.dataset as ds
     from scipy.stats import spearmanr
 
     def labels(record: dict[str, Any]) -> dict[str, float]:
-        parts = sorted(Path(record["stages"]["label"]["path"]).glob("part-*.parquet"))
-        table = ds.dataset(parts, format="parquet").to_table(columns=["pair_id", "label"])
+        table = _artefact(record, "label").read_table(["pair_id", "label"])
         return dict(zip(table["pair_id"].to_pylist(), table["label"].to_pylist(), strict=True))
 
     la, lb = labels(a), labels(b)

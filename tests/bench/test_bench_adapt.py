@@ -18,7 +18,10 @@ def _run(root, run_id, model_dir, cpu, backbone, labels):
         pa.table({"pair_id": list(range(len(labels))), "label": labels}),
         label_dir / "part-00000.parquet",
     )
-    (label_dir / "_MANIFEST.json").write_text(json.dumps({"stats": {"cpu_seconds": 1.0}}))
+    parts = [{"file": "part-00000.parquet", "rows": len(labels)}]
+    (label_dir / "_MANIFEST.json").write_text(
+        json.dumps({"stats": {"cpu_seconds": 1.0}, "parts": parts})
+    )
     (label_dir / "files").mkdir()  # as a real label artefact: not parts
     (label_dir / "files" / "diagnostics.json").write_text("{}")
     stage = root / "train" / run_id
