@@ -46,10 +46,9 @@ from ctxsim.models.registry import resolve_model
 from ctxsim.models.tokenizer_threads import tokenizer_threads
 from ctxsim.store.artefacts import Artefact, sha256_file
 from ctxsim.store.atomic import atomic_path
-from ctxsim.store.chunks import chunk_texts
+from ctxsim.store.chunks import context_unit_index
 from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
-from ctxsim.store.tables import rows_of
 
 #: the reduced scatter statistics of all shards, under the artefact's files
 SCATTER_FILE = "scatter.npz"
@@ -136,31 +135,8 @@ def context_units(
     contexts: Artefact, shard: Artefact, unit: str, min_words: int
 ) -> tuple[np.ndarray, list[str]]:
     """(ids, texts) of the corpus's context units of at least ``min_words`` words, by id."""
-    if unit == "chunk":
-        ids, texts = chunk_texts(contexts, shard)
-    else:
-        rows = contexts.read_table(["context_id", "left_sent_ids", "right_sent_ids"]).sort_by(
-            "context_id"
-        )
-        sents = shard.read_table(["sent_id", "text"]).sort_by("sent_id")
-        sent_ids = sents.column("sent_id").to_numpy()
-        sent_text = sents.column("text").to_pylist()
-        ids = rows.column("context_id").to_numpy().astype(np.int64)
-        texts = []
-        for left, right in zip(
-            rows.column("left_sent_ids").to_pylist(),
-            rows.column("right_sent_ids").to_pylist(),
-            strict=True,
-        ):
-            at = rows_of(sent_ids, np.asarray(left + right), "embed: contexts' window sent_ids")
-            k = len(left)
-            texts.append(
-                " ".join(sent_text[i] for i in at[:k])
-                + " "
-                + " ".join(sent_text[i] for i in at[k:])
-            )
-    keep = np.asarray([len(t.split()) >= min_words for t in texts], dtype=bool)
-    return ids[keep], [t for t, k in zip(texts, keep, strict=True) if k]
+    units = context_unit_index(contexts, shard, unit, min_words)
+    return units.ids, units.texts(np.arange(len(units.ids)))
 
 
 def shard_files(files: Path, shard: int) -> tuple[Path, Path]:
@@ -243,15 +219,15 @@ class EmbedStage(Stage):
         from tqdm.auto import tqdm
 
         p: EmbedParams = ctx.params
-        ids, texts = context_units(ctx.input("contexts"), ctx.input("shard"), p.unit, p.min_words)
-        if len(ids) == 0:
+        units = context_unit_index(ctx.input("contexts"), ctx.input("shard"), p.unit, p.min_words)
+        if len(units.ids) == 0:
             raise EncoderInputError(
                 f"embed: the corpus yields no context unit (unit {p.unit!r} with at least "
                 f"embed.min_words={p.min_words} words); lower embed.min_words or use longer "
                 "paragraphs"
             )
-        take = np.array_split(np.arange(len(ids)), p.n_shards)[shard]
-        ids, texts = ids[take], [texts[i] for i in take]
+        take = np.array_split(np.arange(len(units.ids)), p.n_shards)[shard]
+        ids, texts = units.ids[take], units.texts(take)
         model = load_encoder(p.model, p.max_seq_length, ctx.device)
         bar = tqdm(
             total=len(texts),

@@ -6,10 +6,12 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from ctxsim.models.contextual.encoder_origin import ScatterStats
 from ctxsim.store.artefacts import ArtefactStore
+from ctxsim.store.chunks import WORD_BATCH, context_unit_index
 from ctxsim.store.stage import RunParams, resolve_stage, run_stage_locally
 from ctxsim.tasks.embed import (
     SCATTER_FILE,
@@ -87,6 +89,55 @@ def test_embed_window_units_join_both_sides(spine, encoder, tmp_path):
         + " ".join(text_of[i] for i in row["right_sent_ids"])
     )
     assert texts[0] == want
+
+
+def _units_the_whole_way(spine, unit: str, min_words: int) -> tuple[list[int], list[str]]:
+    """Every unit's text built from Python lists of the whole corpus: what a shard must match."""
+    sents = spine["shard"].read_table(["sent_id", "text"]).to_pydict()
+    text_of = dict(zip(sents["sent_id"], sents["text"], strict=True))
+    if unit == "chunk":
+        chunks = (spine["contexts"].files_dir / "chunks.parquet").as_posix()
+        rows = pq.read_table(chunks).sort_by("chunk_id").to_pylist()
+        order = sorted(text_of)
+        at = {sid: i for i, sid in enumerate(order)}
+        units = [
+            (
+                r["chunk_id"],
+                " ".join(text_of[s] for s in order[at[r["first_sent_id"]] :][: r["n_sents"]]),
+            )
+            for r in rows
+        ]
+    else:
+        rows = spine["contexts"].read_table().sort_by("context_id").to_pylist()
+        units = [
+            (
+                r["context_id"],
+                " ".join(text_of[i] for i in r["left_sent_ids"])
+                + " "
+                + " ".join(text_of[i] for i in r["right_sent_ids"]),
+            )
+            for r in rows
+        ]
+    kept = [(i, t) for i, t in units if len(t.split()) >= min_words]
+    return [i for i, _ in kept], [t for _, t in kept]
+
+
+@pytest.mark.parametrize(("unit", "min_words"), [("chunk", 8), ("chunk", 30), ("window", 12)])
+def test_a_shard_builds_only_its_own_units_and_they_match_the_whole_corpus_way(
+    spine, unit, min_words, monkeypatch
+):
+    """Each shard's (ids, texts) equal the slice of the units built from the whole corpus's
+    texts; the word filter reads the text in batches (a small batch here) without changing it."""
+    import ctxsim.store.chunks as chunks
+
+    monkeypatch.setattr(chunks, "WORD_BATCH", 7)
+    assert chunks.WORD_BATCH != WORD_BATCH
+    want_ids, want_texts = _units_the_whole_way(spine, unit, min_words)
+    units = context_unit_index(spine["contexts"], spine["shard"], unit, min_words)
+    assert units.ids.tolist() == want_ids and 0 < len(want_ids)
+    for take in np.array_split(np.arange(len(want_ids)), 5):
+        assert units.texts(take) == [want_texts[i] for i in take]
+    assert units.texts(np.array([], dtype=np.int64)) == []
 
 
 def test_fingerprint_names_the_scorer_by_content(spine, encoder, tmp_path):
