@@ -46,6 +46,12 @@ class AdaptRules(BaseModel):
     context_sentence_share: float = Field(
         0.5, ge=0, le=1, description="at most this share of the corpus's sentences as those"
     )
+    words_per_embed_shard: int = Field(
+        4_000_000,
+        ge=1,
+        description="embed shards: at least the recipe's, one more per this many corpus words "
+        "(a shard holds its piece's texts and vectors; bench/results/corpus_scale_books.md)",
+    )
     small_words: int = Field(
         200_000, ge=0, description="below this many words the plan warns what a run can do"
     )
@@ -234,6 +240,8 @@ def adapt_config(
             "from each section's first paragraph"
         )
     cfg["queries"]["n_corpus"] = queries
+    embed = cfg.setdefault("embed", {})
+    embed["n_shards"] = embed_shards(shape.words_estimate, rules, int(embed.get("n_shards", 4)))
     cfg["train"]["context_corpus_sentences"] = ctx
     cfg["train"]["max_steps"] = steps
     cfg["train"]["eval_steps"] = max(1, steps // 2)
@@ -243,6 +251,13 @@ def adapt_config(
     else:
         cfg["evaluate"]["eval_dir"] = eval_dir
     return AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
+
+
+def embed_shards(words: int, rules: AdaptRules, least: int) -> int:
+    """Embed's shards for a corpus of ``words`` words: the recipe's ``least``, or one per
+    ``rules.words_per_embed_shard`` words, so that a shard's memory stays that of a bounded
+    piece as the corpus grows (and a crash loses at most one piece)."""
+    return max(least, math.ceil(words / rules.words_per_embed_shard))
 
 
 def _bf16(cfg: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from ctxsim.flows.adapt import AdaptRules, adapt_config, read_recipe, sizes
+from ctxsim.flows.adapt import AdaptRules, adapt_config, embed_shards, read_recipe, sizes
 from ctxsim.flows.cli import app
 from ctxsim.flows.config import load_config
 from ctxsim.models.errors import InputError
@@ -34,6 +34,14 @@ def test_sizes_scale_with_a_small_corpus_and_say_so() -> None:
     assert any("small corpus" in n for n in notes)
     with pytest.raises(InputError, match="corpus too small"):
         sizes(5_000, rules, 32, 4, None)
+
+
+def test_embed_shards_grow_with_a_large_corpus_only() -> None:
+    rules = read_recipe(RECIPE)[1]
+    assert embed_shards(358_000, rules, 4) == 4  # economics and MedQuAD: the recipe's 4
+    assert embed_shards(12_600_000, rules, 4) == 4  # the books corpus
+    assert embed_shards(100_000_000, rules, 4) == 25  # one per 4 M words
+    assert embed_shards(100_000_000, rules, 64) == 64  # never fewer than asked
 
 
 def test_a_budget_scales_queries_down_or_is_refused_in_one_line() -> None:
