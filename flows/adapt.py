@@ -11,10 +11,12 @@ reruns, resumes or plans the same run, and `inspect`, `export`, deployments work
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +47,12 @@ class AdaptRules(BaseModel):
     )
     context_sentence_share: float = Field(
         0.5, ge=0, le=1, description="at most this share of the corpus's sentences as those"
+    )
+    scorer: Literal["download", "in-domain"] = Field(
+        "download",
+        description="the contextual model: the encoder as downloaded, or in-domain: the same "
+        "encoder trained first on the corpus's right contexts (objective context, the recipe's "
+        "steps), then the recipe run with it as embed.model",
     )
     words_per_embed_shard: int = Field(
         4_000_000,
@@ -85,6 +93,8 @@ class AdaptPlan:
     cpu_s: float
     config: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    #: the in-domain scorer's config (run first), or None: the encoder as downloaded scores
+    scorer: dict[str, Any] | None = None
 
     def lines(self) -> list[str]:
         """The plan as printed (sizes read from the config, so --set overrides show)."""
@@ -97,6 +107,13 @@ class AdaptPlan:
             f"predicted cost: {self.cpu_s / 3600:.2f} CPU-hours (this machine's cost model; "
             "`ctxsim plan --config` on the written config pilots it)",
         ]
+        if self.scorer is not None:
+            out.insert(
+                2,
+                f"scorer: {self.scorer['embed']['model']} trained first on the corpus's right "
+                f"contexts ({self.scorer['train']['max_steps']} steps, no labels), then the "
+                "contextual model of the labels",
+            )
         return out + [f"note: {n}" for n in self.notes]
 
     @property
@@ -110,6 +127,18 @@ class AdaptPlan:
         for ov in overrides:
             key, value = parse_override(ov)
             _set_dotted(self.config, key, value, f"--set {ov}")
+            if self.scorer is None:
+                continue
+            if key == "embed.model":  # the user names the scorer: no scorer run
+                self.scorer = None
+            elif key != "train.objective":
+                _set_dotted(self.scorer, key, value, f"--set {ov}")
+        self.link_scorer()
+
+    def link_scorer(self) -> None:
+        """The recipe's embed.model: where the scorer's trained encoder will be."""
+        if self.scorer is not None:
+            self.config["embed"]["model"] = str(scorer_dir(self.scorer))
 
     def check(self) -> None:
         """Load the config as `ctxsim run` will (a ConfigError in one line otherwise)."""
@@ -117,10 +146,16 @@ class AdaptPlan:
 
         from ctxsim.flows.config import load_config
 
+        configs = [self.config]
+        if self.scorer is not None:  # the recipe's embed.model exists once the scorer ran
+            ready = copy.deepcopy(self.config)
+            ready["embed"]["model"] = self.scorer["embed"]["model"]
+            configs = [self.scorer, ready]
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "adapt.yaml"
-            path.write_text(yaml.safe_dump(self.config, sort_keys=False))
-            load_config(path)
+            for cfg in configs:
+                path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+                load_config(path)
 
 
 def read_recipe(path: Path = RECIPE) -> tuple[dict[str, Any], AdaptRules]:
@@ -149,20 +184,22 @@ def sizes(
     model_factor: float = 1.0,
     dev_items: int = 0,
     bf16: bool = False,
+    trainings: int = 1,
 ) -> tuple[int, int, int, float, list[str]]:
     """(queries, extra context sentences, steps, predicted CPU-s, notes) for a corpus of
     ``words`` words: queries and context sentences are shares of the corpus's sentences up to the
     recipe's caps; steps are one pass over the labelled pairs; a budget scales both down until
     the cost model fits it. ``model_factor``: the encoder's cost per token against MiniLM's
     (``model_cost_factor``); ``dev_items``: dev pairs and questions to evaluate; ``bf16``:
-    embed and train run in bf16 (``rules.cpu_bf16_factor``)."""
+    embed and train run in bf16 (``rules.cpu_bf16_factor``); ``trainings``: training runs of
+    that many steps (2 with the in-domain scorer)."""
     sentences = words / rules.words_per_sentence
     queries = int(min(rules.max_queries, sentences * rules.query_share))
     ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
     notes: list[str] = []
 
     speed = rules.cpu_bf16_factor if bf16 else 1.0
-    per_step = rules.cpu_s_per_step * model_factor * speed
+    per_step = rules.cpu_s_per_step * model_factor * speed * trainings
     fixed = (
         rules.cpu_s_fixed
         + rules.cpu_s_per_word * words * model_factor * speed
@@ -230,8 +267,17 @@ def adapt_config(
 
         dev_items = sum(len(ev) for ev in discover_eval_dir(eval_dir))
     factor = model_cost_factor(model)
+    trainings = 2 if rules.scorer == "in-domain" else 1
     queries, ctx, steps, cpu, notes = sizes(
-        shape.words_estimate, rules, batch, per_query, budget_cpu_h, factor, dev_items, _bf16(cfg)
+        shape.words_estimate,
+        rules,
+        batch,
+        per_query,
+        budget_cpu_h,
+        factor,
+        dev_items,
+        _bf16(cfg),
+        trainings,
     )
     notes = shape.notes + notes
     if not shard.get("lead_fields"):
@@ -250,7 +296,29 @@ def adapt_config(
         cfg.pop("evaluate", None)
     else:
         cfg["evaluate"]["eval_dir"] = eval_dir
-    return AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
+    plan = AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
+    if rules.scorer == "in-domain":
+        plan.scorer = scorer_config(cfg)
+        plan.link_scorer()
+    return plan
+
+
+def scorer_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The in-domain scorer's run: the recipe up to train with the right-context objective
+    alone (no labels needed, so the same shard, embed, pairs and label are shared), its
+    trained encoder then the recipe's contextual model."""
+    scorer = copy.deepcopy(cfg)
+    scorer.pop("evaluate", None)
+    scorer["train"]["objective"] = "context"
+    return scorer
+
+
+def scorer_dir(scorer: dict[str, Any]) -> Path:
+    """Where the scorer's trained encoder is copied: ``<root>/adapt/scorer-<hash>`` of its
+    config, so the recipe's config names a path known before the scorer runs."""
+    text = json.dumps(scorer, sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return Path(scorer["run"]["root"]) / "adapt" / f"scorer-{digest}"
 
 
 def embed_shards(words: int, rules: AdaptRules, least: int) -> int:
@@ -289,13 +357,31 @@ def model_cost_factor(model: str) -> float:
         return 1.0
 
 
-def dump_config(plan: AdaptPlan, command: str) -> str:
-    """The config as YAML, headed by the command that made it."""
+def dump_config(plan: AdaptPlan, command: str, part: str = "all") -> str:
+    """The config as YAML, headed by the command that made it: ``part`` "recipe" or "scorer"
+    alone (the files ctxsim adapt writes), or "all" (--dump-config: with an in-domain scorer,
+    its config first, then the recipe's, as two YAML documents)."""
     head = (
         f"# Written by: {command}\n# The recipe of configs/recipes/adapt.yaml sized for this "
         'corpus (docs/domain.md, "ctxsim adapt").\n'
     )
-    return head + yaml.safe_dump(plan.config, sort_keys=False, allow_unicode=True)
+
+    def text(cfg: dict[str, Any]) -> str:
+        return yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)
+
+    if part == "scorer":
+        if plan.scorer is None:
+            raise ValueError("this plan has no scorer run")
+        return head + "# The in-domain scorer's run (until train).\n" + text(plan.scorer)
+    if part == "recipe" or plan.scorer is None:
+        return head + text(plan.config)
+    return (
+        head + "# Two runs: the in-domain scorer first (this document, until train; its model is "
+        "copied to the second's embed.model), then the recipe.\n"
+        + text(plan.scorer)
+        + "---\n"
+        + text(plan.config)
+    )
 
 
 def model_problem(model: str) -> str | None:

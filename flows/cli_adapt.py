@@ -97,22 +97,39 @@ def adapt(
         if sys.argv[1:2] == ["adapt"]
         else ("ctxsim adapt " + " ".join(corpus))
     )
-    text = render(plan, command)
     if dump_config:
-        typer.echo(text, nl=False)
+        typer.echo(render(plan, command), nl=False)
         return
     from ctxsim.flows.pipeline import new_run_id
-    from ctxsim.store.atomic import write_text_atomic
 
     rid = run_id or new_run_id()
-    config_path = Path(root) / "adapt" / f"{rid}.yaml"
+    config_path = _write_and_run(plan, Path(root), rid, command, eval_dir is not None, no_progress)
+    _write_model(plan, model, out, overwrite, Path(root), rid, config_path, command)
+
+
+def _write_and_run(
+    plan: AdaptPlan, root: Path, rid: str, command: str, evaluate: bool, no_progress: bool
+) -> Path:
+    """The configs written under ``root/adapt`` and run: the in-domain scorer's first (its
+    model copied to the recipe's embed.model), then the recipe's. Returns the recipe's path."""
+    from ctxsim.flows.adapt import dump_config as render
+    from ctxsim.store.atomic import write_text_atomic
+
+    config_path = root / "adapt" / f"{rid}.yaml"
     config_path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(config_path, text)
+    write_text_atomic(config_path, render(plan, command, "recipe"))
     for line in plan.lines():
         typer.echo(line)
+    if plan.scorer is not None:
+        scorer_path = config_path.with_name(f"{rid}-scorer.yaml")
+        write_text_atomic(scorer_path, render(plan, command, "scorer"))
+        typer.echo(f"scorer config: {scorer_path}")
     typer.echo(f"config: {config_path}")
-    _run(config_path, rid, eval_dir is not None, no_progress)
-    _write_model(plan, model, out, overwrite, Path(root), rid, config_path, command)
+    if plan.scorer is not None:
+        _run(scorer_path, f"{rid}-scorer", False, no_progress)
+        _keep_scorer(root, f"{rid}-scorer", Path(plan.config["embed"]["model"]))
+    _run(config_path, rid, evaluate, no_progress)
+    return config_path
 
 
 def _checked_plan(
@@ -192,6 +209,26 @@ def _run(config_path: Path, rid: str, evaluate: bool, no_progress: bool) -> None
         json_out=False,
         verbose=False,
     )
+
+
+def _keep_scorer(root: Path, scorer_rid: str, dest: Path) -> None:
+    """The scorer run's trained encoder copied to the recipe's embed.model (all or nothing;
+    kept when a rerun finds it there)."""
+    import uuid
+
+    from ctxsim.product.adapt_card import read_json
+
+    if dest.is_dir():
+        return
+    record = read_json(root / "runs" / f"{scorer_rid}.json")
+    model = Path(record["stages"]["train"]["path"]) / "files" / "model"
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}")
+    try:
+        shutil.copytree(model, tmp)
+        tmp.replace(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    typer.echo(f"scorer: {dest}")
 
 
 def _write_model(

@@ -11,7 +11,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from ctxsim.flows.adapt import AdaptRules, adapt_config, embed_shards, read_recipe, sizes
+from ctxsim.flows.adapt import (
+    AdaptRules,
+    adapt_config,
+    dump_config,
+    embed_shards,
+    read_recipe,
+    sizes,
+)
 from ctxsim.flows.cli import app
 from ctxsim.flows.config import load_config
 from ctxsim.models.errors import InputError
@@ -205,6 +212,75 @@ def test_adapt_leaves_a_model_with_its_card_and_reruns_from_its_config(tmp_path,
     replaced = CliRunner().invoke(app, argv[:-3] + ["--run-id", "a3", "--overwrite"])
     assert replaced.exit_code == 0, replaced.output
     assert json.loads((out_dir / "ctxsim_adapt.json").read_text())["run_id"] == "a3"
+
+
+def _in_domain_recipe(tmp_path: Path, encoder: Path) -> Path:
+    path = _tiny_recipe(tmp_path, encoder)
+    raw = yaml.safe_load(path.read_text())
+    raw["adapt"]["scorer"] = "in-domain"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_an_in_domain_scorer_plan_is_two_configs_the_second_scored_by_the_first(
+    tmp_path, tiny_st
+) -> None:
+    recipe = _in_domain_recipe(tmp_path, tiny_st)
+    root = str(tmp_path / "root")
+    plan = adapt_config([str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe)
+    assert plan.scorer is not None and plan.scorer["train"]["objective"] == "context"
+    assert plan.scorer["embed"]["model"] == str(tiny_st) and "evaluate" not in plan.scorer
+    assert plan.config["embed"]["model"].startswith(str(Path(root) / "adapt" / "scorer-"))
+    assert plan.config["train"]["objective"] == "ctxsim-context"
+    assert plan.config["train"]["backbone"] == str(tiny_st)  # the student starts from the download
+    assert any(line.startswith("scorer: ") for line in plan.lines())
+    plan.check()  # both load, the recipe's as it will once the scorer ran
+    # both runs take --set, but train.objective only the recipe's; the path follows the scorer
+    before = plan.config["embed"]["model"]
+    plan.override(["train.lr=0.00002", "train.objective=labels"])
+    assert plan.scorer["train"]["lr"] == plan.config["train"]["lr"] == 2e-5
+    assert plan.scorer["train"]["objective"] == "context"
+    assert plan.config["embed"]["model"] != before
+    docs = list(yaml.safe_load_all(dump_config(plan, "ctxsim adapt x")))
+    assert [d["train"]["objective"] for d in docs] == ["context", "labels"]
+    plan.override([f"embed.model={tiny_st}"])  # naming the scorer: no scorer run
+    assert plan.scorer is None and plan.config["embed"]["model"] == str(tiny_st)
+    # the cost model prices the second training
+    rules = read_recipe(RECIPE)[1]
+    one, two = (
+        sizes(2_600_000, rules, 32, 4, None)[3],
+        sizes(2_600_000, rules, 32, 4, None, 1.0, 0, False, 2)[3],
+    )
+    assert two - one == pytest.approx(rules.cpu_s_per_step * 250)
+
+
+def test_adapt_with_an_in_domain_scorer_trains_it_first_and_labels_with_it(
+    tmp_path, tiny_st
+) -> None:
+    recipe = _in_domain_recipe(tmp_path, tiny_st)
+    root, out_dir = tmp_path / "root", tmp_path / "adapted"
+    argv = ["adapt", str(SAMPLE), "--model", str(tiny_st), "--recipe", str(recipe)]
+    argv += ["--root", str(root), "--out", str(out_dir), "--run-id", "d1", "--no-progress"]
+    out = CliRunner().invoke(app, argv)
+    assert out.exit_code == 0, out.output
+    cfg = yaml.safe_load((root / "adapt" / "d1.yaml").read_text())
+    scorer = Path(cfg["embed"]["model"])
+    assert scorer.is_dir() and (root / "adapt" / "d1-scorer.yaml").exists()
+    first = json.loads((root / "runs" / "d1-scorer.json").read_text())["stages"]
+    second = json.loads((root / "runs" / "d1.json").read_text())["stages"]
+    assert "evaluate" not in first and set(first) >= {"embed", "label", "train"}
+    # the scorer's run labels with the download; the recipe's embed and label with the scorer
+    assert first["shard"]["fingerprint"] == second["shard"]["fingerprint"]
+    assert first["embed"]["fingerprint"] != second["embed"]["fingerprint"]
+    assert first["train"]["fingerprint"] != second["train"]["fingerprint"]
+    trained = Path(first["train"]["path"]) / "files" / "model" / "model.safetensors"
+    assert (scorer / "model.safetensors").read_bytes() == trained.read_bytes()
+    assert (out_dir / "README.md").exists() and "scorer: " in out.output
+    # a rerun reuses both runs and the copied scorer
+    again = CliRunner().invoke(app, argv[:-3] + ["--run-id", "d1", "--overwrite"])
+    assert again.exit_code == 0, again.output
+    rec = json.loads((root / "runs" / "d1.json").read_text())
+    assert all(st["shards_computed"] == 0 for st in rec["stages"].values())
 
 
 def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
