@@ -175,6 +175,23 @@ def read_recipe(path: Path = RECIPE) -> tuple[dict[str, Any], AdaptRules]:
     return raw, rules
 
 
+def override_rules(rules: AdaptRules, overrides: list[str]) -> AdaptRules:
+    """``--set adapt.KEY=VALUE`` on the recipe's rules, validated (one line when bad)."""
+    from ctxsim.flows.config import parse_override
+
+    update: dict[str, Any] = {}
+    for ov in overrides:
+        key, value = parse_override(ov)
+        name = key.removeprefix("adapt.")
+        if name not in AdaptRules.model_fields:
+            raise InputError(f"--set {ov}: the recipe has no rule adapt.{name}")
+        update[name] = value
+    try:
+        return AdaptRules(**{**rules.model_dump(), **update})
+    except Exception as e:  # pydantic's ValidationError, summarised
+        raise InputError(f"--set: adapt: {str(e).splitlines()[-1].strip()}") from None
+
+
 def sizes(
     words: int,
     rules: AdaptRules,
@@ -247,10 +264,13 @@ def adapt_config(
     root: str,
     fields: dict[str, Any] | None = None,
     recipe: Path = RECIPE,
+    rule_overrides: list[str] | None = None,
 ) -> AdaptPlan:
     """The config `ctxsim adapt` runs: the recipe with the corpus's shape, the model and the
-    sizes the rules give (``fields``: shard settings the user named, over the detected ones)."""
+    sizes the rules give (``fields``: shard settings the user named, over the detected ones;
+    ``rule_overrides``: ``--set adapt.KEY=VALUE`` on the rules)."""
     base, rules = read_recipe(recipe)
+    rules = override_rules(rules, rule_overrides or [])
     shape = detect_shape(corpus)
     cfg = copy.deepcopy(base)
     shard = cfg.setdefault("shard", {})

@@ -152,8 +152,10 @@ def _checked_plan(
         for problem in (model_problem(model), eval_dir and eval_dir_problem(eval_dir)):
             if problem:
                 raise InputError(problem)
-        plan = adapt_config(corpus, model, eval_dir, budget_cpu_hours, root, fields, recipe)
-        plan.override(list(set_ or []))
+        sets = list(set_ or [])
+        rules = [s for s in sets if s.startswith("adapt.")]
+        plan = adapt_config(corpus, model, eval_dir, budget_cpu_hours, root, fields, recipe, rules)
+        plan.override([s for s in sets if s not in rules])
         plan.check()
     return plan
 

@@ -106,6 +106,8 @@ def _corpus_words() -> list[str]:
         ([str(SAMPLE), "--out", "{tmp}/full"], "is not empty"),
         ([str(SAMPLE), "--budget-cpu-hours", "0.01"], "--budget-cpu-hours 0.01"),
         ([str(SAMPLE), "--set", "train.lr=-1"], "train.lr"),
+        ([str(SAMPLE), "--set", "adapt.nope=1"], "no rule adapt.nope"),
+        ([str(SAMPLE), "--set", "adapt.scorer=mine"], "adapt: "),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(tmp_path, tiny_st, args, message) -> None:
@@ -135,6 +137,13 @@ def test_dump_config_prints_the_config_and_does_nothing(tmp_path, tiny_st) -> No
     assert cfg["shard"]["paths"] == [str(SAMPLE)] and cfg["embed"]["model"] == str(tiny_st)
     assert cfg["train"]["lr"] == 2e-5
     assert out.output.startswith("# Written by: ctxsim adapt")
+    assert not root.exists()
+    # --set adapt.KEY reaches the recipe's rules: an in-domain scorer's two documents
+    two = CliRunner().invoke(app, [*argv, "--set", "adapt.scorer=in-domain"])
+    assert two.exit_code == 0, two.output
+    docs = list(yaml.safe_load_all(two.output))
+    assert [d["train"]["objective"] for d in docs] == ["context", "ctxsim-context"]
+    assert docs[1]["embed"]["model"].startswith(str(root / "adapt" / "scorer-"))
     assert not root.exists()
 
 
