@@ -43,7 +43,7 @@ def test_stage_facts_give_the_lists_they_replaced() -> None:
     caps = {n: load_stage(n).rows_cap for n in STAGES if load_stage(n).rows_cap}
     assert caps == {"retrieve": "top_k", "screen": "keep", "select": "max_size"}
     assert _with("model_artefact") == ["discriminator", "generator", "train"]
-    memory = ["shard", "contexts", "index", "embed", "retrieve", "discriminator", "screen"]
+    memory = ["shard", "contexts", "index", "retrieve", "discriminator", "screen"]  # embed: a piece
     assert _with("corpus_memory") == memory
     assert new_query_stages() == ["queries", "retrieve", "screen", "select"]
     per_query = ["queries", "retrieve", "screen", "gencontexts", "select", "pairs", "score"]
