@@ -101,16 +101,17 @@ def lsa_project(
 def knn_search(
     emb: np.ndarray,
     k: int,
-    flat_max: int = 50_000,
+    flat_max: int = 100_000,
     nlist: int | None = None,
-    nprobe: int = 16,
+    nprobe: int | None = None,
     use_gpu: bool = False,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """k nearest neighbours (inner product) of every row, self excluded: (idx, sim), (n, k).
 
-    Exact ``IndexFlatIP`` up to ``flat_max`` rows, ``IndexIVFFlat`` (nlist ~ 4·sqrt(n)) above;
-    on GPU when faiss-gpu is installed and ``use_gpu``. Missing neighbours are -1.
+    Exact ``IndexFlatIP`` up to ``flat_max`` rows, ``IndexIVFFlat`` (nlist ~ 4·sqrt(n)) above,
+    searching ``nprobe`` clusters (None: a sixth of them, for recall near 0.95 and above); on
+    GPU when faiss-gpu is installed and ``use_gpu``. Missing neighbours are -1.
     """
     import faiss
 
@@ -126,7 +127,7 @@ def knn_search(
         rng = np.random.default_rng(seed)
         sample = x[rng.choice(n, size=min(n, 256 * nl), replace=False)]
         index.train(sample)
-        index.nprobe = nprobe
+        index.nprobe = nprobe if nprobe is not None else max(1, nl // 6)
     if use_gpu and hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(x)

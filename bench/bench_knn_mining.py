@@ -1,0 +1,162 @@
+"""The pairs stage's nearest-neighbour mining (models/corpus/pairs.py ``knn_search``): exact
+faiss up to ``pairs.flat_max`` queries, IVF above. At what size does the approximate index pay,
+and how many of the exact neighbours does it find there?
+
+Compared in one run, on real sentence-encoder embeddings (an `embed` artefact's unit
+vectors: MiniLM, unit-normalised, the space the stage mines in), at growing n:
+
+* ``numpy exact`` (the naive way: blocked ``x @ x.T`` and ``argpartition``);
+* ``faiss flat`` (what the stage runs up to ``flat_max``: ``IndexFlatIP``);
+* ``faiss ivf`` (above it: ``IndexIVFFlat``, nlist 4 sqrt(n), at each ``--nprobe``; the
+  stage's default is 16), its training included;
+* ``scikit-learn`` (the library a user would pick: ``NearestNeighbors`` brute force, cosine).
+
+Per variant: CPU-s (``time.process_time``, one thread), peak RSS growth, and recall@k against
+numpy exact (faiss flat's above ``--numpy-max``: both exact): the share of the k found
+neighbours at least as similar as the k-th exact one, so that tied duplicates count (k = the
+recipe's 3, and 10).
+
+Usage: ``python -m bench.bench_knn_mining --emb-dir ROOT/embed/FP/files --sizes 10000 50000
+150000 --name knn_mining``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.harness import write_results
+from ctxsim.models.corpus.pairs import knn_search
+
+BLOCK = 4096
+
+
+def numpy_exact(x: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k nearest others by inner product, in blocks of rows (self excluded)."""
+    out = np.empty((len(x), k), dtype=np.int64)
+    for lo in range(0, len(x), BLOCK):
+        sim = x[lo : lo + BLOCK] @ x.T
+        sim[np.arange(len(sim)), np.arange(lo, lo + len(sim))] = -np.inf
+        part = np.argpartition(-sim, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(sim, part, 1), axis=1)
+        out[lo : lo + len(sim)] = np.take_along_axis(part, order, 1)
+    return out
+
+
+def sklearn_exact(x: np.ndarray, k: int) -> np.ndarray:
+    from sklearn.neighbors import NearestNeighbors
+
+    nn = NearestNeighbors(n_neighbors=k + 1, metric="cosine", algorithm="brute").fit(x)
+    idx = nn.kneighbors(x, return_distance=False)
+    keep = idx != np.arange(len(x))[:, None]
+    return np.stack([row[m][:k] for row, m in zip(idx, keep, strict=True)])
+
+
+def recall(x: np.ndarray, found: np.ndarray, exact: np.ndarray, k: int) -> float:
+    """Share of the k found neighbours at least as similar as the k-th exact one (ties count:
+    a corpus repeats paragraphs, and which of equal neighbours comes first is arbitrary)."""
+    kth = np.einsum("nd,nd->n", x, x[exact[:, k - 1]]) - 1e-5
+    f = found[:, :k]
+    sims = np.einsum("nd,nkd->nk", x, x[np.where(f >= 0, f, 0)])
+    ok = (f >= 0) & (f != np.arange(len(x))[:, None]) & (sims >= kth[:, None])
+    return float(ok.sum() / (k * len(x)))
+
+
+def _status_mb(key: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn: Any) -> tuple[Any, float, float]:
+    """(result, CPU-s, peak RSS growth in MB): the peak is reset first (Linux clear_refs 5)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+    r0, c0 = _status_mb("VmRSS"), time.process_time()
+    out = fn()
+    return out, time.process_time() - c0, max(_status_mb("VmHWM") - r0, 0.0)
+
+
+def load(emb_dir: Path) -> np.ndarray:
+    files = sorted(emb_dir.glob("emb-*.npy"))
+    if not files:
+        raise SystemExit(f"{emb_dir}: no emb-*.npy (an embed artefact's files folder)")
+    x = np.concatenate([np.load(f) for f in files]).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--emb-dir", type=Path, required=True)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000, 150_000])
+    ap.add_argument("--k", type=int, nargs="+", default=[3, 10])
+    ap.add_argument("--nprobe", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--sklearn-max", type=int, default=50_000, help="sklearn up to this n")
+    ap.add_argument("--numpy-max", type=int, default=50_000, help="numpy exact up to this n")
+    ap.add_argument("--name", default="knn_mining")
+    ap.add_argument("--out-dir", type=Path, default=None)
+    args = ap.parse_args(argv)
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    x_all = load(args.emb_dir)
+    rng = np.random.default_rng(0)
+    kmax = max(args.k)
+    rows = []
+    for n in args.sizes:
+        if n > len(x_all):
+            print(f"skip n={n}: the artefact has {len(x_all)} vectors")
+            continue
+        x = np.ascontiguousarray(x_all[np.sort(rng.choice(len(x_all), n, replace=False))])
+        variants = {"faiss flat": timed(lambda x=x, n=n: knn_search(x, kmax, flat_max=n)[0])}
+        if n <= args.numpy_max:
+            variants["numpy exact"] = timed(lambda x=x: numpy_exact(x, kmax))
+        for probe in args.nprobe:
+            variants[f"faiss ivf nprobe {probe}"] = timed(
+                lambda x=x, probe=probe: knn_search(x, kmax, flat_max=0, nprobe=probe)[0]
+            )
+        # the reference: numpy's exact neighbours where run, else faiss flat's (exact too:
+        # recall 1.0 against numpy wherever both ran)
+        exact = variants.get("numpy exact", variants["faiss flat"])[0]
+        if n <= args.sklearn_max:
+            variants["scikit-learn"] = timed(lambda x=x: sklearn_exact(x, kmax))
+        base = variants["faiss flat"][1]
+        for name, (found, cpu, mem) in variants.items():
+            row = {
+                "n": n,
+                "variant": name,
+                "cpu_s": round(cpu, 2),
+                "x_faiss_flat": round(base / cpu, 2) if cpu else None,
+                "peak_rss_growth_mb": round(mem, 1),
+            }
+            for k in args.k:
+                row[f"recall@{k}"] = round(recall(x, found, exact, k), 4)
+            rows.append(row)
+            print(row, flush=True)
+    meta = {
+        "emb_dir": str(args.emb_dir),
+        "vectors": int(len(x_all)),
+        "dim": int(x_all.shape[1]),
+        "nprobe": args.nprobe,
+        "nlist": "4 sqrt(n)",
+        "threads": 1,
+        "command": "python -m bench.bench_knn_mining " + " ".join(sys.argv[1:]),
+    }
+    md, js = write_results(args.name, rows, meta=meta, out_dir=args.out_dir)
+    print(f"wrote {md} and {js}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The corpus-scale and mining benches' own logic: nested corpus prefixes, the per-word ratios,
+and a tie-aware recall that the exact searches score 1.0 on."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bench.bench_corpus_scale import cut_corpus, scale_rows
+from bench.bench_knn_mining import numpy_exact, recall
+from ctxsim.models.corpus.pairs import knn_search
+
+
+def _corpus(tmp_path: Path) -> str:
+    for name, n in (("a", 16), ("b", 5)):
+        with gzip.open(tmp_path / f"{name}.jsonl.gz", "wt") as f:
+            for i in range(n):
+                rec = {"book": name, "section": i, "paragraphs": [f"w{i} " * (i + 1)]}
+                f.write(json.dumps(rec) + "\n")
+    return str(tmp_path / "*.jsonl.gz")
+
+
+def test_sizes_are_nested_prefixes_of_every_file(tmp_path: Path) -> None:
+    sizes = cut_corpus(_corpus(tmp_path), [1, 4, 16], tmp_path / "cut")
+    lines = {
+        k: {
+            f.name: f.read_text().splitlines()
+            for f in sorted((tmp_path / "cut" / f"x{k}").glob("*.jsonl"))
+        }
+        for k in (1, 4, 16)
+    }
+    assert [len(lines[k]["a.jsonl"]) for k in (1, 4, 16)] == [1, 4, 16]
+    assert [len(lines[k]["b.jsonl"]) for k in (1, 4, 16)] == [1, 2, 5]  # ceil: every file in each
+    assert lines[4]["a.jsonl"] == lines[16]["a.jsonl"][:4]
+    assert sizes[16]["words"] == sum(range(1, 17)) + sum(range(1, 6))
+    assert cut_corpus(_corpus(tmp_path), [1, 4, 16], tmp_path / "cut") == sizes  # kept
+
+
+def test_rows_give_per_word_cost_for_corpus_stages_only() -> None:
+    sizes = {1: {"words": 1_000_000}, 4: {"words": 4_000_000}}
+    run = {
+        1: [
+            {
+                "stage": "embed",
+                "stage_cpu_s": 50.0,
+                "peak_rss_mb": 1000.0,
+                "disk_mb": 10.0,
+                "process_cpu_s": 60,
+                "wall_s": 61,
+            },
+            {
+                "stage": "pairs",
+                "stage_cpu_s": 10.0,
+                "peak_rss_mb": 900.0,
+                "disk_mb": 0.1,
+                "process_cpu_s": 20,
+                "wall_s": 21,
+            },
+        ],
+        4: [
+            {
+                "stage": "embed",
+                "stage_cpu_s": 220.0,
+                "peak_rss_mb": 1100.0,
+                "disk_mb": 40.0,
+                "process_cpu_s": 230,
+                "wall_s": 231,
+            },
+            {
+                "stage": "pairs",
+                "stage_cpu_s": 10.0,
+                "peak_rss_mb": 900.0,
+                "disk_mb": 0.1,
+                "process_cpu_s": 20,
+                "wall_s": 21,
+            },
+        ],
+    }
+    rows = {(r["scale"], r["stage"]): r for r in scale_rows(sizes, run)}
+    assert rows[("4x", "embed")]["cpu_s_per_mword"] == 55.0
+    assert rows[("4x", "embed")]["cpu_per_word_vs_1x"] == 1.1
+    assert rows[("4x", "embed")]["rss_vs_1x"] == 1.1
+    assert rows[("4x", "pairs")]["cpu_s_per_mword"] is None  # capped by the recipe: not per word
+    assert rows[("4x", "pairs")]["cpu_vs_1x"] == 1.0
+
+
+def test_exact_searches_have_recall_one_and_ties_count() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 16)).astype(np.float32)
+    x[200:210] = x[190]  # duplicates: which tied neighbour comes first is arbitrary
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    exact = numpy_exact(x, 5)
+    flat = knn_search(x, 5, flat_max=len(x))[0]
+    assert recall(x, flat, exact, 5) == 1.0 and recall(x, exact, exact, 3) == 1.0
+    shuffled = exact.copy()
+    shuffled[:, 0] = (exact[:, 0] + 1) % len(x)  # a wrong first neighbour costs recall
+    assert recall(x, shuffled, exact, 5) < 1.0
