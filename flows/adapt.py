@@ -379,8 +379,9 @@ def model_cost_factor(model: str) -> float:
 
 def dump_config(plan: AdaptPlan, command: str, part: str = "all") -> str:
     """The config as YAML, headed by the command that made it: ``part`` "recipe" or "scorer"
-    alone (the files ctxsim adapt writes), or "all" (--dump-config: with an in-domain scorer,
-    its config first, then the recipe's, as two YAML documents)."""
+    alone (the files ctxsim adapt writes; the recipe's when there is no scorer), or "all"
+    (--dump-config: with an in-domain scorer, its config first, then the recipe's, as two YAML
+    documents)."""
     head = (
         f"# Written by: {command}\n# The recipe of configs/recipes/adapt.yaml sized for this "
         'corpus (docs/domain.md, "ctxsim adapt").\n'
@@ -389,9 +390,7 @@ def dump_config(plan: AdaptPlan, command: str, part: str = "all") -> str:
     def text(cfg: dict[str, Any]) -> str:
         return yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)
 
-    if part == "scorer":
-        if plan.scorer is None:
-            raise ValueError("this plan has no scorer run")
+    if part == "scorer" and plan.scorer is not None:
         return head + "# The in-domain scorer's run (until train).\n" + text(plan.scorer)
     if part == "recipe" or plan.scorer is None:
         return head + text(plan.config)

@@ -81,9 +81,10 @@ def adapt(
     no_progress: Annotated[bool, typer.Option("--no-progress", help="no progress bars")] = False,
 ) -> None:
     """Adapt a sentence encoder to your corpus: read the corpus (its fields found from a
-    sample), size the recipe by the corpus and the budget, run shard -> embed -> pairs ->
-    label -> train (-> evaluate with --eval-dir), and write a sentence-transformers model with
-    its card to --out. The config it runs is written under the root and printed by
+    sample), size the recipe by the corpus and the budget, train the in-domain scorer (the
+    encoder on the corpus's right contexts), run shard -> embed -> pairs -> label -> train
+    (-> evaluate with --eval-dir), and write a sentence-transformers model with its card to
+    --out. The config it runs is written under the root and printed by
     --dump-config, so resume, inspect, export and deployments work as for any run."""
     from ctxsim.flows.adapt import dump_config as render
 

@@ -31,6 +31,7 @@ def test_sizes_of_a_large_corpus_are_the_recipe_s_caps() -> None:
     rules = read_recipe(RECIPE)[1]
     q, ctx, steps, cpu, notes = sizes(2_600_000, rules, 32, 4, None)
     assert (q, ctx, steps) == (2000, 8000, 250)  # the recipe measured on MedQuAD and economics
+    assert rules.scorer == "in-domain"
     assert notes == [] and cpu > 0
 
 
@@ -79,12 +80,15 @@ def test_the_written_config_is_an_ordinary_config(tmp_path: Path, tiny_st: Path)
     assert shard["doc_field"] == "book" and shard["section_field"] == "section"
     assert shard["paths"] == [str(SAMPLE)] and "evaluate" not in plan.config
     assert plan.config["train"]["max_steps"] == plan.steps
-    assert plan.config["embed"]["model"] == plan.config["train"]["backbone"] == str(tiny_st)
+    # the recipe's scorer is in-domain: the encoder trained first, by the scorer's run
+    assert plan.scorer is not None and plan.scorer["embed"]["model"] == str(tiny_st)
+    assert plan.config["train"]["backbone"] == plan.config["pairs"]["encoder"] == str(tiny_st)
     cfg_file = tmp_path / "c.yaml"
-    cfg_file.write_text(yaml.safe_dump(plan.config))
+    cfg_file.write_text(yaml.safe_dump(plan.scorer))  # the recipe's loads once the scorer ran
     cfg = load_config(cfg_file)
     assert cfg.stages["queries"].n_corpus == plan.queries
     assert cfg.stages["label"].contextual == "encoder"
+    plan.check()
 
 
 def _corpus_words() -> list[str]:
@@ -131,19 +135,20 @@ def test_dump_config_prints_the_config_and_does_nothing(tmp_path, tiny_st) -> No
     root = tmp_path / "root"
     argv = ["adapt", str(SAMPLE), "--root", str(root), "--dump-config", "--model", str(tiny_st)]
     argv += ["--set", "train.lr=0.00002"]
-    out = CliRunner().invoke(app, argv)
+    out = CliRunner().invoke(app, [*argv, "--set", "adapt.scorer=download"])
     assert out.exit_code == 0, out.output
     cfg = yaml.safe_load(out.output)
     assert cfg["shard"]["paths"] == [str(SAMPLE)] and cfg["embed"]["model"] == str(tiny_st)
     assert cfg["train"]["lr"] == 2e-5
     assert out.output.startswith("# Written by: ctxsim adapt")
     assert not root.exists()
-    # --set adapt.KEY reaches the recipe's rules: an in-domain scorer's two documents
-    two = CliRunner().invoke(app, [*argv, "--set", "adapt.scorer=in-domain"])
+    # the recipe's in-domain scorer: two documents, the scorer's run first
+    two = CliRunner().invoke(app, argv)
     assert two.exit_code == 0, two.output
     docs = list(yaml.safe_load_all(two.output))
     assert [d["train"]["objective"] for d in docs] == ["context", "ctxsim-context"]
     assert docs[1]["embed"]["model"].startswith(str(root / "adapt" / "scorer-"))
+    assert docs[0]["train"]["lr"] == docs[1]["train"]["lr"] == 2e-5
     assert not root.exists()
 
 
@@ -151,6 +156,7 @@ def _tiny_recipe(tmp_path: Path, encoder: Path) -> Path:
     """The recipe with a tiny encoder's lengths, one shard per stage and tiny sizes."""
     raw = yaml.safe_load(RECIPE.read_text())
     raw["adapt"].update(max_queries=24, min_queries=5, max_context_sentences=24)
+    raw["adapt"]["scorer"] = "download"  # one training (the in-domain tests set it)
     raw["run"].update(torch_threads=1, device="cpu", no_progress=True)
     for section in ("shard", "queries", "embed"):
         raw[section]["n_shards"] = 1
