@@ -137,7 +137,9 @@ def dump_config(corpus_glob: str, root: Path, log: Path, sets: list[str]) -> Pat
     cfg = root / "adapt.yaml"
     if not cfg.exists():
         root.mkdir(parents=True, exist_ok=True)
+        # one config: the in-domain scorer adds a training, not corpus-sized work
         args = ["adapt", corpus_glob, "--root", str(root), "--dump-config"]
+        args += ["--set", "adapt.scorer=download"]
         for s in sets:
             args += ["--set", s]
         text = subprocess.run(
