@@ -215,22 +215,31 @@ def _run(config_path: Path, rid: str, evaluate: bool, no_progress: bool) -> None
 
 
 def _keep_scorer(root: Path, scorer_rid: str, dest: Path) -> None:
-    """The scorer run's trained encoder copied to the recipe's embed.model (all or nothing;
-    kept when a rerun finds it there)."""
+    """The scorer run's trained encoder copied to the recipe's embed.model (all or nothing):
+    kept when a rerun finds the same weights there, replaced when the scorer run trained other
+    ones (e.g. on another device), so embed's fingerprint (by content) follows the scorer."""
     import uuid
 
     from ctxsim.product.adapt_card import read_json
+    from ctxsim.store.artefacts import sha256_file
 
-    if dest.is_dir():
-        return
     record = read_json(root / "runs" / f"{scorer_rid}.json")
     model = Path(record["stages"]["train"]["path"]) / "files" / "model"
+    weights = sorted(p.relative_to(model) for p in model.rglob("*.safetensors"))
+    if dest.is_dir() and all(
+        (dest / w).is_file() and sha256_file(dest / w) == sha256_file(model / w) for w in weights
+    ):
+        return
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}")
+    old = dest.with_name(f".{dest.name}.old-{uuid.uuid4().hex}")
     try:
         shutil.copytree(model, tmp)
+        if dest.is_dir():
+            dest.replace(old)
         tmp.replace(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     typer.echo(f"scorer: {dest}")
 
 

@@ -296,6 +296,12 @@ def test_adapt_with_an_in_domain_scorer_trains_it_first_and_labels_with_it(
     assert again.exit_code == 0, again.output
     rec = json.loads((root / "runs" / "d1.json").read_text())
     assert all(st["shards_computed"] == 0 for st in rec["stages"].values())
+    # a scorer folder holding other weights is replaced by the scorer run's, whole
+    (scorer / "model.safetensors").write_bytes(b"not these weights")
+    third = CliRunner().invoke(app, argv[:-3] + ["--run-id", "d1", "--overwrite"])
+    assert third.exit_code == 0, third.output
+    assert (scorer / "model.safetensors").read_bytes() == trained.read_bytes()
+    assert not [p for p in scorer.parent.iterdir() if p.name.startswith(".")]
 
 
 def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
