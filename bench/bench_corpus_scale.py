@@ -34,7 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import write_results
+from bench.harness import (
+    current_rss_mb,
+    peak_rss_mb,
+    reset_peak_rss,
+    sole_manifest,
+    write_results,
+)
 
 CORPUS_STAGES = ("shard", "contexts", "queries", "embed", "pairs", "label")
 #: stages whose work grows with the corpus (the others are capped by the recipe's sizes)
@@ -112,13 +118,6 @@ def _cli(args: list[str], log: Path, env: dict[str, str] | None = None) -> dict[
     }
 
 
-def _manifest(root: Path, stage: str) -> dict[str, Any]:
-    found = sorted(root.glob(f"{stage}/*/_MANIFEST.json"))
-    if len(found) != 1:
-        raise SystemExit(f"{root}/{stage}: {len(found)} artefacts, expected one")
-    return json.loads(found[0].read_text())
-
-
 def _disk_mb(path: Path) -> float:
     """The artefact's bytes on disk, less a model it carries (embed's adapted encoder: a fixed
     size, not data that grows with the corpus)."""
@@ -162,7 +161,7 @@ def run_stages(
     extra = [a for s in sets for a in ("--set", s)]
     for stage in stages:
         proc = _cli(["run", "--config", str(cfg), "--until", stage, "--no-progress", *extra], log)
-        man = _manifest(root, stage)
+        man = sole_manifest(root, stage)
         stats = man.get("stats", {})
         rows.append(
             {
@@ -220,15 +219,10 @@ def _units_probe(root: Path, mode: str, n_shards: int) -> dict[str, Any]:
     from ctxsim.store.artefacts import ArtefactStore
     from ctxsim.store.chunks import chunk_texts, context_unit_index
 
-    def status(key: str) -> float:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-        return 0.0
-
     store = ArtefactStore(root)
-    arts = {s: store.get(s, _manifest(root, s)["fingerprint"]) for s in ("shard", "contexts")}
-    base, c0 = status("VmRSS"), time.process_time()
+    arts = {s: store.get(s, sole_manifest(root, s)["fingerprint"]) for s in ("shard", "contexts")}
+    reset_peak_rss()
+    base, c0 = current_rss_mb(), time.process_time()
     if mode == "whole":
         ids, texts = chunk_texts(arts["contexts"], arts["shard"])
         keep = [i for i, t in enumerate(texts) if len(t.split()) >= 8]
@@ -241,7 +235,7 @@ def _units_probe(root: Path, mode: str, n_shards: int) -> dict[str, Any]:
         "mode": mode,
         "units_in_shard": len(piece),
         "cpu_s": round(time.process_time() - c0, 2),
-        "peak_rss_growth_mb": round(status("VmHWM") - base, 1),
+        "peak_rss_growth_mb": round(peak_rss_mb() - base, 1),
     }
 
 

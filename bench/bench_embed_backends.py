@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.harness import write_results
+from bench.harness import sole_manifest, write_results
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -39,12 +38,7 @@ def _units(root: Path, n: int) -> list[str]:
     from ctxsim.store.chunks import context_unit_index
 
     store = ArtefactStore(root)
-    arts = {}
-    for stage in ("shard", "contexts"):
-        found = sorted((root / stage).glob("*/_MANIFEST.json"))
-        if not found:
-            raise SystemExit(f"{root}/{stage}: no artefact")
-        arts[stage] = store.get(stage, json.loads(found[0].read_text())["fingerprint"])
+    arts = {s: store.get(s, sole_manifest(root, s)["fingerprint"]) for s in ("shard", "contexts")}
     units = context_unit_index(arts["contexts"], arts["shard"], "chunk", 8)
     return units.texts(np.arange(min(n, len(units.ids))))
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.harness import write_results
+from bench.harness import current_rss_mb, peak_rss_mb, reset_peak_rss, write_results
 from ctxsim.models.corpus.pairs import knn_search
 
 BLOCK = 4096
@@ -69,23 +68,12 @@ def recall(x: np.ndarray, found: np.ndarray, exact: np.ndarray, k: int) -> float
     return float(ok.sum() / (k * len(x)))
 
 
-def _status_mb(key: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def timed(fn: Any) -> tuple[Any, float, float]:
-    """(result, CPU-s, peak RSS growth in MB): the peak is reset first (Linux clear_refs 5)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-    r0, c0 = _status_mb("VmRSS"), time.process_time()
+    """(result, CPU-s, peak RSS growth in MB): the peak is reset first."""
+    reset_peak_rss()
+    r0, c0 = current_rss_mb(), time.process_time()
     out = fn()
-    return out, time.process_time() - c0, max(_status_mb("VmHWM") - r0, 0.0)
+    return out, time.process_time() - c0, max(peak_rss_mb() - r0, 0.0)
 
 
 def load(emb_dir: Path) -> np.ndarray:

@@ -340,6 +340,15 @@ def run_artefacts(root: Path | str, run_id: str) -> tuple[dict[str, Any], dict[s
     return rec, {n: store.require(n, rec["stages"][n]["fingerprint"]) for n in rec["stages"]}
 
 
+def sole_manifest(root: Path | str, stage: str) -> dict[str, Any]:
+    """The manifest of the one artefact a root holds for ``stage`` (a bench's own scratch
+    root); more than one, or none, is refused."""
+    found = sorted(Path(root).glob(f"{stage}/*/_MANIFEST.json"))
+    if len(found) != 1:
+        raise SystemExit(f"{root}/{stage}: {len(found)} artefacts, expected one")
+    return json.loads(found[0].read_text())
+
+
 def manifest_stages(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each stage of a run record as its artefact's manifest measured it: ``rows`` and
     ``cpu_s`` (None where the manifest is missing or recorded no CPU seconds). A reused
