@@ -23,7 +23,6 @@ class ChunkSpans:
     chunk_ids: np.ndarray
     start: np.ndarray
     n: np.ndarray
-    sent_ids: np.ndarray
     text: pa.ChunkedArray
 
 
@@ -49,7 +48,7 @@ def chunk_spans(contexts: Artefact, shard: Artefact) -> ChunkSpans:
             f"index: {path} names first_sent_id values absent from the shard artefact "
             f"(e.g. {first[bad][:3].tolist() if len(sent_ids) else first[:3].tolist()})"
         )
-    return ChunkSpans(chunk_ids, start.astype(np.int64), n, sent_ids, sents.column("text"))
+    return ChunkSpans(chunk_ids, start.astype(np.int64), n, sents.column("text"))
 
 
 #: sentences whose words are counted per Python batch (the corpus's text is never one list)
