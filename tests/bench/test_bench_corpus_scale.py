@@ -41,43 +41,21 @@ def test_sizes_are_nested_prefixes_of_every_file(tmp_path: Path) -> None:
 
 def test_rows_give_per_word_cost_for_corpus_stages_only() -> None:
     sizes = {1: {"words": 1_000_000}, 4: {"words": 4_000_000}}
+
+    def row(stage: str, cpu: float, rss: float, disk: float) -> dict:
+        return {
+            "stage": stage,
+            "stage_cpu_s": cpu,
+            "peak_rss_mb": rss,
+            "disk_mb": disk,
+            "process_cpu_s": cpu + 10,
+            "wall_s": cpu + 11,
+        }
+
+    pairs = row("pairs", 10.0, 900.0, 0.1)  # capped by the recipe: the same at both sizes
     run = {
-        1: [
-            {
-                "stage": "embed",
-                "stage_cpu_s": 50.0,
-                "peak_rss_mb": 1000.0,
-                "disk_mb": 10.0,
-                "process_cpu_s": 60,
-                "wall_s": 61,
-            },
-            {
-                "stage": "pairs",
-                "stage_cpu_s": 10.0,
-                "peak_rss_mb": 900.0,
-                "disk_mb": 0.1,
-                "process_cpu_s": 20,
-                "wall_s": 21,
-            },
-        ],
-        4: [
-            {
-                "stage": "embed",
-                "stage_cpu_s": 220.0,
-                "peak_rss_mb": 1100.0,
-                "disk_mb": 40.0,
-                "process_cpu_s": 230,
-                "wall_s": 231,
-            },
-            {
-                "stage": "pairs",
-                "stage_cpu_s": 10.0,
-                "peak_rss_mb": 900.0,
-                "disk_mb": 0.1,
-                "process_cpu_s": 20,
-                "wall_s": 21,
-            },
-        ],
+        1: [row("embed", 50.0, 1000.0, 10.0), pairs],
+        4: [row("embed", 220.0, 1100.0, 40.0), pairs],
     }
     rows = {(r["scale"], r["stage"]): r for r in scale_rows(sizes, run)}
     assert rows[("4x", "embed")]["cpu_s_per_mword"] == 55.0
