@@ -54,6 +54,12 @@ class AdaptRules(BaseModel):
         "encoder trained first on the corpus's right contexts (objective context, the recipe's "
         "steps), then the recipe run with it as embed.model",
     )
+    scorer_step_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="the in-domain scorer's training steps as a share of the recipe's",
+    )
     words_per_embed_shard: int = Field(
         4_000_000,
         ge=1,
@@ -201,7 +207,7 @@ def sizes(
     model_factor: float = 1.0,
     dev_items: int = 0,
     bf16: bool = False,
-    trainings: int = 1,
+    trainings: float = 1.0,
 ) -> tuple[int, int, int, float, list[str]]:
     """(queries, extra context sentences, steps, predicted CPU-s, notes) for a corpus of
     ``words`` words: queries and context sentences are shares of the corpus's sentences up to the
@@ -209,7 +215,7 @@ def sizes(
     the cost model fits it. ``model_factor``: the encoder's cost per token against MiniLM's
     (``model_cost_factor``); ``dev_items``: dev pairs and questions to evaluate; ``bf16``:
     embed and train run in bf16 (``rules.cpu_bf16_factor``); ``trainings``: training runs of
-    that many steps (2 with the in-domain scorer)."""
+    that many steps (1 + ``scorer_step_share`` with the in-domain scorer)."""
     sentences = words / rules.words_per_sentence
     queries = int(min(rules.max_queries, sentences * rules.query_share))
     ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
@@ -287,7 +293,7 @@ def adapt_config(
 
         dev_items = sum(len(ev) for ev in discover_eval_dir(eval_dir))
     factor = model_cost_factor(model)
-    trainings = 2 if rules.scorer == "in-domain" else 1
+    trainings = 1 + rules.scorer_step_share if rules.scorer == "in-domain" else 1.0
     queries, ctx, steps, cpu, notes = sizes(
         shape.words_estimate,
         rules,
@@ -318,18 +324,22 @@ def adapt_config(
         cfg["evaluate"]["eval_dir"] = eval_dir
     plan = AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
     if rules.scorer == "in-domain":
-        plan.scorer = scorer_config(cfg)
+        plan.scorer = scorer_config(cfg, rules.scorer_step_share)
         plan.link_scorer()
     return plan
 
 
-def scorer_config(cfg: dict[str, Any]) -> dict[str, Any]:
+def scorer_config(cfg: dict[str, Any], step_share: float = 1.0) -> dict[str, Any]:
     """The in-domain scorer's run: the recipe up to train with the right-context objective
-    alone (no labels needed, so the same shard, embed, pairs and label are shared), its
-    trained encoder then the recipe's contextual model."""
+    alone (no labels needed, so the same shard, embed, pairs and label are shared) for
+    ``step_share`` of the recipe's steps, its trained encoder then the recipe's contextual
+    model."""
     scorer = copy.deepcopy(cfg)
     scorer.pop("evaluate", None)
-    scorer["train"]["objective"] = "context"
+    train = scorer["train"]
+    train["objective"] = "context"
+    train["max_steps"] = max(1, round(int(train["max_steps"]) * step_share))
+    train["eval_steps"] = max(1, train["max_steps"] // 2)
     return scorer
 
 

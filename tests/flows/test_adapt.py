@@ -319,3 +319,34 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
         sizes(400_000, half, 32, 4, None, bf16=True)[3],
     )
     assert bf16 == pytest.approx(half.cpu_s_fixed + 0.5 * (fp32 - half.cpu_s_fixed))
+
+
+def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_priced_so(
+    tmp_path, tiny_st
+) -> None:
+    recipe = _in_domain_recipe(tmp_path, tiny_st)
+    root = str(tmp_path / "root")
+    full = adapt_config([str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe)
+    assert full.scorer is not None
+    assert full.scorer["train"]["max_steps"] == full.config["train"]["max_steps"]
+    part = adapt_config(
+        [str(SAMPLE)],
+        str(tiny_st),
+        None,
+        None,
+        root,
+        recipe=recipe,
+        rule_overrides=["adapt.scorer_step_share=0.5"],
+    )
+    assert part.scorer is not None
+    steps = part.config["train"]["max_steps"]
+    assert steps == full.config["train"]["max_steps"]  # the recipe's own training is unchanged
+    assert part.scorer["train"]["max_steps"] == max(1, round(steps * 0.5))
+    assert part.scorer["train"]["eval_steps"] == max(1, part.scorer["train"]["max_steps"] // 2)
+    # a different scorer config: a different scorer folder, named in the recipe's embed.model
+    assert part.config["embed"]["model"] != full.config["embed"]["model"]
+    # the cost model prices half a second training
+    rules = read_recipe(RECIPE)[1]
+    one = sizes(2_600_000, rules, 32, 4, None)[3]
+    half = sizes(2_600_000, rules, 32, 4, None, 1.0, 0, False, 1.5)[3]
+    assert half - one == pytest.approx(rules.cpu_s_per_step * 250 * 0.5)
