@@ -31,7 +31,7 @@ def test_sizes_of_a_large_corpus_are_the_recipe_s_caps() -> None:
     rules = read_recipe(RECIPE)[1]
     q, ctx, steps, cpu, notes = sizes(2_600_000, rules, 32, 4, None)
     assert (q, ctx, steps) == (2000, 8000, 250)  # the recipe measured on MedQuAD and economics
-    assert rules.scorer == "in-domain"
+    assert rules.scorer == "in-domain" and rules.scorer_step_share == 0.7
     assert notes == [] and cpu > 0
 
 
@@ -326,7 +326,15 @@ def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_price
 ) -> None:
     recipe = _in_domain_recipe(tmp_path, tiny_st)
     root = str(tmp_path / "root")
-    full = adapt_config([str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe)
+    full = adapt_config(
+        [str(SAMPLE)],
+        str(tiny_st),
+        None,
+        None,
+        root,
+        recipe=recipe,
+        rule_overrides=["adapt.scorer_step_share=1"],
+    )
     assert full.scorer is not None
     assert full.scorer["train"]["max_steps"] == full.config["train"]["max_steps"]
     part = adapt_config(
