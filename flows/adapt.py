@@ -51,8 +51,8 @@ class AdaptRules(BaseModel):
     scorer: Literal["download", "in-domain"] = Field(
         "download",
         description="the contextual model: the encoder as downloaded, or in-domain: the same "
-        "encoder trained first on the corpus's right contexts (objective context, the recipe's "
-        "steps), then the recipe run with it as embed.model",
+        "encoder trained first on the corpus's right contexts (objective context, "
+        "scorer_step_share of the recipe's steps), then the recipe run with it as embed.model",
     )
     scorer_step_share: float = Field(
         1.0,
@@ -315,8 +315,7 @@ def adapt_config(
     embed = cfg.setdefault("embed", {})
     embed["n_shards"] = embed_shards(shape.words_estimate, rules, int(embed.get("n_shards", 4)))
     cfg["train"]["context_corpus_sentences"] = ctx
-    cfg["train"]["max_steps"] = steps
-    cfg["train"]["eval_steps"] = max(1, steps // 2)
+    _set_steps(cfg["train"], steps)
     cfg.setdefault("run", {})["root"] = root
     if eval_dir is None:
         cfg.pop("evaluate", None)
@@ -336,11 +335,15 @@ def scorer_config(cfg: dict[str, Any], step_share: float = 1.0) -> dict[str, Any
     model."""
     scorer = copy.deepcopy(cfg)
     scorer.pop("evaluate", None)
-    train = scorer["train"]
-    train["objective"] = "context"
-    train["max_steps"] = max(1, round(int(train["max_steps"]) * step_share))
-    train["eval_steps"] = max(1, train["max_steps"] // 2)
+    scorer["train"]["objective"] = "context"
+    _set_steps(scorer["train"], max(1, round(int(scorer["train"]["max_steps"]) * step_share)))
     return scorer
+
+
+def _set_steps(train: dict[str, Any], steps: int) -> None:
+    """A training's step budget, with a checkpoint halfway for a resume."""
+    train["max_steps"] = steps
+    train["eval_steps"] = max(1, steps // 2)
 
 
 def scorer_dir(scorer: dict[str, Any]) -> Path:

@@ -326,26 +326,20 @@ def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_price
 ) -> None:
     recipe = _in_domain_recipe(tmp_path, tiny_st)
     root = str(tmp_path / "root")
-    full = adapt_config(
-        [str(SAMPLE)],
-        str(tiny_st),
-        None,
-        None,
-        root,
-        recipe=recipe,
-        rule_overrides=["adapt.scorer_step_share=1"],
+    full, part = (
+        adapt_config(
+            [str(SAMPLE)],
+            str(tiny_st),
+            None,
+            None,
+            root,
+            recipe=recipe,
+            rule_overrides=[f"adapt.scorer_step_share={share}"],
+        )
+        for share in (1, 0.5)
     )
     assert full.scorer is not None
     assert full.scorer["train"]["max_steps"] == full.config["train"]["max_steps"]
-    part = adapt_config(
-        [str(SAMPLE)],
-        str(tiny_st),
-        None,
-        None,
-        root,
-        recipe=recipe,
-        rule_overrides=["adapt.scorer_step_share=0.5"],
-    )
     assert part.scorer is not None
     steps = part.config["train"]["max_steps"]
     assert steps == full.config["train"]["max_steps"]  # the recipe's own training is unchanged
