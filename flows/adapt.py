@@ -116,7 +116,7 @@ class AdaptPlan:
         if self.scorer is not None:
             out.insert(
                 2,
-                f"scorer: {self.scorer['embed']['model']} trained first on the corpus's right "
+                f"scorer: {self.scorer['train']['backbone']} trained first on the corpus's right "
                 f"contexts ({self.scorer['train']['max_steps']} steps, no labels), then the "
                 "contextual model of the labels",
             )
@@ -137,7 +137,9 @@ class AdaptPlan:
                 continue
             if key == "embed.model":  # the user names the scorer: no scorer run
                 self.scorer = None
-            elif key != "train.objective":
+            elif key == "label.split_ratios":  # the scorer cuts its pairs as label does
+                _set_dotted(self.scorer, "train.split_ratios", value, f"--set {ov}")
+            elif key != "train.objective" and key.split(".")[0] in self.scorer:
                 _set_dotted(self.scorer, key, value, f"--set {ov}")
         self.link_scorer()
 
@@ -155,7 +157,7 @@ class AdaptPlan:
         configs = [self.config]
         if self.scorer is not None:  # the recipe's embed.model exists once the scorer ran
             ready = copy.deepcopy(self.config)
-            ready["embed"]["model"] = self.scorer["embed"]["model"]
+            ready["embed"]["model"] = self.scorer["train"]["backbone"]
             configs = [self.scorer, ready]
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "adapt.yaml"
@@ -329,12 +331,16 @@ def adapt_config(
 
 
 def scorer_config(cfg: dict[str, Any], step_share: float = 1.0) -> dict[str, Any]:
-    """The in-domain scorer's run: the recipe up to train with the right-context objective
-    alone (no labels needed, so the same shard, embed, pairs and label are shared) for
-    ``step_share`` of the recipe's steps, its trained encoder then the recipe's contextual
-    model."""
+    """The in-domain scorer's run: the recipe's shard, contexts, queries and pairs (shared with
+    it), then train with the right-context objective alone for ``step_share`` of the recipe's
+    steps, its trained encoder then the recipe's contextual model. The objective reads the
+    pairs' sentences, not labels: no embed or label stage (the label stage's split, kept)."""
     scorer = copy.deepcopy(cfg)
-    scorer.pop("evaluate", None)
+    for section in ("evaluate", "embed", "label"):
+        scorer.pop(section, None)
+    ratios = cfg.get("label", {}).get("split_ratios")
+    if ratios is not None:
+        scorer["train"]["split_ratios"] = list(ratios)
     scorer["train"]["objective"] = "context"
     _set_steps(scorer["train"], max(1, round(int(scorer["train"]["max_steps"]) * step_share)))
     return scorer

@@ -332,7 +332,8 @@ def select_stages(cfg: PipelineConfig, until: str | None) -> list[str]:
         while todo:
             name = todo.pop()
             stage = load_stage(name)
-            for up in (*stage.inputs, *stage.optional_inputs_for(cfg.stages[name])):
+            params = cfg.stages[name]
+            for up in (*stage.inputs_for(params), *stage.optional_inputs_for(params)):
                 if up in names and up not in need:
                     need.add(up)
                     todo.append(up)

@@ -161,7 +161,7 @@ def _new_query_sets(
                 }
             )
         stage = load_stage(name)
-        upstream = {i: out[i] for i in stage.inputs}
+        upstream = {i: out[i] for i in stage.inputs_for(params)}
         upstream |= {i: out[i] for i in stage.optional_inputs_for(params) if i in out}
         out[name], _ = run_stage_locally(resolve_stage(stage, params, run, store, upstream))
     return out

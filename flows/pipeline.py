@@ -231,10 +231,11 @@ def execute(
         options = shard_options(cfg.run, log.warning) if use_prefect else {}
         for name in select_stages(cfg, until):
             stage = load_stage(name)
-            missing = [i for i in stage.inputs if i not in artefacts]
+            needed = stage.inputs_for(cfg.stages[name])
+            missing = [i for i in needed if i not in artefacts]
             if missing:
                 raise ConfigError(f"stage {name!r} needs {missing}, which this config does not run")
-            upstream = {i: artefacts[i] for i in stage.inputs}
+            upstream = {i: artefacts[i] for i in needed}
             optional = stage.optional_inputs_for(cfg.stages[name])
             upstream |= {i: artefacts[i] for i in optional if i in artefacts}
             plan = resolve_stage(stage, cfg.stages[name], run, store, upstream)

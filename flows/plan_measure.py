@@ -75,7 +75,7 @@ def run_measured(
     out: dict[str, StageMeasure] = {}
     for name in stages or cfg.stage_names:
         stage = load_stage(name)
-        upstream = {i: arts[i] for i in stage.inputs}
+        upstream = {i: arts[i] for i in stage.inputs_for(cfg.stages[name])}
         optional = stage.optional_inputs_for(cfg.stages[name])
         upstream |= {i: arts[i] for i in optional if i in arts}
         plan = resolve_stage(stage, cfg.stages[name], cfg.run, store, upstream)

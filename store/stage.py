@@ -293,6 +293,11 @@ class Stage:
         corpus)."""
         return self.cost.rows_cap
 
+    def inputs_for(self, params: Any) -> tuple[str, ...]:
+        """The inputs these params need (default: ``inputs``; `train` with an objective that
+        reads no labels needs `pairs`, not `label`)."""
+        return self.inputs
+
     def optional_inputs_for(self, params: Any) -> tuple[str, ...]:
         """The optional inputs these params use (default: all); an unused one stays out of the
         fingerprint, so e.g. retraining the generator does not invalidate `select`."""

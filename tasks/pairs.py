@@ -48,6 +48,16 @@ PAIRS_SCHEMA = pa.schema(
 GIVEN_FILE = "given_pairs.parquet"
 
 
+def given_pairs(pairs: pa.Table) -> bool:
+    """Whether a pairs artefact holds given pairs (an STS file's, ``source`` "given") rather
+    than mined ones: given pairs are evaluated, never trained on."""
+    return (
+        "source" in pairs.column_names
+        and pairs.num_rows > 0
+        and bool(np.all(pairs.column("source").to_numpy(zero_copy_only=False) == "given"))
+    )
+
+
 class PairsParams(StageParams):
     mode: Literal["auto", "mine", "given"] = Field(
         "auto",

@@ -319,6 +319,23 @@ def pair_split(s1: np.ndarray, s2: np.ndarray, seed: int, ratios: Sequence[float
     return np.searchsorted(cuts, u, side="right")
 
 
+#: the splits a generated pair falls in (``pair_split``'s indices), and a given pair's
+SPLITS = ("train", "dev", "test")
+GIVEN_SPLIT = "eval"
+
+
+def pair_split_names(
+    s1: np.ndarray, s2: np.ndarray, seed: int, ratios: Sequence[float], given: bool
+) -> np.ndarray:
+    """Each pair's split name: ``eval`` for all when the pairs were given (an STS file's),
+    else ``train``/``dev``/``test`` by ``pair_split``. The `label` stage writes these, and
+    `train` recomputes them for an objective that reads the pairs without labels, so both
+    train on the same pairs."""
+    if given:
+        return np.full(len(s1), GIVEN_SPLIT, dtype=object)
+    return np.asarray(SPLITS, dtype=object)[pair_split(s1, s2, seed, ratios)]
+
+
 def rescale_labels(values: np.ndarray, how: str) -> np.ndarray:
     """Map Eq. 4 labels onto the surrogate's cosine range.
 

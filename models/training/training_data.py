@@ -47,6 +47,26 @@ def label_columns(table: pa.Table, p: Any, source: str) -> LabelColumns:
     )
 
 
+def pair_columns(
+    s1_ids: np.ndarray, s2_ids: np.ndarray, text_of: dict[int, str], split: np.ndarray
+) -> LabelColumns:
+    """The columns of mined pairs without labels, for an objective that reads none
+    (``needs_labels`` False): the query ids and texts the `label` stage would write, its split,
+    and a label of 0 (finite, so every pair of the split trains, as every finite label does)."""
+    s1 = [text_of.get(int(x)) for x in s1_ids]
+    s2 = [text_of.get(int(x)) for x in s2_ids]
+    table = pa.table(
+        {
+            "s1_id": pa.array(s1_ids, pa.int64()),
+            "s2_id": pa.array(s2_ids, pa.int64()),
+            "s1": pa.array(s1, pa.string()),
+            "s2": pa.array(s2, pa.string()),
+            "split": pa.array(split.tolist(), pa.string()),
+        }
+    )
+    return LabelColumns(table, s1, s2, np.zeros(len(s1)), np.asarray(split, dtype=object))
+
+
 def training_pairs(cols: LabelColumns, p: Any, source: str) -> TrainingPairs:
     """The pairs every objective starts from: split in ``train_splits``, a finite label, both
     sentences; the first ``max_train_pairs`` of them."""

@@ -9,16 +9,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ctxsim.models.contextual.origin import TERMS, report_name, spearman_conventions
+from ctxsim.models.contextual.origin import (
+    GIVEN_SPLIT,
+    SPLITS,
+    TERMS,
+    report_name,
+    spearman_conventions,
+)
 from ctxsim.models.training.objectives import tfidf_cosine
 from ctxsim.store.stage import StageContext
 
 if TYPE_CHECKING:
     from ctxsim.tasks.label.params import LabelParams
-
-#: the splits of generated pairs (a seeded hash of the pair, ``label.split_ratios``); given
-#: pairs get "eval"
-SPLITS = ("train", "dev", "test")
 
 
 def label_stats(
@@ -56,7 +58,7 @@ def label_stats(
             label_hist_edges=[round(float(e), 5) for e in edges],
         )
     split = table.column("split").to_numpy(zero_copy_only=False)
-    for s in (*SPLITS, "eval"):
+    for s in (*SPLITS, GIVEN_SPLIT):
         stats[f"split_{s}"] = int((split == s).sum())
     src = table.column("source").to_numpy(zero_copy_only=False)
     for s in sorted({x for x in src if x is not None}):

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ctxsim.models.contextual.origin import pair_split
+from ctxsim.models.contextual.origin import pair_split_names
 from ctxsim.store.cost_model import PerQueryRows
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext
@@ -47,12 +47,12 @@ from ctxsim.tasks.label.contextual import (
 from ctxsim.tasks.label.diagnostics import contamination_files, diagnostics
 from ctxsim.tasks.label.params import LabelParams
 from ctxsim.tasks.label.report import (
-    SPLITS,
     label_stats,
     origin_report,
     origin_stats,
     plot_labels,
 )
+from ctxsim.tasks.pairs import given_pairs
 
 LABEL_SCHEMA = pa.schema(
     [
@@ -181,20 +181,11 @@ class LabelStage(Stage):
         )
         s1 = pairs.column("s1_query_id").to_numpy()
         s2 = pairs.column("s2_query_id").to_numpy()
-        given = (
-            "source" in pairs.column_names
-            and pairs.num_rows > 0
-            and bool(np.all(pairs.column("source").to_numpy(zero_copy_only=False) == "given"))
-        )
+        given = given_pairs(pairs)
         out = model.labels(ctx, p.settings(), PairsToLabel(pairs, s1, s2, text_of, given))
         check_answer(p.contextual, model.columns, out, pairs.num_rows)
         t_label = time.perf_counter() - t0
-        if given:
-            split = np.full(pairs.num_rows, "eval", dtype=object)
-        else:
-            split = np.asarray(SPLITS, dtype=object)[
-                pair_split(s1, s2, ctx.run.seed, p.split_ratios)
-            ]
+        split = pair_split_names(s1, s2, ctx.run.seed, p.split_ratios, given)
         table = label_table(pairs, s1, s2, text_of, out, split)
         stats = label_stats(ctx, p, table, out.n_ctx1, out.n_ctx2, t_label, out.score_lookups)
         stats.update(out.stats)

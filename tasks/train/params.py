@@ -80,6 +80,14 @@ class TrainParams(StageParams):
             "Label splits trained on (the label stage splits pairs into train, dev and test)."
         ),
     )
+    split_ratios: list[float] = Field(
+        default_factory=lambda: [98.0, 1.0, 1.0],
+        description=(
+            "An objective that reads no labels (context) trains on the `pairs` artefact's train "
+            "split, cut as the label stage cuts it: label.split_ratios when the config has a "
+            "label section (filled from it), else these."
+        ),
+    )
     max_train_pairs: int | None = Field(
         None,
         ge=1,
@@ -263,7 +271,21 @@ class TrainParams(StageParams):
         "context_width": 1,
         "context_corpus_sentences": 0,
         "bf16_cpu": False,
+        "split_ratios": [98.0, 1.0, 1.0],
     }
+
+    def link(self, sections: dict[str, StageParams]) -> None:
+        """An objective that reads no labels cuts the pairs as the config's label stage does."""
+        ratios = getattr(sections.get("label"), "split_ratios", None)
+        if ratios is not None and not get_objective(self.objective).needs_labels:
+            self.split_ratios = list(ratios)
+
+    @field_validator("split_ratios")
+    @classmethod
+    def _three(cls, v: list[float]) -> list[float]:
+        if len(v) != 3 or min(v) < 0 or sum(v) <= 0:
+            raise ValueError("train.split_ratios needs three non-negative numbers (train/dev/test)")
+        return v
 
     @field_validator("backbone")
     @classmethod

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ctxsim.models.contextual.origin import pair_split_names
 from ctxsim.models.training.objectives import (
     MODULES,
     OBJECTIVES,
@@ -21,10 +22,17 @@ from ctxsim.models.training.objectives import (
 )
 from ctxsim.models.training.sentence_encoder import build_student
 from ctxsim.models.training.tiny_backbone import TINY, build_tiny_backbone
-from ctxsim.models.training.training_data import label_columns, objective_examples
+from ctxsim.models.training.training_data import (
+    LabelColumns,
+    label_columns,
+    objective_examples,
+    pair_columns,
+)
+from ctxsim.store.artefacts import Artefact
 from ctxsim.store.cost_model import CostModel, InputRowsPerQuery
 from ctxsim.store.cost_models_training import OptimizerSteps
 from ctxsim.store.stage import Stage, StageContext
+from ctxsim.tasks.pairs import given_pairs
 from ctxsim.tasks.train.data import DevSet, dev_set
 from ctxsim.tasks.train.params import TrainParams
 from ctxsim.tasks.train.report import RunOutcome, history_rows, model_card, run_metrics
@@ -59,8 +67,11 @@ class TrainStage(Stage):
     version = "2"  # 2: max_dev_pairs samples the dev set (was its first rows)
     Params = TrainParams
     inputs = ("label",)
-    #: what some objectives read besides the labels (``context``: the queries, then the shard)
-    optional_inputs = tuple(dict.fromkeys(i for o in OBJECTIVES.values() for i in o.inputs))
+    #: what some objectives read besides the labels (``context``: the queries, then the shard),
+    #: and `pairs`, which an objective that reads no labels trains from instead of `label`
+    optional_inputs = tuple(
+        dict.fromkeys(["pairs", *(i for o in OBJECTIVES.values() for i in o.inputs)])
+    )
     #: training is not bitwise the same across thread counts: the count is in the fingerprint
     run_fields = ("seed", "device", "torch_threads")
     #: by labelled pairs; with a fixed step budget (max_steps), by steps (see cost_model)
@@ -69,12 +80,18 @@ class TrainStage(Stage):
     #: every objective module (found, not imported by name: models/training/objectives/__init__.py)
     sources = MODULES
 
+    def inputs_for(self, params: TrainParams) -> tuple[str, ...]:
+        """`label`, or `pairs` for an objective that reads no labels (its run needs no embed or
+        label stage)."""
+        return ("label",) if get_objective(params.objective).needs_labels else ("pairs",)
+
     def optional_inputs_for(self, params: TrainParams) -> tuple[str, ...]:
         """Only the inputs the objective reads: the others keep their fingerprints."""
         return get_objective(params.objective).inputs
 
     def cost_model(self, params: TrainParams) -> CostModel:
         """A fixed step budget is priced by steps: the pilots run a few of them."""
+        rows_of = "label" if get_objective(params.objective).needs_labels else "pairs"
         if params.max_steps > 0:
             return OptimizerSteps(
                 steps="max_steps",
@@ -82,6 +99,8 @@ class TrainStage(Stage):
                 steps_stat="steps",
                 per_query=("context_corpus_sentences",),
             )
+        if rows_of == "pairs":
+            return InputRowsPerQuery(rows_of="pairs", label="pairs")
         return self.cost
 
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
@@ -90,14 +109,13 @@ class TrainStage(Stage):
         p: TrainParams = ctx.params
         log = ctx.logger
         t0 = time.perf_counter()
-        label_art = ctx.input("label")
-        cols = label_columns(label_art.read_table(), p, str(label_art.path))
+        label_art, cols = self._pairs(ctx, p)
         oc = ObjectiveContext(
             p, ctx.device, ctx.run.seed, log, lambda st, c: ctx.input(st).read_table(c)
         )
         objective, pairs, examples, max_steps = objective_examples(cols, oc, str(label_art.path))
 
-        dev = dev_set(ctx, p, cols)
+        dev = dev_set(ctx, p, cols) if objective.needs_labels or p.sts_dir else None
         torch.manual_seed(ctx.run.seed)
         backbone_path = self._backbone(ctx, p, examples.texts, dev)
         model = build_student(
@@ -135,6 +153,23 @@ class TrainStage(Stage):
         history = pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
         stats = {k: v for k, v in info.items() if v is not None}
         return history, stats
+
+    @staticmethod
+    def _pairs(ctx: StageContext, p: TrainParams) -> tuple[Artefact, LabelColumns]:
+        """The artefact the pairs come from and their columns: the labels, or for an objective
+        that reads none the mined pairs, split as the label stage splits them."""
+        if get_objective(p.objective).needs_labels:
+            art = ctx.input("label")
+            return art, label_columns(art.read_table(), p, str(art.path))
+        art = ctx.input("pairs")
+        table = art.read_table()
+        queries = ctx.input("queries").read_table(["query_id", "text"])
+        ids, texts = queries.column("query_id").to_pylist(), queries.column("text").to_pylist()
+        text_of = dict(zip(ids, texts, strict=True))
+        s1 = table.column("s1_query_id").to_numpy()
+        s2 = table.column("s2_query_id").to_numpy()
+        split = pair_split_names(s1, s2, ctx.run.seed, p.split_ratios, given_pairs(table))
+        return art, pair_columns(s1, s2, text_of, split)
 
     @staticmethod
     def _backbone(ctx: StageContext, p: TrainParams, texts: list[str], dev: DevSet | None) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -81,13 +83,15 @@ def test_the_written_config_is_an_ordinary_config(tmp_path: Path, tiny_st: Path)
     assert shard["paths"] == [str(SAMPLE)] and "evaluate" not in plan.config
     assert plan.config["train"]["max_steps"] == plan.steps
     # the recipe's scorer is in-domain: the encoder trained first, by the scorer's run
-    assert plan.scorer is not None and plan.scorer["embed"]["model"] == str(tiny_st)
+    assert plan.scorer is not None and plan.scorer["train"]["backbone"] == str(tiny_st)
     assert plan.config["train"]["backbone"] == plan.config["pairs"]["encoder"] == str(tiny_st)
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(yaml.safe_dump(plan.scorer))  # the recipe's loads once the scorer ran
     cfg = load_config(cfg_file)
     assert cfg.stages["queries"].n_corpus == plan.queries
-    assert cfg.stages["label"].contextual == "encoder"
+    # the scorer reads the pairs' sentences, not labels: it embeds and labels nothing
+    assert cfg.stage_names == ["shard", "contexts", "queries", "pairs", "train"]
+    assert cfg.stages["train"].split_ratios == plan.config["label"]["split_ratios"]
     plan.check()
 
 
@@ -244,7 +248,8 @@ def test_an_in_domain_scorer_plan_is_two_configs_the_second_scored_by_the_first(
     root = str(tmp_path / "root")
     plan = adapt_config([str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe)
     assert plan.scorer is not None and plan.scorer["train"]["objective"] == "context"
-    assert plan.scorer["embed"]["model"] == str(tiny_st) and "evaluate" not in plan.scorer
+    assert plan.scorer["train"]["backbone"] == str(tiny_st)
+    assert not {"embed", "label", "evaluate"} & set(plan.scorer)
     assert plan.config["embed"]["model"].startswith(str(Path(root) / "adapt" / "scorer-"))
     assert plan.config["train"]["objective"] == "ctxsim-context"
     assert plan.config["train"]["backbone"] == str(tiny_st)  # the student starts from the download
@@ -256,6 +261,11 @@ def test_an_in_domain_scorer_plan_is_two_configs_the_second_scored_by_the_first(
     assert plan.scorer["train"]["lr"] == plan.config["train"]["lr"] == 2e-5
     assert plan.scorer["train"]["objective"] == "context"
     assert plan.config["embed"]["model"] != before
+    # a section the scorer does not run stays out of it; the label split reaches its pairs
+    plan.override(["embed.unit=window", "label.split_ratios=[90, 5, 5]"])
+    assert plan.config["embed"]["unit"] == "window" and "embed" not in plan.scorer
+    assert plan.scorer["train"]["split_ratios"] == plan.config["label"]["split_ratios"]
+    assert plan.scorer["train"]["split_ratios"] == [90, 5, 5]
     docs = list(yaml.safe_load_all(dump_config(plan, "ctxsim adapt x")))
     assert [d["train"]["objective"] for d in docs] == ["context", "labels"]
     plan.override([f"embed.model={tiny_st}"])  # naming the scorer: no scorer run
@@ -283,10 +293,17 @@ def test_adapt_with_an_in_domain_scorer_trains_it_first_and_labels_with_it(
     assert scorer.is_dir() and (root / "adapt" / "d1-scorer.yaml").exists()
     first = json.loads((root / "runs" / "d1-scorer.json").read_text())["stages"]
     second = json.loads((root / "runs" / "d1.json").read_text())["stages"]
-    assert "evaluate" not in first and set(first) >= {"embed", "label", "train"}
-    # the scorer's run labels with the download; the recipe's embed and label with the scorer
-    assert first["shard"]["fingerprint"] == second["shard"]["fingerprint"]
-    assert first["embed"]["fingerprint"] != second["embed"]["fingerprint"]
+    # the scorer's run trains on the pairs' sentences: it embeds and labels nothing
+    assert set(first) == {"shard", "contexts", "queries", "pairs", "train"}
+    # the recipe's run shares its pairs, and embeds and labels with the scorer
+    for stage in ("shard", "queries", "pairs"):
+        assert first[stage]["fingerprint"] == second[stage]["fingerprint"]
+    # ... and trains on exactly the pairs of the label stage's train split
+    parts = sorted(Path(second["label"]["path"]).glob("part-*.parquet"))
+    labels = pa.concat_tables(pq.read_table(f) for f in parts)
+    in_train = [sp == "train" for sp in labels.column("split").to_pylist()]
+    metrics = json.loads((Path(first["train"]["path"]) / "files" / "metrics.json").read_text())
+    assert metrics["n_train_pairs"] == sum(in_train) < labels.num_rows
     assert first["train"]["fingerprint"] != second["train"]["fingerprint"]
     trained = Path(first["train"]["path"]) / "files" / "model" / "model.safetensors"
     assert (scorer / "model.safetensors").read_bytes() == trained.read_bytes()

@@ -80,6 +80,9 @@ class TrainObjective:
     labelled: ClassVar[bool] = False
     #: stage inputs it reads beyond `label` (they enter the fingerprint only for it)
     inputs: ClassVar[tuple[str, ...]] = ()
+    #: False: it reads the pairs' sentences, never their labels, so `train` reads the `pairs`
+    #: artefact (the label stage's train split, recomputed) and its run needs no embed or label
+    needs_labels: ClassVar[bool] = True
     #: with ``max_steps <= 0``: the steps one epoch over the *pairs* takes (a fair budget for
     #: objectives whose examples outnumber the pairs)
     pair_budget: ClassVar[bool] = False

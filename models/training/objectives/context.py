@@ -4,8 +4,10 @@ of the batch as negatives (``MultipleNegativesRankingLoss``): the paper's premis
 the contexts it fits) taught directly, with no Eq. 4 scores. ``context_corpus_sentences`` adds a
 seeded sample of corpus sentences with their contexts: they cost no labels.
 
-Reads `queries` (a label's ``s1_id``/``s2_id`` is a query id; its ``sent_id`` places it in the
-corpus) and `shard` (the corpus sentences, their sections and order).
+Reads the pairs' sentences, never their labels (`train` hands it the `pairs` artefact's train
+split, so a run needs no embed or label stage), `queries` (a pair's ``s1_id``/``s2_id`` is a
+query id; its ``sent_id`` places it in the corpus) and `shard` (the corpus sentences, their
+sections and order).
 """
 
 from __future__ import annotations
@@ -97,9 +99,7 @@ def pair_contexts(
     p = oc.params
     for col in ("s1_id", "s2_id"):
         if col not in pairs.table.column_names:
-            raise ValueError(
-                f"objective context: label artefact {pairs.source} has no column {col!r}"
-            )
+            raise ValueError(f"objective context: pairs {pairs.source} have no column {col!r}")
     q = oc.read_input("queries", ["query_id", "sent_id"])
     qid, sid = q.column("query_id").to_pylist(), q.column("sent_id").to_pylist()
     sent_of = dict(zip(qid, sid, strict=True))
@@ -123,6 +123,7 @@ def pair_contexts(
 class ContextObjective(TrainObjective):
     name = "context"
     inputs = ("queries", "shard")
+    needs_labels = False
     pair_budget = True
 
     def examples(self, pairs: TrainingPairs, oc: ObjectiveContext) -> Examples:

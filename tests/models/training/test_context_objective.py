@@ -51,6 +51,8 @@ QUERY_SENT = {0: 0, 1: 3, 2: 2, 3: None}
 
 QUERY_TEXT = {0: "what is a cat ?", 1: "what is a dog ?", 2: "cats sleep a lot .", 3: "hi ."}
 
+PAIRS = [(0, 1), (0, 2), (1, 3), (2, 3)]
+
 
 def train_on_context(root, query_sent=QUERY_SENT, **overrides):
     from ctxsim.tasks.train import TrainParams, TrainStage
@@ -70,14 +72,25 @@ def train_on_context(root, query_sent=QUERY_SENT, **overrides):
         def run_shard(self, ctx, shard):
             qid = list(query_sent)
             sent = pa.array([query_sent[q] for q in qid], pa.int64())
-            return pa.table({"query_id": qid, "sent_id": sent}), {}
+            return pa.table(
+                {"query_id": qid, "sent_id": sent, "text": list(QUERY_TEXT.values())}
+            ), {}
+
+    class Pairs(Stage):  # the mined pairs, which an objective without labels trains from
+        name = "pairs"
+        Params = StageParams
+
+        def run_shard(self, ctx, shard):
+            s1, s2 = zip(*PAIRS, strict=True)
+            table = {"pair_id": list(range(len(PAIRS))), "s1_query_id": s1, "s2_query_id": s2}
+            return pa.table(table | {"source": ["knn"] * len(PAIRS)}), {}
 
     class Label(Stage):
         name = "label"
         Params = StageParams
 
         def run_shard(self, ctx, shard):
-            pairs = [(0, 1), (0, 2), (1, 3), (2, 3)]
+            pairs = PAIRS
             return pa.table(
                 {
                     "s1_id": [a for a, _ in pairs],
@@ -93,10 +106,11 @@ def train_on_context(root, query_sent=QUERY_SENT, **overrides):
     run = RunParams(device="cpu", seed=0)
     up = {
         st.name: run_stage_locally(resolve_stage(st, StageParams(), run, store, {}))[0]
-        for st in (Shard(), Queries(), Label())
+        for st in (Shard(), Queries(), Pairs(), Label())
     }
     kw = {
         "objective": "context",
+        "split_ratios": [1.0, 0.0, 0.0],  # the four pairs all train, as the labels' split says
         "max_steps": 12,
         "batch_size": 2,
         "lr": 1e-3,
@@ -108,7 +122,8 @@ def train_on_context(root, query_sent=QUERY_SENT, **overrides):
     }
     params = TrainParams(**kw)
     stage = TrainStage()
-    deps = {"label": up["label"]} | {k: up[k] for k in stage.optional_inputs_for(params)}
+    needed = (*stage.inputs_for(params), *stage.optional_inputs_for(params))
+    deps = {k: up[k] for k in needed}
     return run_stage_locally(resolve_stage(stage, params, run, store, deps))[0]
 
 
@@ -142,10 +157,26 @@ def test_context_objective_adds_sampled_corpus_sentences(tmp_path):
     assert info["n_train_examples"] == 3
 
 
-def test_context_objective_without_any_corpus_sentence_names_the_label_artefact(tmp_path):
+def test_context_objective_without_any_corpus_sentence_names_the_pairs_artefact(tmp_path):
     with pytest.raises(ValueError, match="right context in the corpus") as e:
         train_on_context(tmp_path, query_sent={0: None, 1: None, 2: None, 3: None})
-    assert "label" in str(e.value)
+    assert "/pairs/" in str(e.value)
+
+
+def test_the_context_objective_reads_the_pairs_not_the_labels(tmp_path):
+    """It needs no embed or label stage: `pairs` is its input, cut into the label stage's
+    splits (here a 0/1/0 split leaves it no pair to train on, and says so)."""
+    from ctxsim.tasks.train import TrainParams, TrainStage
+
+    stage = TrainStage()
+    assert stage.inputs_for(TrainParams(objective="context")) == ("pairs",)
+    assert stage.inputs_for(TrainParams()) == stage.inputs_for(TrainParams(objective="teacher"))
+    assert stage.inputs_for(TrainParams(objective="ctxsim-context")) == ("label",)
+    art = train_on_context(tmp_path / "a")
+    info = json.loads((art.files_dir / "metrics.json").read_text())
+    assert info["n_train_pairs"] == len(PAIRS) and info["n_dev_pairs"] == 0
+    with pytest.raises(ValueError, match="no labelled pairs with split"):
+        train_on_context(tmp_path / "b", split_ratios=[0.0, 1.0, 0.0])
 
 
 def test_only_the_context_objective_reads_the_corpus():
