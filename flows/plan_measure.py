@@ -18,6 +18,27 @@ from ctxsim.flows.plan_cache import UnitCosts
 from ctxsim.store.cost_model import StageMeasure
 
 
+def release_freed_memory() -> None:
+    """Hand the memory earlier stages freed back to the OS (glibc's ``malloc_trim``; nothing
+    elsewhere), so a stage's start RSS is what is live and its growth is its own: without it,
+    train's pilot grew into the pages embed had freed and measured 0.9 GB for a stage that
+    peaks at 3 GB in a process of its own."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+
+
 class RssSampler:
     """Peak resident memory of this process while a block runs (Linux /proc; else ru_maxrss)."""
 
@@ -93,6 +114,7 @@ def run_measured(
             warm_imports()
         if on_stage:
             on_stage(name, "running")
+        release_freed_memory()
         c0, t0 = time.process_time(), time.perf_counter()
         with RssSampler() as rss:
             art, reused = run_stage_locally(plan)

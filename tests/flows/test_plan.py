@@ -198,3 +198,22 @@ def test_load_config_keeps_sections_the_file_has_only_by_default(tmp_path: Path)
     assert load_config(empty, ["shard.n_shards=1"]).stage_names == ["shard"]
     kept = load_config(empty, ["shard.n_shards=1"], with_sections=["shard", "contexts"])
     assert kept.stage_names == ["shard", "contexts"]
+
+
+def test_a_stage_is_measured_from_what_is_live_not_from_what_earlier_stages_freed():
+    """Freed heap pages stay in the process until trimmed: a stage measured after a big one
+    would grow into them and look small (train's pilot read 0.9 GB for a 3 GB stage)."""
+    import sys
+
+    import numpy as np
+
+    from ctxsim.flows.plan_measure import RssSampler, release_freed_memory
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc's malloc_trim and /proc are Linux's")
+    before = RssSampler.rss_mb()
+    held = [np.ones(8000) for _ in range(6000)]  # 64 KB blocks: heap, not mmap
+    assert RssSampler.rss_mb() > before + 300
+    del held
+    release_freed_memory()
+    assert RssSampler.rss_mb() < before + 100

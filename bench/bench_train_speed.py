@@ -1,0 +1,170 @@
+"""`train`'s speed on CPU: the in-domain scorer's training (the `context` objective: each corpus
+sentence with its next 8 sentences, MultipleNegativesRankingLoss) as the trainer runs it, in
+float32, in bf16 autocast (the default where the CPU has bf16 units) and in bf16 with
+``torch.compile`` (the trainer's ``torch_compile``), each in a fresh process.
+
+Per arm: CPU-seconds per step once warm (the median of the steps after ``--warmup``), the first
+steps' CPU (compilation included), the whole training's CPU, peak RSS, and the loss after the
+last step (compiled and eager numerics should agree). Examples come from a finished run's shard
+(``--root/--run``), built by the objective's own functions, so the batches have the recipe's
+shape (sentences up to 40 tokens against 8-sentence contexts up to 128).
+
+    python -m bench.bench_train_speed --root R --run RUN [--steps 40] [--warmup 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any
+
+from bench.harness import run_artefacts, run_isolated, write_results
+
+#: arm -> (bf16, torch_compile)
+ARMS = {
+    "float32 eager": (False, False),
+    "bf16 eager (the default)": (True, False),
+    "bf16 + torch.compile": (True, True),
+}
+
+
+def context_examples(root: str, run: str, n: int, width: int, seed: int) -> dict[str, list[str]]:
+    """``n`` (sentence, its next ``width`` sentences) examples of a finished run's corpus."""
+    from ctxsim.models.training.objectives.context import right_contexts, sample_with_context
+
+    _, arts = run_artefacts(root, run)
+    shard = arts["shard"].read_table(["sent_id", "section_id", "text"])
+    sid = shard.column("sent_id").to_numpy()
+    sec = shard.column("section_id").to_numpy()
+    texts = shard.column("text").to_pylist()
+    picked = sample_with_context(sid, sec, n, seed)
+    ctx = right_contexts(sid, sec, texts, picked.tolist(), width)
+    row = {s: i for i, s in enumerate(sid.tolist())}
+    anchors = [texts[row[s]] for s in picked.tolist()]
+    return {"anchor": anchors, "positive": [c or "" for c in ctx]}
+
+
+def train_arm(
+    examples: dict[str, list[str]],
+    model: str,
+    bf16: bool,
+    compile_: bool,
+    steps: int,
+    batch: int,
+    threads: int,
+) -> dict[str, Any]:
+    """One training in this (fresh) process: CPU-seconds after each step, and the last loss."""
+    import tempfile
+
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+        losses,
+    )
+    from transformers import TrainerCallback
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    st = SentenceTransformer(model, device="cpu")
+    st.max_seq_length = 128
+    ticks: list[float] = []
+    logged: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
+            ticks.append(time.process_time())
+
+        def on_log(self, args, state, control, logs=None, **kw):  # noqa: ANN001
+            if logs and "loss" in logs:
+                logged.append(float(logs["loss"]))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=tmp,
+            max_steps=steps,
+            per_device_train_batch_size=batch,
+            learning_rate=1e-5,
+            bf16=bf16,
+            torch_compile=compile_,
+            save_strategy="no",
+            logging_steps=steps,
+            report_to=[],
+            disable_tqdm=True,
+            seed=0,
+            data_seed=0,
+            use_cpu=True,
+        )
+        trainer = SentenceTransformerTrainer(
+            model=st,
+            args=args,
+            train_dataset=Dataset.from_dict(examples),
+            loss=losses.MultipleNegativesRankingLoss(st),
+            callbacks=[Clock()],
+        )
+        t0 = time.process_time()
+        trainer.train()
+        total = time.process_time() - t0
+    per_step = [b - a for a, b in zip([t0, *ticks[:-1]], ticks, strict=True)]
+    return {"per_step": per_step, "total": total, "loss": logged[-1] if logged else None}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--model", default="minilm")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--arms", nargs="*", default=list(ARMS))
+    ap.add_argument("--name", default="train_speed")
+    ap.add_argument("--out-dir", default=None)
+    a = ap.parse_args(argv)
+    from ctxsim.models.registry import resolve_model
+
+    model = str(resolve_model(a.model))
+    examples = context_examples(a.root, a.run, a.steps * a.batch, 8, 0)
+    rows: list[dict[str, Any]] = []
+    base = None
+    for arm in a.arms:
+        bf16, comp = ARMS[arm]
+        res, peak, _ = run_isolated(
+            train_arm, examples, model, bf16, comp, a.steps, a.batch, a.threads
+        )
+        warm = statistics.median(res["per_step"][a.warmup :])
+        first = sum(res["per_step"][: a.warmup])
+        base = base or warm
+        rows.append(
+            {
+                "arm": arm,
+                "CPU-s per step (warm, median)": round(warm, 3),
+                "x float32": round(base / warm, 2),
+                f"CPU-s of the first {a.warmup} steps": round(first, 1),
+                f"CPU-s all {a.steps} steps": round(res["total"], 1),
+                "peak RSS MB": round(peak),
+                "loss after the last step": round(res["loss"], 4) if res["loss"] else None,
+            }
+        )
+        print(rows[-1], flush=True)
+    meta = {
+        "command": "python -m bench.bench_train_speed "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "run": f"{a.root}:{a.run}",
+        "model": a.model,
+        "steps": a.steps,
+        "warmup steps": a.warmup,
+        "batch": a.batch,
+        "torch threads": a.threads,
+        "examples": "the context objective's: a corpus sentence and its next 8 sentences",
+    }
+    write_results(a.name, rows, meta, a.out_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""bench/bench_train_speed.py: the arm trains the steps it is asked for and times each one."""
+
+from __future__ import annotations
+
+import math
+
+TEXTS = [
+    "supply rises when prices rise .",
+    "demand falls when prices rise .",
+    "a market clears at the equilibrium price .",
+    "taxes raise the price buyers pay .",
+    "firms enter a market when profits are high .",
+    "the central bank sets the interest rate .",
+] * 4
+
+
+def test_an_arm_trains_its_steps_and_clocks_each(tmp_path):
+    from bench.bench_train_speed import ARMS, train_arm
+    from ctxsim.models.training.sentence_encoder import build_model
+    from ctxsim.models.training.tiny_backbone import build_tiny_bert
+
+    bert = build_tiny_bert(
+        TEXTS,
+        tmp_path / "bert",
+        vocab_size=160,
+        hidden_size=32,
+        layers=1,
+        heads=2,
+        max_seq_length=32,
+        seed=0,
+    )
+    build_model(str(bert), 32, "cpu").save(str(tmp_path / "st"))
+    examples = {"anchor": TEXTS[:8], "positive": TEXTS[1:9]}
+    bf16, compiled = ARMS["float32 eager"]
+    res = train_arm(examples, str(tmp_path / "st"), bf16, compiled, 3, 2, 1)
+    assert len(res["per_step"]) == 3 and all(t >= 0 for t in res["per_step"])
+    assert res["total"] >= sum(res["per_step"]) * 0.5
+    assert res["loss"] is not None and math.isfinite(res["loss"])
