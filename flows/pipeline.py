@@ -7,8 +7,11 @@ run id, or retrying a deployed flow run, recomputes only what is missing.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +117,6 @@ def shard_task(spec: dict[str, Any], shard: int) -> dict[str, Any]:
 def _enter_run_directory(cwd: str | None) -> None:
     """Read relative config paths where the run started, also in a Dask/Ray worker on another
     host (whose own working directory is anywhere): hosts share the checkout path."""
-    import os
 
     if not cwd or os.getcwd() == cwd:
         return
@@ -309,8 +311,6 @@ def run_pipeline(
     run_id: str | None = None,
 ) -> dict[str, Any]:
     """Entry point for the CLI: picks the task runner from the config, then runs the flow."""
-    import os
-
     cfg = load_config(config, overrides, root)
     if not os.environ.get("PREFECT_API_URL"):
         from ctxsim.flows.server_guard import tie_ephemeral_server_to_this_process
@@ -318,10 +318,44 @@ def run_pipeline(
         tie_ephemeral_server_to_this_process()
     runner = make_task_runner(cfg.run)
     flow_ = pipeline_flow.with_options(task_runner=runner) if runner is not None else pipeline_flow
-    return flow_(
-        config=str(Path(config)) if config else None,
-        overrides=overrides,
-        root=root,
-        until=until,
-        run_id=run_id,
-    )
+    with api_for_other_processes(cfg.run.task_runner):
+        return flow_(
+            config=str(Path(config)) if config else None,
+            overrides=overrides,
+            root=root,
+            until=until,
+            run_id=run_id,
+        )
+
+
+#: task runners whose shard tasks run in other interpreters (Ray's and Dask's workers)
+REMOTE_RUNNERS = ("ray", "dask")
+
+
+@contextmanager
+def api_for_other_processes(task_runner: str) -> Iterator[None]:
+    """Without a PREFECT_API_URL, the temporary API server started here, and its address given
+    to the run's settings (which Ray and Dask ship to their workers) and environment (which a
+    local Ray or Dask cluster's workers inherit): a worker told no address started a server of
+    its own on the same database and timed out ("Timed out while attempting to connect to
+    ephemeral Prefect API server"). Stopped when the run ends."""
+    if os.environ.get("PREFECT_API_URL") or task_runner not in REMOTE_RUNNERS:
+        yield
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    server = SubprocessASGIServer()
+    server.start()
+    os.environ["PREFECT_API_URL"] = server.api_url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+            yield
+    finally:
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogHandler
+
+        APILogHandler().flush()  # what is queued reaches the server before it stops
+        EventsWorker.drain_all(timeout=5)
+        os.environ.pop("PREFECT_API_URL", None)
+        server.stop()
