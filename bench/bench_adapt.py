@@ -32,6 +32,23 @@ def stage_cpu(record: dict[str, Any]) -> dict[str, float]:
     return {name: round(_artefact(record, name).cpu_seconds or 0.0, 1) for name in record["stages"]}
 
 
+def scorer_cpu(spec: str, record: dict[str, Any]) -> dict[str, float]:
+    """CPU-seconds by stage of the in-domain scorer's run ``ctxsim adapt`` made before the
+    recipe's (``RUN-scorer``), for the stages it did not share with the recipe's run (its own
+    train; embed and label where it ran them), as ``scorer STAGE``; none without such a run."""
+    root, run_id = spec.rsplit(":", 1)
+    path = Path(root) / "runs" / f"{run_id}-scorer.json"
+    if not path.exists():
+        return {}
+    scorer = json.loads(path.read_text())
+    own = {
+        name
+        for name, st in scorer["stages"].items()
+        if record["stages"].get(name, {}).get("fingerprint") != st.get("fingerprint")
+    }
+    return {f"scorer {k}": v for k, v in stage_cpu(scorer).items() if k in own}
+
+
 def _artefact(record: dict[str, Any], stage: str) -> Any:
     """The run's ``stage`` artefact, read through the store's own type (its manifest's parts)."""
     from ctxsim.store.artefacts import Artefact
@@ -116,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         scores[name] = arm_similarities(model_dir, sets, cache, args.max_seq_length)
         backbone[name] = str(record["config"].get("train", {}).get("backbone", ""))
         rows.append({"arm": name, "run": spec} | summarise(scores[name], sets))
-        cpu = stage_cpu(record)
+        cpu = stage_cpu(record) | scorer_cpu(spec, record)
         total = all_in_cpu(Path(times[name])) if name in times else None
         cost.append({"arm": name, "all-in CPU-s": total} | cpu)
     ci_rows = []

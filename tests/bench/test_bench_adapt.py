@@ -62,6 +62,16 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
             for i, (q, x) in enumerate(zip(QA.questions, QA.answers[:2], strict=True))
         )
     )
+    # ra's in-domain scorer ran first: its own train counts, the label stage it shares does not
+    rec = json.loads((root / "runs" / "ra.json").read_text())
+    scorer_train = root / "train" / "ra-scorer"
+    scorer_train.mkdir(parents=True)
+    (scorer_train / "_MANIFEST.json").write_text(json.dumps({"stats": {"cpu_seconds": 7.0}}))
+    stages = {
+        "train": {"path": str(scorer_train), "fingerprint": "s"},
+        "label": rec["stages"]["label"],
+    }
+    (root / "runs" / "ra-scorer.json").write_text(json.dumps({"stages": stages}))
     (tmp_path / "ra.time").write_text("\tUser time (seconds): 10.5\n\tSystem time (seconds): 1.5\n")
     out = tmp_path / "out"
     main(
@@ -100,6 +110,8 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     cost = {r["arm"]: r for r in doc["tables"]["cost"]}
     assert cost["A"]["all-in CPU-s"] == 12.0 and cost["A"]["train"] == 12.5
     assert cost["B"]["all-in CPU-s"] is None
+    assert cost["A"]["scorer train"] == 7.0 and "scorer label" not in cost["A"]
+    assert "scorer train" not in cost["B"]
     agree = doc["tables"]["label agreement"][0]
     assert agree["pairs in both"] == 4 and agree["label Spearman x100"] == 100.0
     assert agree["max |label gap|"] == 0.1
