@@ -55,30 +55,6 @@ def test_flows_leave_print_to_the_libraries() -> None:
         assert f.log_prints is False, f.name
 
 
-def test_a_dask_run_without_a_server_shares_its_own_with_the_workers(tmp_path: Path) -> None:
-    """Without PREFECT_API_URL the run's temporary server is the workers' too: each worker used
-    to boot one of its own on the same database (migrations racing: "duplicate column name"),
-    and the workers' events failed to reach it ("EventsWorker failed to process item")."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect")
-    argv = [sys.executable, "-m", "ctxsim.flows.cli", "run", "--config"]
-    argv += [str(REPO / "configs" / "quickstart.yaml"), "--until", "contexts", "--no-progress"]
-    for kv in ("task_runner=dask", "max_workers=2", "torch_threads=1", f"root={tmp_path}"):
-        argv += ["--set", f"run.{kv}"]
-    res = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out[-3000:]
-    assert "contexts       completed" in out
-    for bad in ("failed to process", "OperationalError", "Error logging to API", "Traceback"):
-        assert bad not in out, out[-3000:]
-
-
 def test_workers_in_other_processes_are_handed_the_runs_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

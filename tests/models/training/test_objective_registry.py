@@ -87,7 +87,9 @@ def test_the_config_the_stage_and_the_docs_read_the_registry():
     assert set(builtin) <= set(OBJECTIVES)
     note = TrainParams.model_fields["objective"].description
     assert all(name in note for name in builtin)
-    assert TrainStage.optional_inputs == ("queries", "shard")
+    # `pairs`: what an objective that reads no labels trains from instead of `label`
+    assert TrainStage.optional_inputs == ("pairs", "queries", "shard")
+    assert {n for n, o in OBJECTIVES.items() if not o.needs_labels} == {"context"}
     needs = {n: o.inputs for n, o in OBJECTIVES.items() if o.inputs}
     assert needs == {"context": ("queries", "shard"), "ctxsim-context": ("queries", "shard")}
     assert {n for n, o in OBJECTIVES.items() if o.eq4_labels} == {
