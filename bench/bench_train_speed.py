@@ -139,12 +139,12 @@ def main(argv: list[str] | None = None) -> None:
         )
         warm = statistics.median(res["per_step"][a.warmup :])
         first = sum(res["per_step"][: a.warmup])
-        base = base or warm
+        base = warm if arm == "float32 eager" else base
         rows.append(
             {
                 "arm": arm,
                 "CPU-s per step (warm, median)": round(warm, 3),
-                "x float32": round(base / warm, 2),
+                "x float32": round(base / warm, 2) if base else None,
                 f"CPU-s of the first {a.warmup} steps": round(first, 1),
                 f"CPU-s all {a.steps} steps": round(res["total"], 1),
                 "peak RSS MB": round(peak),

@@ -319,6 +319,14 @@ def pair_split(s1: np.ndarray, s2: np.ndarray, seed: int, ratios: Sequence[float
     return np.searchsorted(cuts, u, side="right")
 
 
+def check_split_ratios(ratios: list[float], key: str) -> list[float]:
+    """Three non-negative train/dev/test weights with a positive sum (``pair_split``'s
+    ``ratios``), else a ValueError naming the config ``key``."""
+    if len(ratios) != 3 or min(ratios) < 0 or sum(ratios) <= 0:
+        raise ValueError(f"{key} needs three non-negative numbers (train/dev/test)")
+    return ratios
+
+
 #: the splits a generated pair falls in (``pair_split``'s indices), and a given pair's
 SPLITS = ("train", "dev", "test")
 GIVEN_SPLIT = "eval"

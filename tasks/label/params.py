@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, create_model, field_validator, model_validator
 
+from ctxsim.models.contextual.origin import check_split_ratios
 from ctxsim.product.contamination import ContaminationParams
 from ctxsim.store.logs import get_logger
 from ctxsim.store.stage import StageParams, fingerprint_params
@@ -170,9 +171,7 @@ class LabelSection(StageParams):
     @field_validator("split_ratios")
     @classmethod
     def _three(cls, v: list[float]) -> list[float]:
-        if len(v) != 3 or min(v) < 0 or sum(v) <= 0:
-            raise ValueError("label.split_ratios needs three non-negative numbers (train/dev/test)")
-        return v
+        return check_split_ratios(v, "label.split_ratios")
 
     def model_dump(self, **kwargs: Any) -> dict[str, Any]:
         """The dump without the sub-sections of the other contextual models (so the dump reads

@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from ctxsim.models.contextual.origin import check_split_ratios
 from ctxsim.models.registry import check_model_name
 from ctxsim.models.training.objectives import OBJECTIVES, LossName, get_objective
 from ctxsim.models.training.tiny_backbone import TINY
@@ -283,9 +284,7 @@ class TrainParams(StageParams):
     @field_validator("split_ratios")
     @classmethod
     def _three(cls, v: list[float]) -> list[float]:
-        if len(v) != 3 or min(v) < 0 or sum(v) <= 0:
-            raise ValueError("train.split_ratios needs three non-negative numbers (train/dev/test)")
-        return v
+        return check_split_ratios(v, "train.split_ratios")
 
     @field_validator("backbone")
     @classmethod

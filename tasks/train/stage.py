@@ -91,7 +91,6 @@ class TrainStage(Stage):
 
     def cost_model(self, params: TrainParams) -> CostModel:
         """A fixed step budget is priced by steps: the pilots run a few of them."""
-        rows_of = "label" if get_objective(params.objective).needs_labels else "pairs"
         if params.max_steps > 0:
             return OptimizerSteps(
                 steps="max_steps",
@@ -99,7 +98,7 @@ class TrainStage(Stage):
                 steps_stat="steps",
                 per_query=("context_corpus_sentences",),
             )
-        if rows_of == "pairs":
+        if not get_objective(params.objective).needs_labels:
             return InputRowsPerQuery(rows_of="pairs", label="pairs")
         return self.cost
 
