@@ -53,6 +53,14 @@ class TrainParams(StageParams):
             " hundred sentences."
         ),
     )
+    context_batches: Literal["random", "document"] = Field(
+        "random",
+        description=(
+            "Objectives that read contexts: random batches, or document (each batch from as few "
+            "of the corpus's documents as possible, so the other right contexts of a batch, its "
+            "negatives, are of the same topic; overlapping contexts never share a batch)."
+        ),
+    )
     loss: LossName = Field(
         "cosine",
         description=(
@@ -271,6 +279,7 @@ class TrainParams(StageParams):
         "teacher": "mpnet",
         "context_width": 1,
         "context_corpus_sentences": 0,
+        "context_batches": "random",
         "bf16_cpu": False,
         "split_ratios": [98.0, 1.0, 1.0],
     }

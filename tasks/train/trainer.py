@@ -65,6 +65,9 @@ def training_args(
     best dev Spearman kept when there is a dev set), the run's seed and device."""
     from sentence_transformers import SentenceTransformerTrainingArguments
 
+    sampler: Any = "batch_sampler"  # the library's default: shuffled rows
+    if p.context_batches == "document":
+        from ctxsim.tasks.train.batches import document_batch_sampler as sampler
     return SentenceTransformerTrainingArguments(
         output_dir=str(ckpt_dir),
         num_train_epochs=p.epochs,
@@ -93,6 +96,7 @@ def training_args(
         report_to=[],
         disable_tqdm=True,
         dataloader_num_workers=0,
+        batch_sampler=sampler,
         use_cpu=not device.startswith("cuda"),
     )
 

@@ -42,7 +42,9 @@ from ctxsim.models.training.objectives.base import (
 )
 from ctxsim.models.training.objectives.context import (
     ContextObjective,
+    context_pair_rows,
     context_pairs,
+    document_batch_order,
     right_contexts,
     sample_with_context,
 )
@@ -82,7 +84,9 @@ __all__ = [
     "TrainObjective",
     "TrainingPairs",
     "TsdaeObjective",
+    "context_pair_rows",
     "context_pairs",
+    "document_batch_order",
     "delete_words",
     "dropout_config",
     "get_objective",

@@ -63,7 +63,8 @@ def train_on_context(root, query_sent=QUERY_SENT, **overrides):
 
         def run_shard(self, ctx, shard):
             sid, sec, text = zip(*CORPUS, strict=True)
-            return pa.table({"sent_id": sid, "section_id": sec, "text": text}), {}
+            doc = [min(c, 1) for c in sec]  # the cat and the dog share a document
+            return pa.table({"sent_id": sid, "section_id": sec, "doc_id": doc, "text": text}), {}
 
     class Queries(Stage):
         name = "queries"
@@ -213,3 +214,23 @@ def test_ctxsim_context_trains_on_the_labels_and_the_right_contexts_together(tmp
         return float((cosines(path, q, own) - cosines(path, q, own[::-1])).mean())
 
     assert margin(art.files_dir / "model") > margin(art.files_dir / "backbone")
+
+
+def test_document_batches_reach_the_trainer_as_blocks(tmp_path):
+    """``context_batches: document``: the context examples keep the order that makes their
+    batches (both objectives that read contexts), the labels' pairs stay shuffled, and the
+    setting enters the fingerprint only when set."""
+    from ctxsim.tasks.train import TrainParams
+
+    assert "context_batches" not in TrainParams().model_dump()
+    for objective in ("context", "ctxsim-context"):
+        art = train_on_context(
+            tmp_path / objective,
+            objective=objective,
+            context_batches="document",
+            context_corpus_sentences=10,
+            max_steps=4,
+            loss="cosent",
+        )
+        info = json.loads((art.files_dir / "metrics.json").read_text())
+        assert info["objective"] == objective and info["n_train_examples"] >= 3
