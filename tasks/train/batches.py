@@ -22,9 +22,8 @@ class BlockBatchSampler(DefaultBatchSampler):
 
     def __iter__(self) -> Iterator[list[int]]:
         n, size = len(self.sampler), self.batch_size
-        blocks = n // size if self.drop_last else -(-n // size)
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
-        for b in torch.randperm(blocks, generator=gen).tolist():
+        for b in torch.randperm(len(self), generator=gen).tolist():
             yield list(range(b * size, min((b + 1) * size, n)))
 
     def __len__(self) -> int:

@@ -92,8 +92,18 @@ def context_pairs(
     s1: Sequence[str], s2: Sequence[str], c1: Sequence[str | None], c2: Sequence[str | None]
 ) -> tuple[list[str], list[str]]:
     """(sentence, its right context) for the rows ``context_pair_rows`` keeps."""
+    return kept_texts(context_pair_rows(s1, s2, c1, c2), s1, s2, c1, c2)
+
+
+def kept_texts(
+    kept: list[tuple[int, int]],
+    s1: Sequence[str],
+    s2: Sequence[str],
+    c1: Sequence[str | None],
+    c2: Sequence[str | None],
+) -> tuple[list[str], list[str]]:
+    """The anchors and positives of the kept (row, side)s, in their order."""
     sides = ((s1, c1), (s2, c2))
-    kept = context_pair_rows(s1, s2, c1, c2)
     anchors = [sides[side][0][row] for row, side in kept]
     return anchors, [sides[side][1][row] for row, side in kept]  # type: ignore[misc]
 
@@ -211,9 +221,7 @@ class ContextObjective(TrainObjective):
             )
         if oc.params.context_batches == "document":
             kept = by_document(kept, pc, oc)
-        sides = ((t1, pc.c1), (t2, pc.c2))
-        anchors = [sides[side][0][row] for row, side in kept]
-        positives = [sides[side][1][row] for row, side in kept]
+        anchors, positives = kept_texts(kept, t1, t2, pc.c1, pc.c2)
         oc.log.info(
             "train: %d sentences with their right context (of %d pairs)", len(anchors), len(pairs)
         )
