@@ -187,6 +187,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _PREFECT_SERVER.launch()
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the temporary API servers that in-process flows started (Prefect's ephemeral mode)
+    while pytest's streams are open: Prefect's own atexit hook logs to a closed stream and
+    prints a "Logging error" traceback after the summary."""
+    server = sys.modules.get("prefect.server.api.server")
+    if server is None or not server.SubprocessASGIServer._instances:
+        return
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    # their logs and events first, as prefect.testing's harness does: a worker that finds its
+    # server gone logs a connection error at exit instead
+    APILogWorker.drain_all(timeout=5, at_exit=False)
+    EventsWorker.drain_all(timeout=5, at_exit=False)
+    for instance in list(server.SubprocessASGIServer._instances.values()):
+        instance.stop()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     _PREFECT_SERVER.close()
 
