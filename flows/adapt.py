@@ -60,6 +60,12 @@ class AdaptRules(BaseModel):
         le=1,
         description="the in-domain scorer's training steps as a share of the recipe's",
     )
+    student: Literal["download", "scorer"] = Field(
+        "download",
+        description="where the recipe's training starts: the encoder as downloaded, or scorer: "
+        "the in-domain scorer's weights (train.init_from), so the student keeps what the scorer "
+        "learnt of the corpus's right contexts (needs scorer: in-domain)",
+    )
     words_per_embed_shard: int = Field(
         4_000_000,
         ge=1,
@@ -101,6 +107,8 @@ class AdaptPlan:
     notes: list[str] = field(default_factory=list)
     #: the in-domain scorer's config (run first), or None: the encoder as downloaded scores
     scorer: dict[str, Any] | None = None
+    #: the recipe's training starts from the scorer's weights (adapt.student: scorer)
+    student_from_scorer: bool = False
 
     def lines(self) -> list[str]:
         """The plan as printed (sizes read from the config, so --set overrides show)."""
@@ -118,7 +126,10 @@ class AdaptPlan:
                 2,
                 f"scorer: {self.scorer['train']['backbone']} trained first on the corpus's right "
                 f"contexts ({self.scorer['train']['max_steps']} steps, no labels), then the "
-                "contextual model of the labels",
+                "contextual model of the labels"
+                + (
+                    ", and the recipe's training starts from it" if self.student_from_scorer else ""
+                ),
             )
         return out + [f"note: {n}" for n in self.notes]
 
@@ -137,6 +148,9 @@ class AdaptPlan:
                 continue
             if key == "embed.model":  # the user names the scorer: no scorer run
                 self.scorer = None
+                self.config["train"].pop("init_from", None)
+            elif key == "train.init_from":  # the user names the student's start
+                self.student_from_scorer = False
             elif key == "label.split_ratios":  # the scorer cuts its pairs as label does
                 _set_dotted(self.scorer, "train.split_ratios", value, f"--set {ov}")
             elif key != "train.objective" and key.split(".")[0] in self.scorer:
@@ -147,6 +161,8 @@ class AdaptPlan:
         """The recipe's embed.model: where the scorer's trained encoder will be."""
         if self.scorer is not None:
             self.config["embed"]["model"] = str(scorer_dir(self.scorer))
+            if self.student_from_scorer:
+                self.config["train"]["init_from"] = self.config["embed"]["model"]
 
     def check(self) -> None:
         """Load the config as `ctxsim run` will (a ConfigError in one line otherwise)."""
@@ -158,6 +174,8 @@ class AdaptPlan:
         if self.scorer is not None:  # the recipe's embed.model exists once the scorer ran
             ready = copy.deepcopy(self.config)
             ready["embed"]["model"] = self.scorer["train"]["backbone"]
+            if self.student_from_scorer:
+                ready["train"]["init_from"] = self.scorer["train"]["backbone"]
             configs = [self.scorer, ready]
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "adapt.yaml"
@@ -326,7 +344,12 @@ def adapt_config(
     plan = AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
     if rules.scorer == "in-domain":
         plan.scorer = scorer_config(cfg, rules.scorer_step_share)
+        plan.student_from_scorer = rules.student == "scorer"
         plan.link_scorer()
+    elif rules.student == "scorer":
+        raise InputError(
+            "adapt.student: scorer needs adapt.scorer: in-domain (a scorer to start from)"
+        )
     return plan
 
 

@@ -23,6 +23,15 @@ class TrainParams(StageParams):
             "tiny-random (a from-scratch model for tests and the quickstart)."
         ),
     )
+    init_from: str | None = Field(
+        None,
+        description=(
+            "Start from this sentence-transformers model's weights instead of the backbone's (a "
+            "registry name or path; ctxsim adapt's adapt.student: scorer names its in-domain "
+            "scorer, itself trained from the backbone): the backbone stays the model the card "
+            "and evaluate compare against."
+        ),
+    )
     objective: str = Field(
         "ctxsim",
         description=f"what the encoder learns from: one of {', '.join(OBJECTIVES)} "
@@ -275,6 +284,7 @@ class TrainParams(StageParams):
     #: output: left out of the dump (and so the fingerprint) at that default
     added_defaults: ClassVar[dict[str, Any]] = {
         "objective": "ctxsim",
+        "init_from": None,
         "dropout": None,
         "teacher": "mpnet",
         "context_width": 1,
@@ -299,6 +309,11 @@ class TrainParams(StageParams):
     @classmethod
     def _known_backbone(cls, value: str) -> str:
         return check_model_name(value, TINY)
+
+    @field_validator("init_from")
+    @classmethod
+    def _known_init(cls, value: str | None) -> str | None:
+        return None if value is None else check_model_name(value)
 
     @field_validator("teacher")
     @classmethod

@@ -48,6 +48,7 @@ def run_metrics(
     info = {
         "backbone": p.backbone,
         "backbone_path": "files/backbone" if p.backbone == TINY else backbone_path,
+        "init_from": p.init_from,
         "loss": p.loss if trains else "none",
         "objective": p.objective,
         "label_scale": p.label_scale,
@@ -106,6 +107,7 @@ def model_card(info: dict[str, Any]) -> str:
     for k in (
         "backbone",
         "backbone_path",
+        "init_from",
         "label_run",
         "label_column",
         "n_train_pairs",
@@ -117,7 +119,8 @@ def model_card(info: dict[str, Any]) -> str:
         "final_dev_spearman",
         "seconds",
     ):
-        lines.append(f"| {k} | {info.get(k)} |")
+        if k != "init_from" or info.get(k) is not None:  # a start other than the backbone
+            lines.append(f"| {k} | {info.get(k)} |")
     lines += [
         "",
         "Load: `SentenceTransformer(path)`; evaluate: `ctxsim evaluate PATH --sts-dir DIR`.",

@@ -80,6 +80,15 @@ class TrainStage(Stage):
     #: every objective module (found, not imported by name: models/training/objectives/__init__.py)
     sources = MODULES
 
+    def fingerprint_extra(self, params: TrainParams) -> dict[str, Any]:
+        """The model a run starts from (init_from) by content: new weights at the same path
+        train a new model (nothing without it, so other runs keep their fingerprints)."""
+        if params.init_from is None:
+            return {}
+        from ctxsim.models.encoders import encoder_identity
+
+        return {"init_from": encoder_identity(params.init_from)}
+
     def inputs_for(self, params: TrainParams) -> tuple[str, ...]:
         """`label`, or `pairs` for an objective that reads no labels (its run needs no embed or
         label stage)."""
@@ -117,9 +126,8 @@ class TrainStage(Stage):
         dev = dev_set(ctx, p, cols) if objective.needs_labels or p.sts_dir else None
         torch.manual_seed(ctx.run.seed)
         backbone_path = self._backbone(ctx, p, examples.texts, dev)
-        model = build_student(
-            backbone_path, p.max_seq_length, ctx.device, p.dropout, p.freeze_embeddings
-        )
+        start = resolve_backbone(p.init_from) if p.init_from else backbone_path
+        model = build_student(start, p.max_seq_length, ctx.device, p.dropout, p.freeze_embeddings)
         loss = objective.loss(model, oc, backbone_path) if objective.trains else None
         if objective.needs_dropout and not has_dropout(model):
             log.warning(

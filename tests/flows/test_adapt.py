@@ -279,6 +279,37 @@ def test_an_in_domain_scorer_plan_is_two_configs_the_second_scored_by_the_first(
     assert two - one == pytest.approx(rules.cpu_s_per_step * 250)
 
 
+def test_a_student_from_the_scorer_starts_from_its_folder(tmp_path, tiny_st) -> None:
+    """adapt.student: scorer: the recipe's training starts from the scorer's folder (init_from)
+    while its backbone, the card's reference, stays the download; naming the start or the
+    scorer undoes it; without an in-domain scorer it is refused in one line."""
+    recipe = _in_domain_recipe(tmp_path, tiny_st)
+    root = str(tmp_path / "root")
+
+    def plan_with(*rules: str):
+        return adapt_config(
+            [str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe, rule_overrides=list(rules)
+        )
+
+    assert "init_from" not in plan_with().config["train"]
+    plan = plan_with("adapt.student=scorer")
+    assert plan.config["train"]["init_from"] == plan.config["embed"]["model"]
+    assert plan.config["train"]["backbone"] == str(tiny_st)
+    assert "init_from" not in plan.scorer["train"]
+    assert any("starts from it" in line for line in plan.lines())
+    plan.check()
+    plan.override(["train.lr=0.00002"])  # a new scorer folder: the start follows it
+    assert plan.config["train"]["init_from"] == plan.config["embed"]["model"]
+    plan.override([f"train.init_from={tiny_st}"])  # the user names the start
+    assert plan.config["train"]["init_from"] == str(tiny_st) != plan.config["embed"]["model"]
+    assert "init_from" not in plan.scorer["train"]
+    named = plan_with("adapt.student=scorer")
+    named.override([f"embed.model={tiny_st}"])  # no scorer run: nothing to start from
+    assert named.scorer is None and "init_from" not in named.config["train"]
+    with pytest.raises(InputError, match="adapt.student: scorer needs adapt.scorer: in-domain"):
+        plan_with("adapt.student=scorer", "adapt.scorer=download")
+
+
 def test_adapt_with_an_in_domain_scorer_trains_it_first_and_labels_with_it(
     tmp_path, tiny_st
 ) -> None:

@@ -81,6 +81,39 @@ def test_no_training_keeps_the_backbone(tmp_path):
     )
 
 
+def test_init_from_starts_from_that_model_and_keeps_the_backbone_as_reference(tmp_path):
+    """train.init_from: the run starts from that model's weights (with no training, the saved
+    model is it), the backbone stays the reference its metrics and card name, and the start's
+    content is in the fingerprint (new weights at the same path: a new run)."""
+    import shutil
+
+    from safetensors.numpy import load_file
+
+    from ctxsim.tasks.train import TrainParams, TrainStage
+
+    trained = train_on_pairs(tmp_path / "a", loss="cosent", max_steps=4).files_dir / "model"
+    start = tmp_path / "start"
+    shutil.copytree(trained, start)
+    art = train_on_pairs(tmp_path / "b", objective="none", init_from=str(start))
+    saved, want = (
+        load_file(next(d.rglob("*.safetensors"))) for d in (art.files_dir / "model", start)
+    )
+    backbone = load_file(next((art.files_dir / "backbone").rglob("*.safetensors")))
+    assert saved.keys() == want.keys()
+    assert all(np.array_equal(saved[k], want[k]) for k in want)
+    assert any(not np.array_equal(saved[k], backbone[k]) for k in want if k in backbone)
+    info = json.loads((art.files_dir / "metrics.json").read_text())
+    assert info["init_from"] == str(start) and info["backbone_path"] == "files/backbone"
+    assert f"| init_from | {start} |" in (art.files_dir / "model" / "README.md").read_text()
+    stage = TrainStage()
+    assert stage.fingerprint_extra(TrainParams()) == {}
+    before = stage.fingerprint_extra(TrainParams(init_from=str(start)))
+    (start / "config.json").write_text((start / "config.json").read_text() + "\n")
+    assert stage.fingerprint_extra(TrainParams(init_from=str(start))) != before
+    with pytest.raises(ValueError, match="init_from"):
+        TrainParams(init_from=str(tmp_path / "nowhere"))
+
+
 def test_one_seed_gives_the_same_weights(tmp_path):
     from safetensors.numpy import load_file
 
