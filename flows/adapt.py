@@ -64,7 +64,14 @@ class AdaptRules(BaseModel):
         "download",
         description="where the recipe's training starts: the encoder as downloaded, or scorer: "
         "the in-domain scorer's weights (train.init_from), so the student keeps what the scorer "
-        "learnt of the corpus's right contexts (needs scorer: in-domain)",
+        "learnt of the corpus's right contexts (with scorer: download, the download: a full pass)",
+    )
+    student_step_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="with student: scorer, the recipe's training steps as a share of one pass "
+        "over the labelled pairs (it continues from the scorer)",
     )
     words_per_embed_shard: int = Field(
         4_000_000,
@@ -313,7 +320,7 @@ def adapt_config(
 
         dev_items = sum(len(ev) for ev in discover_eval_dir(eval_dir))
     factor = model_cost_factor(model)
-    trainings = 1 + rules.scorer_step_share if rules.scorer == "in-domain" else 1.0
+    trainings = training_share(rules)
     queries, ctx, steps, cpu, notes = sizes(
         shape.words_estimate,
         rules,
@@ -345,12 +352,20 @@ def adapt_config(
     if rules.scorer == "in-domain":
         plan.scorer = scorer_config(cfg, rules.scorer_step_share)
         plan.student_from_scorer = rules.student == "scorer"
+        if plan.student_from_scorer:  # it continues from the scorer: fewer steps of its own
+            plan.steps = max(1, round(steps * rules.student_step_share))
+            _set_steps(cfg["train"], plan.steps)
         plan.link_scorer()
-    elif rules.student == "scorer":
-        raise InputError(
-            "adapt.student: scorer needs adapt.scorer: in-domain (a scorer to start from)"
-        )
     return plan
+
+
+def training_share(rules: AdaptRules) -> float:
+    """The trainings a run pays for, in passes over the labelled pairs: the recipe's (a share of
+    one when it continues from the scorer) and the in-domain scorer's."""
+    if rules.scorer != "in-domain":
+        return 1.0
+    student = rules.student_step_share if rules.student == "scorer" else 1.0
+    return rules.scorer_step_share + student
 
 
 def scorer_config(cfg: dict[str, Any], step_share: float = 1.0) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from ctxsim.flows.adapt import (
     embed_shards,
     read_recipe,
     sizes,
+    training_share,
 )
 from ctxsim.flows.cli import app
 from ctxsim.flows.config import load_config
@@ -252,7 +253,7 @@ def test_an_in_domain_scorer_plan_is_two_configs_the_second_scored_by_the_first(
     assert not {"embed", "label", "evaluate"} & set(plan.scorer)
     assert plan.config["embed"]["model"].startswith(str(Path(root) / "adapt" / "scorer-"))
     assert plan.config["train"]["objective"] == "ctxsim-context"
-    assert plan.config["train"]["backbone"] == str(tiny_st)  # the student starts from the download
+    assert plan.config["train"]["backbone"] == str(tiny_st)  # the reference: the download
     assert any(line.startswith("scorer: ") for line in plan.lines())
     plan.check()  # both load, the recipe's as it will once the scorer ran
     # both runs take --set, but train.objective only the recipe's; the path follows the scorer
@@ -282,7 +283,7 @@ def test_an_in_domain_scorer_plan_is_two_configs_the_second_scored_by_the_first(
 def test_a_student_from_the_scorer_starts_from_its_folder(tmp_path, tiny_st) -> None:
     """adapt.student: scorer: the recipe's training starts from the scorer's folder (init_from)
     while its backbone, the card's reference, stays the download; naming the start or the
-    scorer undoes it; without an in-domain scorer it is refused in one line."""
+    scorer, or no scorer run, undoes it."""
     recipe = _in_domain_recipe(tmp_path, tiny_st)
     root = str(tmp_path / "root")
 
@@ -291,8 +292,8 @@ def test_a_student_from_the_scorer_starts_from_its_folder(tmp_path, tiny_st) -> 
             [str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe, rule_overrides=list(rules)
         )
 
-    assert "init_from" not in plan_with().config["train"]
-    plan = plan_with("adapt.student=scorer")
+    assert "init_from" not in plan_with("adapt.student=download").config["train"]
+    plan = plan_with("adapt.student=scorer", "adapt.student_step_share=1")
     assert plan.config["train"]["init_from"] == plan.config["embed"]["model"]
     assert plan.config["train"]["backbone"] == str(tiny_st)
     assert "init_from" not in plan.scorer["train"]
@@ -306,8 +307,19 @@ def test_a_student_from_the_scorer_starts_from_its_folder(tmp_path, tiny_st) -> 
     named = plan_with("adapt.student=scorer")
     named.override([f"embed.model={tiny_st}"])  # no scorer run: nothing to start from
     assert named.scorer is None and "init_from" not in named.config["train"]
-    with pytest.raises(InputError, match="adapt.student: scorer needs adapt.scorer: in-domain"):
-        plan_with("adapt.student=scorer", "adapt.scorer=download")
+    # it continues from the scorer: its share of one pass, the scorer's steps and folder kept
+    half = plan_with("adapt.student=scorer", "adapt.student_step_share=0.5")
+    full = plan_with("adapt.student=scorer", "adapt.student_step_share=1")
+    assert half.config["train"]["max_steps"] == half.steps == max(1, round(full.steps * 0.5))
+    assert half.config["train"]["eval_steps"] == max(1, half.steps // 2)
+    assert (
+        half.scorer == full.scorer
+        and half.config["embed"]["model"] == full.config["embed"]["model"]
+    )
+    assert half.cpu_s < full.cpu_s
+    # no scorer run: the download is the start, for one whole pass
+    alone = plan_with("adapt.student=scorer", "adapt.scorer=download")
+    assert "init_from" not in alone.config["train"] and alone.steps == full.steps
 
 
 def test_adapt_with_an_in_domain_scorer_trains_it_first_and_labels_with_it(
@@ -382,7 +394,7 @@ def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_price
             None,
             root,
             recipe=recipe,
-            rule_overrides=[f"adapt.scorer_step_share={share}"],
+            rule_overrides=[f"adapt.scorer_step_share={share}", "adapt.student_step_share=1"],
         )
         for share in (1, 0.5)
     )
@@ -400,3 +412,7 @@ def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_price
     one = sizes(2_600_000, rules, 32, 4, None)[3]
     half = sizes(2_600_000, rules, 32, 4, None, 1.0, 0, False, 1.5)[3]
     assert half - one == pytest.approx(rules.cpu_s_per_step * 250 * 0.5)
+    # the recipe's: the scorer's share and the student's (continuing from it)
+    assert training_share(rules) == rules.scorer_step_share + rules.student_step_share
+    assert training_share(AdaptRules(scorer="in-domain", scorer_step_share=0.5)) == 1.5
+    assert training_share(AdaptRules(scorer="download", student="scorer")) == 1.0
