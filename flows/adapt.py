@@ -116,6 +116,8 @@ class AdaptPlan:
     scorer: dict[str, Any] | None = None
     #: the recipe's training starts from the scorer's weights (adapt.student: scorer)
     student_from_scorer: bool = False
+    #: one pass over the labelled pairs (``steps`` is the student's share of it)
+    pass_steps: int = 0
 
     def lines(self) -> list[str]:
         """The plan as printed (sizes read from the config, so --set overrides show)."""
@@ -155,7 +157,11 @@ class AdaptPlan:
                 continue
             if key == "embed.model":  # the user names the scorer: no scorer run
                 self.scorer = None
-                self.config["train"].pop("init_from", None)
+                if self.student_from_scorer:  # nothing to continue from: the download, a pass
+                    self.student_from_scorer = False
+                    self.config["train"].pop("init_from", None)
+                    self.steps = self.pass_steps
+                    _set_steps(self.config["train"], self.steps)
             elif key == "train.init_from":  # the user names the student's start
                 self.student_from_scorer = False
             elif key == "label.split_ratios":  # the scorer cuts its pairs as label does
@@ -348,7 +354,7 @@ def adapt_config(
         cfg.pop("evaluate", None)
     else:
         cfg["evaluate"]["eval_dir"] = eval_dir
-    plan = AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes)
+    plan = AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes, pass_steps=steps)
     if rules.scorer == "in-domain":
         plan.scorer = scorer_config(cfg, rules.scorer_step_share)
         plan.student_from_scorer = rules.student == "scorer"

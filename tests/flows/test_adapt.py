@@ -304,9 +304,10 @@ def test_a_student_from_the_scorer_starts_from_its_folder(tmp_path, tiny_st) -> 
     plan.override([f"train.init_from={tiny_st}"])  # the user names the start
     assert plan.config["train"]["init_from"] == str(tiny_st) != plan.config["embed"]["model"]
     assert "init_from" not in plan.scorer["train"]
-    named = plan_with("adapt.student=scorer")
+    named = plan_with("adapt.student=scorer", "adapt.student_step_share=0.5")
     named.override([f"embed.model={tiny_st}"])  # no scorer run: nothing to start from
     assert named.scorer is None and "init_from" not in named.config["train"]
+    assert named.config["train"]["max_steps"] == named.steps == named.pass_steps  # a whole pass
     # it continues from the scorer: its share of one pass, the scorer's steps and folder kept
     half = plan_with("adapt.student=scorer", "adapt.student_step_share=0.5")
     full = plan_with("adapt.student=scorer", "adapt.student_step_share=1")
@@ -348,6 +349,10 @@ def test_adapt_with_an_in_domain_scorer_trains_it_first_and_labels_with_it(
     metrics = json.loads((Path(first["train"]["path"]) / "files" / "metrics.json").read_text())
     assert metrics["n_train_pairs"] == sum(in_train) < labels.num_rows
     assert first["train"]["fingerprint"] != second["train"]["fingerprint"]
+    # ... starting from the scorer's weights (the recipe's adapt.student), half a pass
+    student = json.loads((Path(second["train"]["path"]) / "files" / "metrics.json").read_text())
+    assert student["init_from"] == str(scorer) and student["backbone"] == str(tiny_st)
+    assert student["steps"] == cfg["train"]["max_steps"] < metrics["steps"]
     trained = Path(first["train"]["path"]) / "files" / "model" / "model.safetensors"
     assert (scorer / "model.safetensors").read_bytes() == trained.read_bytes()
     assert (out_dir / "README.md").exists() and "scorer: " in out.output
