@@ -74,7 +74,8 @@ class TrainParams(StageParams):
         "cosine",
         description=(
             "Training loss: cosine (the paper's L2 between the cosine and the label), cosent or "
-            "angle (use only the labels' order), clrcmd (token-level alignment, CLRCMD)."
+            "angle (use only the labels' order), clrcmd (token-level alignment, CLRCMD), margin "
+            "(one query sentence's partners ranked by their labels, MarginMSE on the cosines)."
         ),
     )
     label_column: str = Field(

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 
-LossName = Literal["cosine", "cosent", "angle", "clrcmd"]
+LossName = Literal["cosine", "cosent", "angle", "clrcmd", "margin"]
 
 #: SimCSE's temperature 0.05 as sentence-transformers' similarity scale (Gao et al. 2021, Sec. 3)
 SIMCSE_SCALE = 20.0
@@ -135,6 +135,19 @@ def labelled_columns(s1: list[str], s2: list[str], targets: np.ndarray) -> dict[
     }
 
 
+def margin_columns(pairs: TrainingPairs, targets: np.ndarray, seed: int) -> dict[str, list[Any]]:
+    """(query, higher, lower, score) rows of ``train.loss: margin``, as many as pairs
+    (margins.py: one query's partners ranked by their labels)."""
+    from ctxsim.models.training.objectives.margins import query_margin_rows
+
+    ids = []
+    for col in ("s1_id", "s2_id"):
+        if col not in pairs.table.column_names:
+            raise ValueError(f"train.loss margin: pairs {pairs.source} have no column {col!r}")
+        ids.append(pairs.table.column(col).take(pa.array(pairs.rows)).to_pylist())
+    return query_margin_rows(ids[0], ids[1], pairs.s1, pairs.s2, targets, len(pairs), seed)
+
+
 def pair_loss(loss: str, model: Any, params: Any) -> Any:
     """The sentence-transformers regression/ranking loss ``train.loss`` names (``clrcmd``: with
     the ``clrcmd_*`` settings of ``params``)."""
@@ -146,6 +159,10 @@ def pair_loss(loss: str, model: Any, params: Any) -> Any:
         return losses.CoSENTLoss(model)
     if loss == "angle":
         return losses.AnglELoss(model)
+    if loss == "margin":  # rows from margins.query_margin_rows
+        from sentence_transformers.util import pairwise_cos_sim
+
+        return losses.MarginMSELoss(model, similarity_fct=pairwise_cos_sim)
     if loss == "clrcmd":
         from ctxsim.models.training.losses.clrcmd_loss import CLRCMDLoss
 
@@ -182,7 +199,10 @@ class LabelledObjective(TrainObjective):
         cpu0 = time.process_time()
         targets = rescale_labels(self.raw_labels(pairs, oc), oc.params.label_scale)
         cpu = time.process_time() - cpu0 if self.computes_labels else 0.0
-        columns = labelled_columns(pairs.s1, pairs.s2, targets)
+        if oc.params.loss == "margin":
+            columns = margin_columns(pairs, targets, oc.seed)
+        else:
+            columns = labelled_columns(pairs.s1, pairs.s2, targets)
         return Examples(dataset(columns), pairs.s1 + pairs.s2, cpu)
 
     def loss(self, model: Any, oc: ObjectiveContext, backbone_path: str) -> Any:

@@ -30,8 +30,16 @@ class FakeLabel(Stage):
 
     def run_shard(self, ctx, shard):
         s1, s2, lab = zip(*PAIRS, strict=True)
+        ids = {t: i for i, t in enumerate(sorted({*s1, *s2}))}  # a query id per distinct text
         table = pa.table(
-            {"s1": s1, "s2": s2, "label": pa.array(lab, pa.float64()), "split": ["train"] * 8}
+            {
+                "s1": s1,
+                "s2": s2,
+                "s1_id": [ids[t] for t in s1],
+                "s2_id": [ids[t] for t in s2],
+                "label": pa.array(lab, pa.float64()),
+                "split": ["train"] * 8,
+            }
         )
         return table, {"n": table.num_rows}
 
