@@ -96,8 +96,9 @@ class AdaptRules(BaseModel):
         1.0,
         gt=0,
         le=1,
-        description="cost model: per-word and per-step costs times this where embed and train "
-        "run in bf16 (embed.bf16, train.bf16_cpu on a CPU with bf16 units)",
+        description="cost model: per-word, per-step and per-dev-item costs times this where "
+        "embed and train (embed.bf16, train.bf16_cpu), and evaluate (evaluate.bf16_cpu), run in "
+        "bf16 on a CPU with bf16 units",
     )
 
 
@@ -241,14 +242,16 @@ def sizes(
     dev_items: int = 0,
     bf16: bool = False,
     trainings: float = 1.0,
+    eval_bf16: bool = False,
 ) -> tuple[int, int, int, float, list[str]]:
     """(queries, extra context sentences, steps, predicted CPU-s, notes) for a corpus of
     ``words`` words: queries and context sentences are shares of the corpus's sentences up to the
     recipe's caps; steps are one pass over the labelled pairs; a budget scales both down until
     the cost model fits it. ``model_factor``: the encoder's cost per token against MiniLM's
     (``model_cost_factor``); ``dev_items``: dev pairs and questions to evaluate; ``bf16``:
-    embed and train run in bf16 (``rules.cpu_bf16_factor``); ``trainings``: training runs of
-    that many steps (1 + ``scorer_step_share`` with the in-domain scorer)."""
+    embed and train run in bf16 (``rules.cpu_bf16_factor``), ``eval_bf16`` the evaluation too;
+    ``trainings``: training runs of that many steps (1 + ``scorer_step_share`` with the in-domain
+    scorer)."""
     sentences = words / rules.words_per_sentence
     queries = int(min(rules.max_queries, sentences * rules.query_share))
     ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
@@ -259,7 +262,7 @@ def sizes(
     fixed = (
         rules.cpu_s_fixed
         + rules.cpu_s_per_word * words * model_factor * speed
-        + rules.cpu_s_per_dev_item * dev_items * model_factor
+        + rules.cpu_s_per_dev_item * dev_items * model_factor * (speed if eval_bf16 else 1.0)
     )
 
     def cost(q: int) -> tuple[int, float]:
@@ -337,6 +340,7 @@ def adapt_config(
         dev_items,
         _bf16(cfg),
         trainings,
+        _bf16(cfg, (("evaluate", "bf16_cpu"),)),
     )
     notes = shape.notes + notes
     if not shard.get("lead_fields"):
@@ -411,12 +415,16 @@ def embed_shards(words: int, rules: AdaptRules, least: int) -> int:
     return max(least, math.ceil(words / rules.words_per_embed_shard))
 
 
-def _bf16(cfg: dict[str, Any]) -> bool:
-    """Whether the config's embed and train run in bf16 on this machine's CPU (the cost model
-    counts CPU-seconds: a CUDA device is not priced)."""
+def _bf16(
+    cfg: dict[str, Any],
+    keys: tuple[tuple[str, str], ...] = (("embed", "bf16"), ("train", "bf16_cpu")),
+) -> bool:
+    """Whether the config's passes named by (section, key)s (embed's and train's unless told)
+    run in bf16 on this machine's CPU (the cost model counts CPU-seconds: a CUDA device is not
+    priced)."""
     from ctxsim.models.encoders import bf16_available
 
-    wanted = cfg.get("embed", {}).get("bf16") and cfg.get("train", {}).get("bf16_cpu")
+    wanted = all(cfg.get(section, {}).get(key) for section, key in keys)
     return bool(wanted and bf16_available("cpu"))
 
 

@@ -60,6 +60,10 @@ def evaluate(
             "intervals against the model (dynamax=wordllama for the word-vector baseline)",
         ),
     ] = None,
+    bf16: Annotated[
+        bool,
+        typer.Option("--bf16", help="encode in bf16 on a CPU with bf16 units (CUDA always does)"),
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits, iSTS F1, and the domain
@@ -102,6 +106,7 @@ def evaluate(
             out_dir=out_dir,
             max_pairs_per_subset=max_pairs,
             keep_result_on_write_error=True,
+            bf16_cpu=bf16,
         )
     text = json.dumps(result, indent=2, default=str)
     typer.echo(text)  # first: the figures reach the terminal whatever happens to the file

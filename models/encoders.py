@@ -223,6 +223,18 @@ def bf16_available(device: str) -> bool:
     return bool(check and check())
 
 
+def bf16_scope(device: str, enabled: bool) -> Any:
+    """bf16 autocast on a CPU that has the units when ``enabled`` (a no-op elsewhere: CUDA
+    passes autocast per forward, a CPU without the units stays float32)."""
+    import contextlib
+
+    import torch
+
+    if enabled and not str(device).startswith("cuda") and bf16_available("cpu"):
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def encode(
     model: Any,
     texts: list[str],

@@ -84,13 +84,18 @@ def build_student(
 
 
 def forward(model: Any, texts: list[str]) -> dict[str, Any]:
-    """One inference pass over ``texts`` (bf16 autocast on CUDA where supported): the model's
-    output features (``sentence_embedding``, ``token_embeddings``, ``attention_mask``)."""
+    """One inference pass over ``texts`` (bf16 autocast on CUDA where supported; on a CPU in
+    the caller's autocast, if any): the model's output features (``sentence_embedding``,
+    ``token_embeddings``, ``attention_mask``)."""
+    import contextlib
+
     import torch
 
     feats = model.preprocess(texts)
     dev = model.device
     feats = {k: (v.to(dev) if hasattr(v, "to") else v) for k, v in feats.items()}
     use_bf16 = dev.type == "cuda" and torch.cuda.is_bf16_supported()
-    with torch.inference_mode(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=use_bf16):
+    # on a CPU no autocast of its own: a caller's bf16 scope (models/encoders.py bf16_scope) holds
+    cast = torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+    with torch.inference_mode(), cast:
         return model(feats)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ctxsim.models.encoders import bf16_scope
 from ctxsim.models.training.objectives import tfidf_cosine
 from ctxsim.readers.evaluators import Evaluator, IstsEvaluator, StsEvaluator, discover_eval_dir
 from ctxsim.readers.sts import StsSet
@@ -283,19 +284,18 @@ def evaluate_model(
     logger: Any = None,
     paths_relative_to: str | Path | None = None,
     keep_result_on_write_error: bool = False,
+    bf16_cpu: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a sentence-transformers model directory on the sets of every task format found
     in ``eval_dir`` (readers/evaluators) and the iSTS gold of ``ists_dir``; returns the result.
 
-    ``baselines`` maps a system name to a model path (cosine/RCMD like the surrogate), ``tfidf``
-    (any value) to TF-IDF cosine of each pair (models.objectives.tfidf_cosine), or to None
-    for ``dynamax`` (value None: word vectors from wordllama when installed, else the surrogate's
-    input embeddings; "backbone" value: that model's input embeddings). With ``out_dir``, plots,
-    ``report.md`` and ``results.json`` are written there. Model paths under
-    ``paths_relative_to`` (the artefact root, inside a run) are reported relative to it, so the
-    same run on another root writes the same report. ``keep_result_on_write_error`` (the CLI):
-    a report that cannot be written becomes a warning in the result instead of an error, so the
-    figures computed are still returned (a stage raises, to retry and never publish half).
+    ``baselines``: system name -> model path (scored like the surrogate), ``tfidf`` -> TF-IDF
+    cosine (any value), ``dynamax`` -> None (wordllama's vectors when installed, else the
+    surrogate's input embeddings) or "backbone" (that model's). ``out_dir``: plots, report.md
+    and results.json. Model paths under ``paths_relative_to`` (a run's root) are reported
+    relative to it. ``keep_result_on_write_error`` (the CLI): a report that cannot be written is
+    a warning in the result, the figures are returned (a stage raises: never half published).
+    ``bf16_cpu``: encoder passes in bf16 on a CPU with the units (CUDA always scores in bf16).
     """
     log = logger or logging.getLogger("ctxsim.evaluate")
     baselines = dict(baselines or {})
@@ -310,27 +310,29 @@ def evaluate_model(
     sets, others = _find_data(eval_dir, max_pairs_per_subset, seed, log, result)
     domain = bool(others)
 
-    # every system's predictions on the STS sets
-    surrogate = load(model_path)
-    preds, encoders = _score_models(
-        surrogate, model_path, baselines, sets, similarities, load, batch_size, domain, log
-    )
-    _add_model_free_preds(preds, baselines, surrogate, sets, load, shown, result)
-
-    # STS: rows, hard splits, per-dataset blocks, paired intervals
     intervals = {"bootstrap_resamples": bootstrap_resamples, "confidence": confidence, "seed": seed}
-    hard = (hard_quantile, hard_high_gold, hard_low_gold)
-    rows, per_system, hard_idx = _sts_figures(sets, preds, hard, intervals, result)
-
-    if ists_dir is not None:
-        result["ists"] = _ists(surrogate, ists_dir, similarities, ists_remove_oppo, out_dir, log)
-
-    if domain:
-        tfidf = {"tfidf": None} if "tfidf" in baselines else {}  # TF-IDF cosine: no model
-        result["domain"] = evaluate_domain(
-            encoders | tfidf, others, batch_size=batch_size, log=log, **intervals
+    with bf16_scope(device, bf16_cpu):  # every encoder pass below
+        # every system's predictions on the STS sets
+        surrogate = load(model_path)
+        preds, encoders = _score_models(
+            surrogate, model_path, baselines, sets, similarities, load, batch_size, domain, log
         )
-    encoders.clear()
+        _add_model_free_preds(preds, baselines, surrogate, sets, load, shown, result)
+
+        # STS: rows, hard splits, per-dataset blocks, paired intervals
+        hard = (hard_quantile, hard_high_gold, hard_low_gold)
+        rows, per_system, hard_idx = _sts_figures(sets, preds, hard, intervals, result)
+
+        if ists_dir is not None:
+            ists = (similarities, ists_remove_oppo, out_dir, log)
+            result["ists"] = _ists(surrogate, ists_dir, *ists)
+
+        if domain:
+            tfidf = {"tfidf": None} if "tfidf" in baselines else {}  # TF-IDF cosine: no model
+            result["domain"] = evaluate_domain(
+                encoders | tfidf, others, batch_size=batch_size, log=log, **intervals
+            )
+        encoders.clear()
 
     result["n_sets"] = len(sets)
     if domain:

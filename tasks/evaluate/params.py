@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
@@ -48,6 +48,9 @@ class EvaluateParams(StageParams):
             "dir."
         ),
     )
+
+    #: keys added after artefacts existed: their default leaves the fingerprint as it was
+    added_defaults: ClassVar[dict[str, Any]] = {"bf16_cpu": False}
 
     @property
     def sts_dir(self) -> str | None:
@@ -126,6 +129,14 @@ class EvaluateParams(StageParams):
         description=(
             "iSTS gold: also drop OPPO alignments (as CLRCMD's *.wa.equi variant that removes "
             "them)."
+        ),
+    )
+    bf16_cpu: bool = Field(
+        False,
+        description=(
+            "Encode in bf16 autocast on a CPU with bf16 units (AVX512-BF16 or AMX; float32 on "
+            "one without), as every pass on CUDA already is: 1.74x fewer CPU-s on MedQuAD's dev "
+            "tasks, every figure within 0.03 of float32 (bench/results/evaluate_bf16.md)."
         ),
     )
     plots: bool = Field(

@@ -123,6 +123,7 @@ class EvaluateStage(Stage):
             seed=ctx.run.seed,
             logger=ctx.logger,
             paths_relative_to=ctx.store.root,
+            bf16_cpu=p.bf16_cpu,
         )
         rows = res.pop("rows")
         if not p.plots:

@@ -384,6 +384,10 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
         sizes(400_000, half, 32, 4, None, bf16=True)[3],
     )
     assert bf16 == pytest.approx(half.cpu_s_fixed + 0.5 * (fp32 - half.cpu_s_fixed))
+    dev_fp32, dev_bf16 = (
+        sizes(400_000, half, 32, 4, None, 1.0, 1000, bf16=True, eval_bf16=e)[3] for e in (0, 1)
+    )
+    assert dev_fp32 - dev_bf16 == pytest.approx(0.5 * 1000 * half.cpu_s_per_dev_item)
 
 
 def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_priced_so(

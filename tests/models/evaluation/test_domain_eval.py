@@ -187,3 +187,57 @@ def test_pair_files_are_gold_sets_for_origin(tmp_path):
     (sts,) = pair_sets_as_sts(str(tmp_path))
     assert (sts.dataset, sts.subset, sts.gold) == ("RQE", "dev", [1.0, 0.0])
     assert sts.s1 == ["a b", "a b"] and sts.s2 == ["a c", "d e"]
+
+
+@pytest.mark.parametrize("units", [True, False])
+def test_evaluate_in_bf16_runs_every_encoder_pass_in_bf16_where_the_cpu_has_the_units(
+    tmp_path, monkeypatch, units
+):
+    """``bf16_cpu``: every forward of the evaluation (STS, pairs and QA sets) runs in bf16
+    autocast on a CPU with the units and in float32 on one without; without it, float32. The
+    figures stay near float32's."""
+    import torch
+
+    import ctxsim.models.encoders as E
+    import ctxsim.models.training.sentence_encoder as SE
+    import ctxsim.tasks.evaluate.encoders as EE
+    from ctxsim.models.training.tiny_backbone import build_tiny_backbone
+    from ctxsim.tasks.evaluate import evaluate_model
+    from ctxsim.tasks.train import TrainParams
+
+    monkeypatch.setattr(E, "bf16_available", lambda device: units)
+    seen: list[bool] = []
+    forward = SE.forward
+
+    def spy(model, texts):
+        seen.append(
+            torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        )
+        return forward(model, texts)
+
+    monkeypatch.setattr(SE, "forward", spy)
+    monkeypatch.setattr(EE, "forward", spy)
+    texts = [r["question"] for r in QA_ROWS] + [r["answer"] for r in QA_ROWS]
+    model = build_tiny_backbone(
+        texts, tmp_path / "tiny", TrainParams(tiny_vocab_size=80, max_seq_length=16), 0
+    )
+    _qa(tmp_path / "eval" / "d_qa.jsonl", QA_ROWS)
+    (tmp_path / "eval" / "STSb.dev.tsv").write_text(
+        "sentence1\tsentence2\tscore\n"
+        + "".join(f"{r['question']}\t{r['answer']}\t{i}\n" for i, r in enumerate(QA_ROWS))
+    )
+
+    def run(bf16):
+        seen.clear()
+        kw = {"similarities": ["cosine"], "max_seq_length": 16, "bootstrap_resamples": 0}
+        res = evaluate_model(model, tmp_path / "eval", bf16_cpu=bf16, **kw)
+        return res, list(seen)
+
+    fast, calls = run(True)
+    assert calls and all(c == units for c in calls)
+    base, calls = run(False)
+    assert calls and not any(calls)
+    got = fast["domain"]["retrieval"]["d_qa"]["surrogate"]["mrr_at_10"]
+    assert got == pytest.approx(
+        base["domain"]["retrieval"]["d_qa"]["surrogate"]["mrr_at_10"], abs=20
+    )
