@@ -135,7 +135,7 @@ class EvaluateParams(StageParams):
         False,
         description=(
             "Encode in bf16 autocast on a CPU with bf16 units (AVX512-BF16 or AMX; float32 on "
-            "one without), as every pass on CUDA already is: 1.74x fewer CPU-s on MedQuAD's dev "
+            "one without), as every pass on CUDA already is: 1.77x fewer CPU-s on MedQuAD's dev "
             "tasks, every figure within 0.03 of float32 (bench/results/evaluate_bf16.md)."
         ),
     )
