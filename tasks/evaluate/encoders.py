@@ -37,6 +37,8 @@ def pair_similarities(
     similarities: Sequence[str] = ("cosine", "rcmd"),
 ) -> dict[str, np.ndarray]:
     """Cosine and/or RCMD for every pair, pairs bucketed by length, one forward per batch."""
+    import torch
+
     if len(s1) != len(s2):
         raise ValueError(f"{len(s1)} first sentences but {len(s2)} second sentences")
     lens = np.maximum(token_lengths(model, s1), token_lengths(model, s2))
@@ -47,12 +49,14 @@ def pair_similarities(
         idx = order[i : i + half]
         out = forward(model, [s1[j] for j in idx] + [s2[j] for j in idx])
         b = len(idx)
-        if "cosine" in res:
-            e = out["sentence_embedding"].float()
-            res["cosine"][idx] = cosine_paired(e[:b], e[b:]).cpu().numpy()
-        if "rcmd" in res:
-            t, m = out["token_embeddings"].float(), out["attention_mask"].bool()
-            res["rcmd"][idx] = rcmd_paired(t[:b], m[:b], t[b:], m[b:]).cpu().numpy()
+        # the similarities in float32 whatever autocast the encoder ran in (evaluate.bf16_cpu)
+        with torch.autocast(model.device.type, enabled=False):
+            if "cosine" in res:
+                e = out["sentence_embedding"].float()
+                res["cosine"][idx] = cosine_paired(e[:b], e[b:]).cpu().numpy()
+            if "rcmd" in res:
+                t, m = out["token_embeddings"].float(), out["attention_mask"].bool()
+                res["rcmd"][idx] = rcmd_paired(t[:b], m[:b], t[b:], m[b:]).cpu().numpy()
     return res
 
 

@@ -255,6 +255,25 @@ def test_evaluate_prints_the_figures_when_the_report_cannot_be_written(
     )
 
 
+@pytest.mark.parametrize("flag", [[], ["--bf16"]], ids=["float32", "bf16"])
+def test_evaluate_passes_bf16_on_to_the_evaluation(tiny_model, monkeypatch, flag):
+    """``ctxsim evaluate --bf16`` asks the evaluation for bf16 on a CPU with the units (the
+    stage's ``evaluate.bf16_cpu``); without it, float32."""
+    em = importlib.import_module("ctxsim.tasks.evaluate")
+    got: dict = {}
+    real = em.evaluate_model
+
+    def spy(*a, **k):
+        got.update(k)
+        return real(*a, **k)
+
+    monkeypatch.setattr(em, "evaluate_model", spy)
+    model, sts = tiny_model
+    res = CliRunner().invoke(app, ["evaluate", str(model), "--sts-dir", str(sts), *flag])
+    assert res.exit_code == 0, res.output
+    assert got["bf16_cpu"] is bool(flag) and json.loads(res.stdout)["n_sets"] == 1
+
+
 def test_evaluate_with_ists_alone_warns_about_no_sts_folder(tiny_model, tmp_path):
     from ctxsim.tasks.evaluate import evaluate_model
 
