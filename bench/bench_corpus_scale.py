@@ -11,13 +11,19 @@ the ratios to the smallest size are the issue's goals (RSS within 1.5x, CPU-s pe
 1.2x). Stages whose work does not grow with the corpus (queries, pairs, label and train are
 sized by the recipe's caps) are reported in CPU-s, not per word.
 
+``--repeat R`` adds a corpus R times the whole one (size ``R x top``, e.g. 160x): the first copy
+as is, every other copy with each section's paragraphs in a seeded order and each paragraph's
+sentences in a seeded order (the section renamed), so no unit's text repeats and the encoder
+does the whole work again; ``--scales`` then names the smaller sizes to run beside it (with
+``--top``, the whole corpus's scale, when the full corpus itself is not run).
+
 ``--ray-at K`` also runs shard through label at size K twice in fresh roots on the machine's
 two cores: sequentially with 2 torch threads, and on a local Ray instance with 2 workers of 1
 thread (``run.task_runner=ray``): wall time per stage, the same artefacts (fingerprints)
 expected.
 
 Usage: ``python -m bench.bench_corpus_scale --corpus 'CORPUS/*.jsonl.gz' --root ROOT
---scales 1 4 16 [--train-at 1 16] [--ray-at 4]``
+--scales 1 4 16 [--train-at 1 16] [--ray-at 4] [--repeat 10 [--top 16]] [--set KEY=VALUE]``
 """
 
 from __future__ import annotations
@@ -28,9 +34,12 @@ import gzip
 import json
 import math
 import os
+import random
+import re
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +76,42 @@ def _words(line: str) -> int:
     return sum(len(p.split()) for p in paras)
 
 
-def cut_corpus(pattern: str, scales: list[int], out: Path) -> dict[int, dict[str, Any]]:
-    """Nested prefixes of the corpus: size k of K keeps each file's first ceil(n * k / K)
-    records. Written once per size as plain JSON Lines under ``out/x<k>/``."""
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def shuffled_copy(line: str, copy: int, seed: int) -> str:
+    """A record of the ``copy``-th repeat: its paragraphs in a seeded order, each paragraph's
+    sentences in a seeded order, its section renamed (copy 0: the record itself)."""
+    if copy == 0:
+        return line
+    rec = json.loads(line)
+    rng = random.Random(f"{seed}:{copy}")
+    paras = list(rec.get("paragraphs") or [rec.get("text") or ""])
+    rng.shuffle(paras)
+    out = []
+    for p in paras:
+        sents = _SENTENCE_END.split(p)
+        rng.shuffle(sents)
+        out.append(" ".join(sents))
+    rec.pop("text", None)
+    rec["paragraphs"] = out
+    rec["section"] = f"{rec.get('section', '')}#copy{copy}"
+    return json.dumps(rec, ensure_ascii=False) + "\n"
+
+
+def cut_corpus(
+    pattern: str, scales: list[int], out: Path, top: int | None = None, repeat: int = 1
+) -> dict[int, dict[str, Any]]:
+    """Nested prefixes of the corpus: size k of K (``top``, default the largest scale) keeps
+    each file's first ceil(n * k / K) records; with ``repeat`` R > 1 also size R * K, the whole
+    corpus R times (``shuffled_copy``). Written once per size as plain JSON Lines under
+    ``out/x<k>/``."""
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
         raise SystemExit(f"--corpus {pattern!r} matches no file")
-    top = max(scales)
+    top = top or max(scales)
+    if max(scales) > top:
+        raise SystemExit(f"--scales {max(scales)} is above --top {top}")
     sizes: dict[int, dict[str, Any]] = {}
     records = {f: _records(f) for f in files}
     for k in scales:
@@ -92,7 +130,34 @@ def cut_corpus(pattern: str, scales: list[int], out: Path) -> dict[int, dict[str
             (folder / name).write_text("".join(keep), encoding="utf-8")
         sizes[k] = {"words": words, "records": n_rec, "glob": str(folder / "*.jsonl")}
         done.write_text(json.dumps(sizes[k]))
+    if repeat > 1:
+        sizes[top * repeat] = _repeat(records, repeat, out / f"x{top * repeat}")
     return sizes
+
+
+def _repeat(records: dict[Path, list[str]], repeat: int, folder: Path) -> dict[str, Any]:
+    """The whole corpus ``repeat`` times (``shuffled_copy``), one file per source file."""
+    done = folder / "_WORDS.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    words = n_rec = 0
+    for f, lines in records.items():
+        name = f.name.removesuffix(".gz")
+        with (folder / name).open("w", encoding="utf-8") as dst:
+            for copy in range(repeat):
+                for i, line in enumerate(lines):
+                    dst.write(shuffled_copy(line, copy, hash_seed(name, i)))
+        words += repeat * sum(_words(line) for line in lines)
+        n_rec += repeat * len(lines)
+    size = {"words": words, "records": n_rec, "glob": str(folder / "*.jsonl")}
+    done.write_text(json.dumps(size))
+    return size
+
+
+def hash_seed(name: str, index: int) -> int:
+    """A seed of a file's record that does not depend on Python's hash salt."""
+    return zlib.crc32(f"{name}:{index}".encode())
 
 
 def _cli(args: list[str], log: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -305,6 +370,11 @@ def main(argv: list[str] | None = None) -> None:
         "--units-memory", action="store_true", help="also embed's unit texts, whole vs piece"
     )
     ap.add_argument("--threads", type=int, default=1, help="run.torch_threads of the scale runs")
+    ap.add_argument("--repeat", type=int, default=1, help="also the whole corpus this many times")
+    ap.add_argument("--top", type=int, default=None, help="the whole corpus's scale (default: max)")
+    ap.add_argument(
+        "--set", dest="sets", action="append", default=[], help="KEY=VALUE for the scale runs"
+    )
     ap.add_argument("--name", default="corpus_scale")
     ap.add_argument("--out-dir", type=Path, default=None)
     if argv is None and sys.argv[1:2] == ["--units-probe"]:
@@ -313,10 +383,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     args.root.mkdir(parents=True, exist_ok=True)
     log = args.root / "bench.log"
-    sizes = cut_corpus(args.corpus, args.scales, args.root / "corpora")
-    sets = [f"run.torch_threads={args.threads}"]
+    sizes = cut_corpus(args.corpus, args.scales, args.root / "corpora", args.top, args.repeat)
+    sets = [f"run.torch_threads={args.threads}", *args.sets]
     runs = {}
-    for k in [] if args.skip_scale else sorted(args.scales):
+    for k in [] if args.skip_scale else sorted(sizes):
         root = args.root / f"x{k}"
         cfg = dump_config(sizes[k]["glob"], root, log, sets)
         stages = CORPUS_STAGES + (("train",) if k in args.train_at else ())
@@ -332,6 +402,7 @@ def main(argv: list[str] | None = None) -> None:
         "corpus": args.corpus,
         "sizes": {f"{k}x": v["words"] for k, v in sizes.items()},
         "threads": args.threads,
+        "sets": sets,
         "command": "python -m bench.bench_corpus_scale " + " ".join(sys.argv[1:]),
     }
     md, js = write_results(args.name, rows, meta=meta, out_dir=args.out_dir, tables=tables)

@@ -76,3 +76,27 @@ def test_exact_searches_have_recall_one_and_ties_count() -> None:
     shuffled = exact.copy()
     shuffled[:, 0] = (exact[:, 0] + 1) % len(x)  # a wrong first neighbour costs recall
     assert recall(x, shuffled, exact, 5) < 1.0
+
+
+def test_repeat_adds_the_whole_corpus_again_with_no_unit_text_repeated(tmp_path: Path) -> None:
+    with gzip.open(tmp_path / "a.jsonl.gz", "wt") as f:
+        for i in range(3):
+            paras = [f"One {i} here. Two {i} there! Three {i}?", f"Lone {i}.", f"Four {i}. Five."]
+            f.write(json.dumps({"book": "a", "section": f"s{i}", "paragraphs": paras}) + "\n")
+    sizes = cut_corpus(str(tmp_path / "*.jsonl.gz"), [1], tmp_path / "cut", top=3, repeat=4)
+    assert sorted(sizes) == [1, 12]
+    recs = [json.loads(x) for x in (tmp_path / "cut/x12/a.jsonl").read_text().splitlines()]
+    assert len(recs) == 12 and sizes[12]["words"] == 4 * sizes[1]["words"] * 3  # 3 records
+    assert recs[:3] == [json.loads(x) for x in gzip.open(tmp_path / "a.jsonl.gz", "rt")]
+    sections = [r["section"] for r in recs]
+    assert len(set(sections)) == 12  # copies are sections of their own
+    for r in recs[3:]:  # same sentences, in another order or another paragraph's place
+        orig = recs[int(r["section"].split("#")[0][1:])]
+        assert sorted(" ".join(orig["paragraphs"]).split()) == sorted(
+            " ".join(r["paragraphs"]).split()
+        )
+    multi = [p for r in recs for p in r["paragraphs"] if p.count(" ") > 2]
+    assert len(set(multi)) > len(multi) / 2  # shuffled sentences: most long texts are new
+    again = cut_corpus(str(tmp_path / "*.jsonl.gz"), [1], tmp_path / "cut2", top=3, repeat=4)
+    assert (tmp_path / "cut2/x12/a.jsonl").read_text() == (tmp_path / "cut/x12/a.jsonl").read_text()
+    assert again[12]["words"] == sizes[12]["words"]
