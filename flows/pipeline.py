@@ -328,17 +328,20 @@ def run_pipeline(
         )
 
 
-#: task runners whose shard tasks run in other interpreters (Ray's and Dask's workers)
-REMOTE_RUNNERS = ("ray", "dask")
+#: task runners whose shard tasks run in other interpreters (Ray's and Dask's workers, and the
+#: process runner's spawned ones)
+REMOTE_RUNNERS = ("ray", "dask", "process")
 
 
 @contextmanager
 def api_for_other_processes(task_runner: str) -> Iterator[None]:
     """Without a PREFECT_API_URL, the temporary API server started here, and its address given
-    to the run's settings (which Ray and Dask ship to their workers) and environment (which a
-    local Ray or Dask cluster's workers inherit): a worker told no address started a server of
-    its own on the same database and timed out ("Timed out while attempting to connect to
-    ephemeral Prefect API server"). Stopped when the run ends."""
+    to the run's settings (which Ray, Dask and the process runner ship to their workers) and
+    environment (which a local Ray or Dask cluster's workers inherit): a worker told no address
+    started a server of its own on the same database and timed out ("Timed out while attempting
+    to connect to ephemeral Prefect API server"), or, under the process runner, logged an
+    "EventsWorker failed to process item" error for every task event. Stopped when the run
+    ends."""
     if os.environ.get("PREFECT_API_URL") or task_runner not in REMOTE_RUNNERS:
         yield
         return

@@ -55,11 +55,13 @@ def test_flows_leave_print_to_the_libraries() -> None:
         assert f.log_prints is False, f.name
 
 
+@pytest.mark.parametrize("runner", ["ray", "process"])
 def test_workers_in_other_processes_are_handed_the_runs_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: str
 ) -> None:
-    """Ray and Dask ship the run's settings to their workers and a local cluster's workers
-    inherit its environment: both carry the address of the server this run started."""
+    """Ray, Dask and the process runner ship the run's settings to their workers and a local
+    cluster's workers inherit its environment: both carry the address of the server this run
+    started."""
     import os
 
     import httpx
@@ -70,7 +72,7 @@ def test_workers_in_other_processes_are_handed_the_runs_server(
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     with api_for_other_processes("sequential"):  # one interpreter: Prefect's own ephemeral mode
         assert "PREFECT_API_URL" not in os.environ
-    with api_for_other_processes("ray"):
+    with api_for_other_processes(runner):
         url = os.environ["PREFECT_API_URL"]
         assert serialize_context()["settings_context"]["settings"]["api"]["url"] == url
         assert httpx.get(f"{url}/health", timeout=30).status_code == 200
