@@ -4,6 +4,7 @@ on, and the context units `embed` encodes (chunks, or a context slot's two sides
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,16 @@ class ChunkSpans:
 
 def chunk_spans(contexts: Artefact, shard: Artefact) -> ChunkSpans:
     """Where each chunk (by id, sorted) lies among the id-sorted sentences."""
+    sents = shard.read_table(["sent_id", "text"]).sort_by("sent_id")
+    ids, start, n = _chunk_starts(contexts, sents.column("sent_id").to_numpy())
+    return ChunkSpans(ids, start, n, sents.column("text"))
+
+
+def _chunk_starts(
+    contexts: Artefact, sent_ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(chunk ids sorted, each chunk's first row among the id-sorted ``sent_ids``, its
+    sentence count)."""
     path = contexts.files_dir / "chunks.parquet"
     if not path.exists():
         raise FileNotFoundError(f"index: {path} is missing (the contexts artefact has no chunks)")
@@ -36,8 +47,6 @@ def chunk_spans(contexts: Artefact, shard: Artefact) -> ChunkSpans:
     )
     if chunks.num_rows == 0:
         raise InputError(f"index: {path} has no chunks (empty corpus)")
-    sents = shard.read_table(["sent_id", "text"]).sort_by("sent_id")
-    sent_ids = sents.column("sent_id").to_numpy()
     chunk_ids = chunks.column("chunk_id").to_numpy().astype(np.int64)
     first = chunks.column("first_sent_id").to_numpy()
     n = chunks.column("n_sents").to_numpy().astype(np.int64)
@@ -48,29 +57,57 @@ def chunk_spans(contexts: Artefact, shard: Artefact) -> ChunkSpans:
             f"index: {path} names first_sent_id values absent from the shard artefact "
             f"(e.g. {first[bad][:3].tolist() if len(sent_ids) else first[:3].tolist()})"
         )
-    return ChunkSpans(chunk_ids, start.astype(np.int64), n, sents.column("text"))
+    return chunk_ids, start.astype(np.int64), n
 
 
 #: sentences whose words are counted per Python batch (the corpus's text is never one list)
 WORD_BATCH = 65_536
 
 
-def word_counts(text: pa.ChunkedArray) -> np.ndarray:
-    """Whitespace-separated words of each sentence (``str.split``: a unit's words are the sum
-    of its sentences'), read in batches."""
-    out = np.empty(len(text), dtype=np.int64)
-    for lo in range(0, len(text), WORD_BATCH):
-        batch = text.slice(lo, WORD_BATCH).to_pylist()
-        out[lo : lo + len(batch)] = [len(t.split()) for t in batch]
-    return out
+class SentenceTexts:
+    """The shard artefact's sentences by id, their texts read from its Parquet parts in
+    batches when asked for: a process holds the corpus's sentence ids (8 bytes each), never its
+    whole text column (about 6 bytes a word: 0.8 GB at 126 M words, in every embed worker)."""
+
+    def __init__(self, shard: Artefact) -> None:
+        self.parts = shard.parts
+        ids = shard.read_table(["sent_id"]).column("sent_id").to_numpy()
+        self.ids = np.sort(ids).astype(np.int64)
+
+    def _batches(self) -> Iterator[tuple[np.ndarray, pa.Array]]:
+        for path in self.parts:
+            for b in pq.ParquetFile(path).iter_batches(WORD_BATCH, columns=["sent_id", "text"]):
+                yield b.column(0).to_numpy().astype(np.int64), b.column(1)
+
+    def word_counts(self) -> np.ndarray:
+        """Whitespace-separated words of every sentence, in id order (``str.split``: a unit's
+        words are the sum of its sentences')."""
+        out = np.empty(len(self.ids), dtype=np.int64)
+        for ids, text in self._batches():
+            out[np.searchsorted(self.ids, ids)] = [len(t.split()) for t in text.to_pylist()]
+        return out
+
+    def take(self, rows: np.ndarray) -> list[str]:
+        """The texts of the sentences at id-sorted positions ``rows``, in that order."""
+        want = np.unique(rows)
+        want_ids = self.ids[want]
+        texts: list[str | None] = [None] * len(want)
+        for ids, text in self._batches():
+            hit = np.isin(ids, want_ids, assume_unique=True)
+            if hit.any():
+                at = np.searchsorted(want_ids, ids[hit])
+                for i, t in zip(at.tolist(), text.filter(pa.array(hit)).to_pylist(), strict=True):
+                    texts[i] = t
+        pos = np.searchsorted(want, rows)
+        return [texts[i] for i in pos.tolist()]  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
 class ContextUnits:
     """The corpus's context units of at least ``min_words`` words, by id, without their texts:
     unit ``j`` (kept ``j``-th) is the sentences ``rows[offsets[u] : offsets[u + 1]]``, ``u =
-    keep[j]``, of the shard's id-sorted ``text`` column, its first ``left[u]`` the c< of a window
-    unit (None for chunks). A shard builds the texts of its own units only, so a shard's memory
+    keep[j]``, of the id-sorted ``sentences``, its first ``left[u]`` the c< of a window unit
+    (None for chunks). A shard reads the texts of its own units only, so a shard's memory
     follows its piece of the corpus, not the whole."""
 
     ids: np.ndarray
@@ -78,7 +115,7 @@ class ContextUnits:
     offsets: np.ndarray
     rows: np.ndarray
     left: np.ndarray | None
-    text: pa.ChunkedArray
+    sentences: SentenceTexts
 
     def texts(self, take: np.ndarray) -> list[str]:
         """The texts of the kept units at positions ``take``, as embed encodes them."""
@@ -87,7 +124,7 @@ class ContextUnits:
         need = [self.rows[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
         if not need:
             return []
-        words = self.text.take(pa.array(np.concatenate(need))).to_pylist()
+        words = self.sentences.take(np.concatenate(need))
         out, at = [], 0
         for u, part in zip(units.tolist(), need, strict=True):
             sents, at = words[at : at + len(part)], at + len(part)
@@ -97,6 +134,25 @@ class ContextUnits:
                 k = int(self.left[u])
                 out.append(" ".join(sents[:k]) + " " + " ".join(sents[k:]))
         return out
+
+
+def context_unit_index(
+    contexts: Artefact, shard: Artefact, unit: str, min_words: int
+) -> ContextUnits:
+    """The corpus's context units of at least ``min_words`` words, by id (texts on demand)."""
+    sentences = SentenceTexts(shard)
+    if unit == "chunk":
+        ids, start, n = _chunk_starts(contexts, sentences.ids)
+        left = None
+        offsets = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        rows = np.repeat(start - offsets[:-1], n) + np.arange(int(offsets[-1]))
+    else:
+        ids, offsets, rows, left = _window_rows(contexts, sentences.ids)
+    per_sentence = sentences.word_counts()
+    total = np.concatenate([[0], np.cumsum(per_sentence[rows])])
+    words = total[offsets[1:]] - total[offsets[:-1]]
+    keep = np.flatnonzero(words >= min_words)
+    return ContextUnits(ids[keep], keep, offsets, rows, left, sentences)
 
 
 def _window_rows(
@@ -120,26 +176,6 @@ def _window_rows(
     joined[np.repeat(offsets[:-1] + nl, nr) + within_r] = rflat
     at = rows_of(sent_ids, joined, "embed: contexts' window sent_ids")
     return ids, offsets, at.astype(np.int64), nl.astype(np.int64)
-
-
-def context_unit_index(
-    contexts: Artefact, shard: Artefact, unit: str, min_words: int
-) -> ContextUnits:
-    """The corpus's context units of at least ``min_words`` words, by id (texts on demand)."""
-    if unit == "chunk":
-        spans = chunk_spans(contexts, shard)
-        ids, text, left = spans.chunk_ids, spans.text, None
-        offsets = np.concatenate([[0], np.cumsum(spans.n)]).astype(np.int64)
-        rows = np.repeat(spans.start - offsets[:-1], spans.n) + np.arange(int(offsets[-1]))
-    else:
-        sents = shard.read_table(["sent_id", "text"]).sort_by("sent_id")
-        text = sents.column("text")
-        ids, offsets, rows, left = _window_rows(contexts, sents.column("sent_id").to_numpy())
-    per_sentence = word_counts(text)
-    total = np.concatenate([[0], np.cumsum(per_sentence[rows])])
-    words = total[offsets[1:]] - total[offsets[:-1]]
-    keep = np.flatnonzero(words >= min_words)
-    return ContextUnits(ids[keep], keep, offsets, rows, left, text)
 
 
 def chunk_texts(contexts: Artefact, shard: Artefact) -> tuple[np.ndarray, list[str]]:

@@ -35,7 +35,7 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
         "s1 and s2 are the two columns of one set's pairs, read together: equal lengths by "
         "construction",
     ),
-    ("store/chunks.py", "chunk_spans"): (
+    ("store/chunks.py", "_chunk_starts"): (
         1,
         "the contexts artefact naming sentences its own shard artefact lacks: two artefacts of "
         "one run disagree, a bug (an empty corpus is an InputError there)",
