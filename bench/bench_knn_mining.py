@@ -7,8 +7,9 @@ vectors: MiniLM, unit-normalised, the space the stage mines in), at growing n:
 
 * ``numpy exact`` (the naive way: blocked ``x @ x.T`` and ``argpartition``);
 * ``faiss flat`` (what the stage runs up to ``flat_max``: ``IndexFlatIP``);
-* ``faiss ivf`` (above it: ``IndexIVFFlat``, nlist 4 sqrt(n), at each ``--nprobe``; the
-  stage's default is 16), its training included;
+* ``faiss ivf`` (above it: ``IndexIVFFlat``, nlist 4 sqrt(n), at each ``--nprobe``; 0 is the
+  stage's default, a sixth of the clusters), its training included (on ``--train-per-list``
+  sampled rows per cluster: the stage's 256, or fewer);
 * ``scikit-learn`` (the library a user would pick: ``NearestNeighbors`` brute force, cosine).
 
 Per variant: CPU-s (``time.process_time``, one thread), peak RSS growth, and recall@k against
@@ -89,7 +90,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--emb-dir", type=Path, required=True)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 50_000, 150_000])
     ap.add_argument("--k", type=int, nargs="+", default=[3, 10])
-    ap.add_argument("--nprobe", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--nprobe", type=int, nargs="+", default=[16, 64], help="0: the default")
+    ap.add_argument(
+        "--train-per-list",
+        type=int,
+        nargs="+",
+        default=[256],
+        help="IVF training rows per cluster (knn_search's train_per_list; 256 the stage's)",
+    )
     ap.add_argument("--sklearn-max", type=int, default=50_000, help="sklearn up to this n")
     ap.add_argument("--numpy-max", type=int, default=50_000, help="numpy exact up to this n")
     ap.add_argument("--name", default="knn_mining")
@@ -111,10 +119,19 @@ def main(argv: list[str] | None = None) -> None:
         variants = {"faiss flat": timed(lambda x=x, n=n: knn_search(x, kmax, flat_max=n)[0])}
         if n <= args.numpy_max:
             variants["numpy exact"] = timed(lambda x=x: numpy_exact(x, kmax))
-        for probe in args.nprobe:
-            variants[f"faiss ivf nprobe {probe}"] = timed(
-                lambda x=x, probe=probe: knn_search(x, kmax, flat_max=0, nprobe=probe)[0]
-            )
+        nl = int(4 * np.sqrt(n))
+        for per_list in args.train_per_list:
+            for probe in args.nprobe:
+                name = f"faiss ivf nprobe {probe or nl // 6}" + (
+                    " (the default, a sixth)" if probe == 0 else ""
+                )
+                if per_list != 256:
+                    name += f", trained on {per_list}/list"
+                variants[name] = timed(
+                    lambda x=x, probe=probe, per_list=per_list: knn_search(
+                        x, kmax, flat_max=0, nprobe=probe or None, train_per_list=per_list
+                    )[0]
+                )
         # the reference: numpy's exact neighbours where run, else faiss flat's (exact too:
         # recall 1.0 against numpy wherever both ran)
         exact = variants.get("numpy exact", variants["faiss flat"])[0]
@@ -138,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         "vectors": int(len(x_all)),
         "dim": int(x_all.shape[1]),
         "nprobe": args.nprobe,
+        "train_per_list": args.train_per_list,
         "nlist": "4 sqrt(n)",
         "threads": 1,
         "command": "python -m bench.bench_knn_mining " + " ".join(sys.argv[1:]),

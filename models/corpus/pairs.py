@@ -106,12 +106,14 @@ def knn_search(
     nprobe: int | None = None,
     use_gpu: bool = False,
     seed: int = 0,
+    train_per_list: int = 256,
 ) -> tuple[np.ndarray, np.ndarray]:
     """k nearest neighbours (inner product) of every row, self excluded: (idx, sim), (n, k).
 
     Exact ``IndexFlatIP`` up to ``flat_max`` rows, ``IndexIVFFlat`` (nlist ~ 4·sqrt(n)) above,
-    searching ``nprobe`` clusters (None: a sixth of them, for recall near 0.95 and above); on
-    GPU when faiss-gpu is installed and ``use_gpu``. Missing neighbours are -1.
+    trained on a seeded sample of ``train_per_list`` rows per cluster, searching ``nprobe``
+    clusters (None: a sixth of them, for recall near 0.95 and above); on GPU when faiss-gpu is
+    installed and ``use_gpu``. Missing neighbours are -1.
     """
     import faiss
 
@@ -125,7 +127,7 @@ def knn_search(
         quantizer = faiss.IndexFlatIP(d)
         index = faiss.IndexIVFFlat(quantizer, d, nl, faiss.METRIC_INNER_PRODUCT)
         rng = np.random.default_rng(seed)
-        sample = x[rng.choice(n, size=min(n, 256 * nl), replace=False)]
+        sample = x[rng.choice(n, size=min(n, train_per_list * nl), replace=False)]
         index.train(sample)
         index.nprobe = nprobe if nprobe is not None else max(1, nl // 6)
     if use_gpu and hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:

@@ -263,3 +263,29 @@ def test_pairs_stage_given(tmp_path) -> None:
     with pytest.raises(FileNotFoundError):
         q2 = _publish(store, "queries", queries, {"n_shards": 1})
         _run(PairsStage, {"mode": "given"}, store, {"queries": q2, "select": sel, "shard": q2})
+
+
+def test_ivf_trains_on_train_per_list_rows_per_cluster() -> None:
+    """The IVF quantiser's training sample is train_per_list rows per cluster (all rows when
+    fewer): k-means on it is most of IVF's cost at 100,000 queries."""
+    import faiss
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3000, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    rows: list[int] = []
+    real = faiss.IndexIVFFlat.train
+
+    def spy(self, sample):  # type: ignore[no-untyped-def]
+        rows.append(len(sample))
+        return real(self, sample)
+
+    faiss.IndexIVFFlat.train = spy
+    try:
+        knn_search(x, 3, flat_max=100, nlist=20)
+        small, _ = knn_search(x, 3, flat_max=100, nlist=20, nprobe=20, train_per_list=40)
+    finally:
+        faiss.IndexIVFFlat.train = real
+    assert rows == [3000, 800]  # min(n, 256 * 20), then 40 * 20
+    exact, _ = knn_search(x, 3, flat_max=len(x))
+    assert (small == exact).all()  # every cluster probed: exact whatever the training
