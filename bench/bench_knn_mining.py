@@ -85,6 +85,43 @@ def load(emb_dir: Path) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def first_copy(emb_dir: Path, copies: int) -> np.ndarray:
+    """Which rows of ``load(emb_dir)`` are paragraphs of the first of ``copies`` copies of a
+    repeated corpus (``bench_corpus_scale --repeat``: every document's sections are its copies'
+    in turn, so the first 1/copies of a document's sections are the original), so that mining
+    is not measured on a corpus whose every paragraph has shuffled twins."""
+    import pyarrow.parquet as pq
+
+    art = emb_dir.parent
+    root = art.parents[1]
+    ids = np.concatenate(
+        [pq.read_table(f, columns=["context_id"])[0].to_numpy() for f in sorted(art.glob("part-*"))]
+    )
+
+    def sole(stage: str, pattern: str) -> list[Path]:
+        found = sorted(root.glob(f"{stage}/*/{pattern}"))
+        if not found:
+            raise SystemExit(f"--first-of-copies: no {stage}/*/{pattern} under {root}")
+        return found
+
+    chunks = pq.read_table(sole("contexts", "files/chunks.parquet")[0]).to_pandas()
+    sents = pq.ParquetDataset(sole("shard", "part-*.parquet")).read(
+        columns=["sent_id", "doc_id", "section_id"]
+    )
+    where = sents.to_pandas().set_index("sent_id").loc[chunks["first_sent_id"]]
+    chunks["doc_id"], chunks["section_id"] = (
+        where["doc_id"].to_numpy(),
+        where["section_id"].to_numpy(),
+    )
+    sections = chunks[["doc_id", "section_id"]].drop_duplicates().sort_values("section_id")
+    sections["rank"] = sections.groupby("doc_id").cumcount()
+    sections["first"] = (
+        sections["rank"] < sections.groupby("doc_id")["rank"].transform("size") / copies
+    )
+    keep = chunks.merge(sections, on=["doc_id", "section_id"]).set_index("chunk_id")["first"]
+    return keep.loc[ids].to_numpy()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--emb-dir", type=Path, required=True)
@@ -100,6 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--sklearn-max", type=int, default=50_000, help="sklearn up to this n")
     ap.add_argument("--numpy-max", type=int, default=50_000, help="numpy exact up to this n")
+    ap.add_argument(
+        "--first-of-copies",
+        type=int,
+        default=None,
+        help="vectors of a corpus repeated this many times: keep the first copy's only",
+    )
     ap.add_argument("--name", default="knn_mining")
     ap.add_argument("--out-dir", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -108,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     faiss.omp_set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     x_all = load(args.emb_dir)
+    if args.first_of_copies:
+        x_all = x_all[first_copy(args.emb_dir, args.first_of_copies)]
     rng = np.random.default_rng(0)
     kmax = max(args.k)
     rows = []
@@ -153,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     meta = {
         "emb_dir": str(args.emb_dir),
         "vectors": int(len(x_all)),
+        "first_of_copies": args.first_of_copies,
         "dim": int(x_all.shape[1]),
         "nprobe": args.nprobe,
         "train_per_list": args.train_per_list,
