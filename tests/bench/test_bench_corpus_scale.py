@@ -100,3 +100,34 @@ def test_repeat_adds_the_whole_corpus_again_with_no_unit_text_repeated(tmp_path:
     again = cut_corpus(str(tmp_path / "*.jsonl.gz"), [1], tmp_path / "cut2", top=3, repeat=4)
     assert (tmp_path / "cut2/x12/a.jsonl").read_text() == (tmp_path / "cut/x12/a.jsonl").read_text()
     assert again[12]["words"] == sizes[12]["words"]
+
+
+def test_first_copy_keeps_each_documents_first_share_of_sections(tmp_path: Path) -> None:
+    """A corpus repeated 2 times: every document's first half of its sections (in order) is
+    the original; the vectors of its other paragraphs are dropped, in the embed parts' order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench.bench_knn_mining import first_copy
+
+    # doc 0: sections 0-3 (0, 1 original), doc 1: sections 4-5 (4 original); one chunk each,
+    # two sentences per chunk
+    sections = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 4), (1, 5)]
+    for d in ("shard/fp", "contexts/fp/files", "embed/fp/files"):
+        (tmp_path / d).mkdir(parents=True)
+    sents = {"sent_id": [], "doc_id": [], "section_id": []}
+    for doc, sec in sections:
+        for _ in range(2):
+            sents["sent_id"].append(len(sents["sent_id"]))
+            sents["doc_id"].append(doc)
+            sents["section_id"].append(sec)
+    pq.write_table(pa.table(sents), tmp_path / "shard/fp/part-00000.parquet")
+    chunks = {"chunk_id": list(range(6)), "first_sent_id": [2 * i for i in range(6)]}
+    chunks["n_sents"] = [2] * 6
+    pq.write_table(pa.table(chunks), tmp_path / "contexts/fp/files/chunks.parquet")
+    for shard, ids in enumerate(([5, 0, 2], [4, 1, 3])):  # embed parts hold chunks in any order
+        pq.write_table(
+            pa.table({"context_id": ids}), tmp_path / f"embed/fp/part-{shard:05d}.parquet"
+        )
+    keep = first_copy(tmp_path / "embed/fp/files", 2)
+    assert keep.tolist() == [False, True, False, True, True, False]
