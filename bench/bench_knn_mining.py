@@ -8,8 +8,8 @@ vectors: MiniLM, unit-normalised, the space the stage mines in), at growing n:
 * ``numpy exact`` (the naive way: blocked ``x @ x.T`` and ``argpartition``);
 * ``faiss flat`` (what the stage runs up to ``flat_max``: ``IndexFlatIP``);
 * ``faiss ivf`` (above it: ``IndexIVFFlat``, nlist 4 sqrt(n), at each ``--nprobe``; 0 is the
-  stage's default, a sixth of the clusters), its training included (on ``--train-per-list``
-  sampled rows per cluster: the stage's 256, or fewer);
+  stage's default, 128 or all clusters when fewer), its training included (on
+  ``--train-per-list`` sampled rows per cluster: the stage's 64, or others);
 * ``scikit-learn`` (the library a user would pick: ``NearestNeighbors`` brute force, cosine).
 
 Per variant: CPU-s (``time.process_time``, one thread), peak RSS growth, and recall@k against
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from bench.harness import current_rss_mb, peak_rss_mb, reset_peak_rss, write_results
-from ctxsim.models.corpus.pairs import knn_search
+from ctxsim.models.corpus.pairs import IVF_NPROBE, knn_search
 
 BLOCK = 4096
 
@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> None:
         "--train-per-list",
         type=int,
         nargs="+",
-        default=[256],
-        help="IVF training rows per cluster (knn_search's train_per_list; 256 the stage's)",
+        default=[64],
+        help="IVF training rows per cluster (knn_search's train_per_list; 64 the stage's)",
     )
     ap.add_argument("--sklearn-max", type=int, default=50_000, help="sklearn up to this n")
     ap.add_argument("--numpy-max", type=int, default=50_000, help="numpy exact up to this n")
@@ -167,10 +167,10 @@ def main(argv: list[str] | None = None) -> None:
         nl = int(4 * np.sqrt(n))
         for per_list in args.train_per_list:
             for probe in args.nprobe:
-                name = f"faiss ivf nprobe {probe or nl // 6}" + (
-                    " (the default, a sixth)" if probe == 0 else ""
+                name = f"faiss ivf nprobe {probe or min(nl, IVF_NPROBE)}" + (
+                    " (the default)" if probe == 0 else ""
                 )
-                if per_list != 256:
+                if per_list != 64:
                     name += f", trained on {per_list}/list"
                 variants[name] = timed(
                     lambda x=x, probe=probe, per_list=per_list: knn_search(
