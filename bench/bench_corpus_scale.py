@@ -23,7 +23,8 @@ thread (``run.task_runner=ray``): wall time per stage, the same artefacts (finge
 expected.
 
 Usage: ``python -m bench.bench_corpus_scale --corpus 'CORPUS/*.jsonl.gz' --root ROOT
---scales 1 4 16 [--train-at 1 16] [--ray-at 4] [--repeat 10 [--top 16]] [--set KEY=VALUE]``
+--scales 1 4 16 [--train-at 1 16] [--ray-at 4] [--repeat 10 [--top 16]] [--set KEY=VALUE]
+[--stages shard contexts queries]``
 """
 
 from __future__ import annotations
@@ -369,6 +370,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--units-memory", action="store_true", help="also embed's unit texts, whole vs piece"
     )
+    ap.add_argument(
+        "--stages",
+        nargs="+",
+        default=list(CORPUS_STAGES),
+        choices=CORPUS_STAGES,
+        help="the corpus stages to run (default all; e.g. shard contexts queries)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="run.torch_threads of the scale runs")
     ap.add_argument("--repeat", type=int, default=1, help="also the whole corpus this many times")
     ap.add_argument("--top", type=int, default=None, help="the whole corpus's scale (default: max)")
@@ -389,7 +397,8 @@ def main(argv: list[str] | None = None) -> None:
     for k in [] if args.skip_scale else sorted(sizes):
         root = args.root / f"x{k}"
         cfg = dump_config(sizes[k]["glob"], root, log, sets)
-        stages = CORPUS_STAGES + (("train",) if k in args.train_at else ())
+        stages = tuple(s for s in CORPUS_STAGES if s in args.stages)
+        stages += ("train",) if k in args.train_at else ()
         runs[k] = run_stages(cfg, root, stages, log, sets)
         print(json.dumps({"scale": k, **sizes[k], "rows": runs[k]}), flush=True)
     rows = scale_rows(sizes, runs) if runs else []

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctxsim.store.artefacts import Artefact
+from ctxsim.store.atomic import atomic_path
 from ctxsim.store.errors import InputError
 from ctxsim.store.tables import rows_of
 
@@ -71,6 +73,7 @@ class SentenceTexts:
 
     def __init__(self, shard: Artefact) -> None:
         self.parts = shard.parts
+        self.fingerprint = shard.fingerprint
         ids = shard.read_table(["sent_id"]).column("sent_id").to_numpy()
         self.ids = np.sort(ids).astype(np.int64)
 
@@ -79,12 +82,24 @@ class SentenceTexts:
             for b in pq.ParquetFile(path).iter_batches(WORD_BATCH, columns=["sent_id", "text"]):
                 yield b.column(0).to_numpy().astype(np.int64), b.column(1)
 
-    def word_counts(self) -> np.ndarray:
+    def word_counts(self, cache_dir: Path | None = None) -> np.ndarray:
         """Whitespace-separated words of every sentence, in id order (``str.split``: a unit's
-        words are the sum of its sentences')."""
+        words are the sum of its sentences'). With ``cache_dir``, counted once per shard
+        artefact and kept there as ``<fingerprint>.npy`` (written atomically; a file of the
+        wrong shape is counted again): every embed shard needs the corpus's counts, about 12
+        CPU-s each at 126 M words."""
+        path = cache_dir / f"{self.fingerprint}.npy" if cache_dir is not None else None
+        if path is not None and path.exists():
+            cached = np.load(path, allow_pickle=False)
+            if cached.dtype == np.int64 and cached.shape == self.ids.shape:
+                return cached
         out = np.empty(len(self.ids), dtype=np.int64)
         for ids, text in self._batches():
             out[np.searchsorted(self.ids, ids)] = [len(t.split()) for t in text.to_pylist()]
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(path, suffix=".npy") as tmp:
+                np.save(tmp, out)
         return out
 
     def take(self, rows: np.ndarray) -> list[str]:
@@ -137,9 +152,14 @@ class ContextUnits:
 
 
 def context_unit_index(
-    contexts: Artefact, shard: Artefact, unit: str, min_words: int
+    contexts: Artefact,
+    shard: Artefact,
+    unit: str,
+    min_words: int,
+    word_cache: Path | None = None,
 ) -> ContextUnits:
-    """The corpus's context units of at least ``min_words`` words, by id (texts on demand)."""
+    """The corpus's context units of at least ``min_words`` words, by id (texts on demand;
+    the sentences' word counts kept under ``word_cache``, see ``SentenceTexts.word_counts``)."""
     sentences = SentenceTexts(shard)
     if unit == "chunk":
         ids, start, n = _chunk_starts(contexts, sentences.ids)
@@ -148,7 +168,7 @@ def context_unit_index(
         rows = np.repeat(start - offsets[:-1], n) + np.arange(int(offsets[-1]))
     else:
         ids, offsets, rows, left = _window_rows(contexts, sentences.ids)
-    per_sentence = sentences.word_counts()
+    per_sentence = sentences.word_counts(word_cache)
     total = np.concatenate([[0], np.cumsum(per_sentence[rows])])
     words = total[offsets[1:]] - total[offsets[:-1]]
     keep = np.flatnonzero(words >= min_words)

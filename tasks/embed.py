@@ -222,7 +222,13 @@ class EmbedStage(Stage):
         from tqdm.auto import tqdm
 
         p: EmbedParams = ctx.params
-        units = context_unit_index(ctx.input("contexts"), ctx.input("shard"), p.unit, p.min_words)
+        units = context_unit_index(
+            ctx.input("contexts"),
+            ctx.input("shard"),
+            p.unit,
+            p.min_words,
+            word_cache=ctx.store.cache_dir("word-counts", create=False),
+        )
         if len(units.ids) == 0:
             raise EncoderInputError(
                 f"embed: the corpus yields no context unit (unit {p.unit!r} with at least "

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from ctxsim.store.chunks import SentenceTexts
 from ctxsim.store.cost_model import QueryCount
 from ctxsim.store.errors import InputError
 from ctxsim.store.stage import Stage, StageContext, StageParams
@@ -188,7 +189,9 @@ class QueriesStage(Stage):
     def _corpus(
         self, ctx: StageContext, p: QueriesParams, rng: np.random.Generator
     ) -> tuple[list[str], list[int | None], list[str]]:
-        cols = ["sent_id", "text", "n_tokens"]
+        """The sampled sentences (and paragraphs), their texts read for those alone: the
+        corpus's text column is never held (Python strings of 5.35 M sentences: 2 GB)."""
+        cols = ["sent_id", "n_tokens"]
         cols += ["para_idx"] if p.lead_share is not None or p.paragraph_share else []
         cols += ["section_id"] if p.paragraph_share else []
         sents = ctx.input("shard").read_table(cols).sort_by("sent_id")
@@ -202,8 +205,8 @@ class QueriesStage(Stage):
         if len(candidates) == 0:
             raise InputError("queries: no corpus sentence passes the length bounds")
         n_para = int(round(p.n_corpus * (p.paragraph_share or 0.0)))
-        paras = _paragraph_queries(sents, n_para, rng) if n_para else ([], [])
-        n_sent = p.n_corpus - len(paras[0])
+        paras = _paragraph_rows(sents, n_para, rng) if n_para else []
+        n_sent = p.n_corpus - len(paras)
         if p.lead_share is None:
             take = rng.choice(candidates, size=min(n_sent, len(candidates)), replace=False)
         else:
@@ -217,10 +220,14 @@ class QueriesStage(Stage):
                 ]
             )
         take = np.sort(take)
-        texts = sents.column("text").take(pa.array(take)).to_pylist()
+        texts = SentenceTexts(ctx.input("shard")).take(np.concatenate([take, *paras]))
+        at = len(take)
+        for rows in paras:  # a paragraph query: its sentences joined in order
+            texts[at : at + len(rows)] = [" ".join(texts[at : at + len(rows)])]
+            at += 1
         sent_ids: list[int | None] = [int(i) for i in ids[take]]
-        origins = ["corpus"] * len(take)
-        return texts + paras[0], sent_ids + paras[1], origins + ["corpus-paragraph"] * n_para
+        sent_ids += [int(ids[rows[-1]]) for rows in paras]
+        return texts, sent_ids, ["corpus"] * len(take) + ["corpus-paragraph"] * n_para
 
     def _sts(
         self, p: QueriesParams, rng: np.random.Generator
@@ -265,18 +272,14 @@ class QueriesStage(Stage):
         return texts, [None] * len(texts), origins, pa.table(pairs, schema=GIVEN_PAIRS_SCHEMA)
 
 
-def _paragraph_queries(
-    sents: pa.Table, n: int, rng: np.random.Generator
-) -> tuple[list[str], list[int | None]]:
-    """``n`` paragraphs of at least two sentences drawn without replacement (seeded): their
-    sentences joined in order, and the sent_id of their last sentence."""
+def _paragraph_rows(sents: pa.Table, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``n`` paragraphs of at least two sentences drawn without replacement (seeded): the rows
+    of each one's sentences, in order (its query's sent_id is its last sentence's)."""
     sec = sents.column("section_id").to_numpy()
     para = sents.column("para_idx").to_numpy()
-    ids = sents.column("sent_id").to_numpy()
-    texts = sents.column("text").to_pylist()
     # rows are in sent_id order, so a paragraph's sentences are consecutive rows
     starts = np.flatnonzero(np.r_[True, (sec[1:] != sec[:-1]) | (para[1:] != para[:-1])])
-    ends = np.r_[starts[1:], len(ids)]
+    ends = np.r_[starts[1:], len(sec)]
     multi = np.flatnonzero(ends - starts >= 2)
     if len(multi) < n:
         raise InputError(
@@ -284,5 +287,4 @@ def _paragraph_queries(
             f"{len(multi)} paragraphs of two sentences or more"
         )
     pick = np.sort(rng.choice(multi, size=n, replace=False))
-    out_texts = [" ".join(texts[starts[i] : ends[i]]) for i in pick]
-    return out_texts, [int(ids[ends[i] - 1]) for i in pick]
+    return [np.arange(starts[i], ends[i]) for i in pick]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field
 
 from ctxsim.models.corpus.sentences import count_tokens, split_paragraph
@@ -27,6 +28,9 @@ from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams
 
 SENTS_PER_DOC_BITS = 24
+# Kept sentences go to Arrow every this many rows: a shard's Python objects stay one batch, not
+# its piece of the corpus (Python lists of a quarter of 126 M words peaked at 1.7 GB)
+FLUSH_ROWS = 65_536
 
 
 class ShardParams(StageParams):
@@ -248,9 +252,27 @@ def _null_cells(total: dict[str, Any], p: ShardParams, log: Any) -> None:
     )
 
 
+def _to_arrow(cols: dict[str, list], arrays: dict[str, list[pa.Array]]) -> None:
+    """Move the rows gathered in ``cols`` (emptied) onto each column's Arrow arrays."""
+    for f in SHARD_SCHEMA:
+        arrays[f.name].append(pa.array(cols[f.name], type=f.type))
+        cols[f.name] = []
+
+
+def _one_chunk_per_column(arrays: dict[str, list[pa.Array]]) -> pa.Table:
+    """The shard's table with each column in one chunk, so its Parquet bytes are those of the
+    rows written at once (where the batches broke moves the text column's page breaks). A
+    column at a time, its batches freed as it is done; a string column past 2 GB stays in
+    chunks (Arrow's 32-bit offsets), as one list of rows would."""
+    out = {}
+    for f in SHARD_SCHEMA:
+        one = pa.table({f.name: pa.chunked_array(arrays.pop(f.name), type=f.type)})
+        out[f.name] = one.combine_chunks().column(0)
+    return pa.table(out, schema=SHARD_SCHEMA)
+
+
 def _shard_stats(
     table: pa.Table,
-    cols: dict[str, list],
     per_file: dict[str, list[int]],
     counts: Counter,
     shard: int,
@@ -259,8 +281,8 @@ def _shard_stats(
     and reported by ``summarize``) and the counters (corpus-wide ones from shard 0 only)."""
     return {
         "sentences": table.num_rows,
-        "documents": len(set(cols["doc_id"])),
-        "tokens": int(sum(cols["n_tokens"])),
+        "documents": pc.count_distinct(table.column("doc_id")).as_py(),
+        "tokens": int(pc.sum(table.column("n_tokens")).as_py() or 0),
         "input_chars": sum(f[0] for f in per_file.values()),
         "kept_chars": sum(f[1] for f in per_file.values()),
         "files": per_file,  # not summed (a dict): checked and reported by summarize
@@ -300,6 +322,7 @@ class ShardStage(Stage):
         p: ShardParams = ctx.params
         counts: Counter = Counter()
         cols: dict[str, list] = {f.name: [] for f in SHARD_SCHEMA}
+        arrays: dict[str, list[pa.Array]] = {f.name: [] for f in SHARD_SCHEMA}
         doc_id, section_id, last_doc = -1, -1, None
         files, file_i = [str(f) for f in expand_paths(p.paths)], 0
         # per corpus file: [input chars, kept chars, kept, too short, too long, split paragraphs]
@@ -360,10 +383,13 @@ class ShardStage(Stage):
                         fstats[2] += 1
                     sent_idx += 1
                 extra_paras += max(len(groups) - 1, 0)
+                if len(cols["sent_id"]) >= FLUSH_ROWS:  # per paragraph: a book may be one section
+                    _to_arrow(cols, arrays)
         if doc_id < 0:
             raise CorpusInputError(f"corpus {p.paths} holds no non-empty document")
-        table = pa.table(cols, schema=SHARD_SCHEMA)
-        return table, _shard_stats(table, cols, per_file, counts, shard)
+        _to_arrow(cols, arrays)
+        table = _one_chunk_per_column(arrays)
+        return table, _shard_stats(table, per_file, counts, shard)
 
     def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
         """Totals, a warning naming the files that lost sentences to the length filters, and an

@@ -140,6 +140,33 @@ def test_a_shard_builds_only_its_own_units_and_they_match_the_whole_corpus_way(
     assert units.texts(np.array([], dtype=np.int64)) == []
 
 
+def test_word_counts_are_counted_once_per_shard_artefact(spine, tmp_path, monkeypatch):
+    """Every embed shard needs the corpus's sentence word counts: with a cache folder the
+    first counts and saves them under the shard artefact's fingerprint, the next read them
+    back without reading the text; a file of the wrong shape is counted again."""
+    from ctxsim.store.chunks import SentenceTexts
+
+    cache = tmp_path / "word-counts"
+    first = SentenceTexts(spine["shard"])
+    want = first.word_counts()
+    assert (first.word_counts(cache) == want).all()
+    saved = cache / f"{spine['shard'].fingerprint}.npy"
+    assert saved.exists() and [f.name for f in cache.iterdir()] == [saved.name]
+
+    again = SentenceTexts(spine["shard"])
+    monkeypatch.setattr(again, "_batches", lambda: iter(()))  # the text is not read
+    assert (again.word_counts(cache) == want).all()
+    np.save(saved, want[:-1])  # a file of another shape is not trusted
+    monkeypatch.undo()
+    assert (SentenceTexts(spine["shard"]).word_counts(cache) == want).all()
+    assert np.load(saved).shape == want.shape
+    units = context_unit_index(spine["contexts"], spine["shard"], "chunk", 8, word_cache=cache)
+    assert (
+        units.ids.tolist()
+        == context_unit_index(spine["contexts"], spine["shard"], "chunk", 8).ids.tolist()
+    )
+
+
 def test_fingerprint_names_the_scorer_by_content(spine, encoder, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(encoder, copy)

@@ -229,6 +229,37 @@ def test_length_bounds_drop_and_count(tmp_path: Path):
     assert table.column("sent_idx").to_pylist()[0] == 1
 
 
+def test_shard_and_contexts_parquet_do_not_depend_on_batching(tmp_path: Path, monkeypatch):
+    """shard hands its rows to Arrow every FLUSH_ROWS rows, and contexts builds its id lists
+    from arrays: the artefacts' Parquet bytes are those of one batch. The corpus has over 1 MB
+    of distinct sentence text, where a text column left in batches moves its page breaks."""
+    import ctxsim.tasks.shard as shard_mod
+
+    rng = np.random.default_rng(0)
+    vocab = ["".join(rng.choice(list("abcdefghij"), 6)) for _ in range(3000)]
+    sentences = [" ".join(rng.choice(vocab, 8)).capitalize() + "." for _ in range(20_000)]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(" ".join(sentences[i : i + 5]) for i in range(0, 20_000, 5)))
+
+    def parts(root: Path) -> tuple[list[bytes], pa.Table]:
+        store, run = ArtefactStore(root), RunParams()
+        params = ShardParams(paths=[str(corpus)], n_shards=1)
+        sh, _ = run_stage_locally(resolve_stage(ShardStage(), params, run, store, {}))
+        ctx, _ = run_stage_locally(
+            resolve_stage(ContextsStage(), ContextsParams(width=2), run, store, {"shard": sh})
+        )
+        files = [f for art in (sh, ctx) for f in sorted(art.path.rglob("*.parquet"))]
+        assert sh.stats["sentences"] == 20_000 and sh.stats["documents"] == 1
+        return [f.read_bytes() for f in files], ctx.read_table()
+
+    one, _ = parts(tmp_path / "one")
+    monkeypatch.setattr(shard_mod, "FLUSH_ROWS", 1000)
+    many, table = parts(tmp_path / "many")
+    assert len(one) >= 3 and many == one
+    for side in ("left_sent_ids", "right_sent_ids"):  # width 2: two ids a side
+        assert set(pa.compute.list_value_length(table.column(side)).to_pylist()) == {2}
+
+
 def test_build_contexts_windows_stay_inside_sections_and_skip_gaps():
     sent_id = np.arange(10)
     section = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
@@ -236,15 +267,15 @@ def test_build_contexts_windows_stay_inside_sections_and_skip_gaps():
     idx = np.array([0, 1, 2, 3, 0, 1, 2, 4, 5, 6])  # a gap between sentences 6 and 7
     ctx, chunks = build_contexts(sent_id, section, section, para, idx, 1, "paragraph", 5)
     assert ctx["centre_sent_id"].tolist() == [1, 2, 5, 8]
-    assert ctx["left_sent_ids"] == [[0], [1], [4], [7]]
-    assert ctx["right_sent_ids"] == [[2], [3], [6], [9]]
+    assert ctx["left_sent_ids"].tolist() == [[0], [1], [4], [7]]
+    assert ctx["right_sent_ids"].tolist() == [[2], [3], [6], [9]]
     assert chunks["first_sent_id"].tolist() == [0, 2, 4, 7]
     assert ctx["chunk_id"].tolist() == [0, 1, 2, 3]
     wide, _ = build_contexts(sent_id, section, section, para, idx, 2, "window", 3)
     assert wide["centre_sent_id"].tolist() == []  # no 5 consecutive sentences in one section
     five = np.zeros(5, dtype=int)
     wide, chunks = build_contexts(np.arange(5), five, five, five, np.arange(5), 2, "window", 3)
-    assert wide["centre_sent_id"].tolist() == [2] and wide["left_sent_ids"] == [[0, 1]]
+    assert wide["centre_sent_id"].tolist() == [2] and wide["left_sent_ids"].tolist() == [[0, 1]]
     assert chunks["n_sents"].tolist() == [3, 2]
 
 
