@@ -86,8 +86,8 @@ class SentenceTexts:
         """Whitespace-separated words of every sentence, in id order (``str.split``: a unit's
         words are the sum of its sentences'). With ``cache_dir``, counted once per shard
         artefact and kept there as ``<fingerprint>.npy`` (written atomically; a file of the
-        wrong shape is counted again): every embed shard needs the corpus's counts, about 12
-        CPU-s each at 126 M words."""
+        wrong shape is counted again): every embed shard needs the corpus's counts, 7 CPU-s
+        each at 126 M words."""
         path = cache_dir / f"{self.fingerprint}.npy" if cache_dir is not None else None
         if path is not None and path.exists():
             cached = np.load(path, allow_pickle=False)
