@@ -26,6 +26,7 @@ from ctxsim.readers.corpus import CorpusInputError, expand_paths, iter_sections
 from ctxsim.store.artefacts import content_digest
 from ctxsim.store.cost_model import CorpusBytes
 from ctxsim.store.stage import Stage, StageContext, StageParams
+from ctxsim.store.tables import ColumnBuffer
 
 SENTS_PER_DOC_BITS = 24
 # Kept sentences go to Arrow every this many rows: a shard's Python objects stay one batch, not
@@ -252,25 +253,6 @@ def _null_cells(total: dict[str, Any], p: ShardParams, log: Any) -> None:
     )
 
 
-def _to_arrow(cols: dict[str, list], arrays: dict[str, list[pa.Array]]) -> None:
-    """Move the rows gathered in ``cols`` (emptied) onto each column's Arrow arrays."""
-    for f in SHARD_SCHEMA:
-        arrays[f.name].append(pa.array(cols[f.name], type=f.type))
-        cols[f.name] = []
-
-
-def _one_chunk_per_column(arrays: dict[str, list[pa.Array]]) -> pa.Table:
-    """The shard's table with each column in one chunk, so its Parquet bytes are those of the
-    rows written at once (where the batches broke moves the text column's page breaks). A
-    column at a time, its batches freed as it is done; a string column past 2 GB stays in
-    chunks (Arrow's 32-bit offsets), as one list of rows would."""
-    out = {}
-    for f in SHARD_SCHEMA:
-        one = pa.table({f.name: pa.chunked_array(arrays.pop(f.name), type=f.type)})
-        out[f.name] = one.combine_chunks().column(0)
-    return pa.table(out, schema=SHARD_SCHEMA)
-
-
 def _shard_stats(
     table: pa.Table,
     per_file: dict[str, list[int]],
@@ -321,8 +303,8 @@ class ShardStage(Stage):
     def run_shard(self, ctx: StageContext, shard: int) -> tuple[pa.Table, dict[str, Any]]:
         p: ShardParams = ctx.params
         counts: Counter = Counter()
-        cols: dict[str, list] = {f.name: [] for f in SHARD_SCHEMA}
-        arrays: dict[str, list[pa.Array]] = {f.name: [] for f in SHARD_SCHEMA}
+        rows = ColumnBuffer(SHARD_SCHEMA, FLUSH_ROWS)
+        cols = rows.cols
         doc_id, section_id, last_doc = -1, -1, None
         files, file_i = [str(f) for f in expand_paths(p.paths)], 0
         # per corpus file: [input chars, kept chars, kept, too short, too long, split paragraphs]
@@ -383,12 +365,10 @@ class ShardStage(Stage):
                         fstats[2] += 1
                     sent_idx += 1
                 extra_paras += max(len(groups) - 1, 0)
-                if len(cols["sent_id"]) >= FLUSH_ROWS:  # per paragraph: a book may be one section
-                    _to_arrow(cols, arrays)
+                rows.maybe_flush()  # per paragraph: a book may be one section
         if doc_id < 0:
             raise CorpusInputError(f"corpus {p.paths} holds no non-empty document")
-        _to_arrow(cols, arrays)
-        table = _one_chunk_per_column(arrays)
+        table = rows.table()
         return table, _shard_stats(table, per_file, counts, shard)
 
     def summarize(self, ctx: StageContext, shard_stats: list[dict[str, Any]]) -> dict[str, Any]:
