@@ -4,6 +4,7 @@ on, and the context units `embed` encodes (chunks, or a context slot's two sides
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctxsim.store.artefacts import Artefact
-from ctxsim.store.atomic import atomic_path
+from ctxsim.store.checked import verified, write_checked
 from ctxsim.store.errors import InputError
 from ctxsim.store.tables import rows_of
+
+LOG = logging.getLogger("ctxsim.embed")
 
 
 @dataclass(frozen=True)
@@ -85,21 +88,18 @@ class SentenceTexts:
     def word_counts(self, cache_dir: Path | None = None) -> np.ndarray:
         """Whitespace-separated words of every sentence, in id order (``str.split``: a unit's
         words are the sum of its sentences'). With ``cache_dir``, counted once per shard
-        artefact and kept there as ``<fingerprint>.npy`` (written atomically; a file of the
-        wrong shape is counted again): every embed shard needs the corpus's counts, 7 CPU-s
-        each at 126 M words."""
+        artefact and kept there as ``<fingerprint>.npy``, checked at read (store/checked.py: a
+        bad file is moved aside and counted again): every embed shard needs the corpus's
+        counts, 7 CPU-s each at 126 M words."""
         path = cache_dir / f"{self.fingerprint}.npy" if cache_dir is not None else None
-        if path is not None and path.exists():
-            cached = np.load(path, allow_pickle=False)
-            if cached.dtype == np.int64 and cached.shape == self.ids.shape:
-                return cached
+        if path is not None and verified(path, "embed: word-count cache", LOG):
+            return np.load(path, allow_pickle=False)
         out = np.empty(len(self.ids), dtype=np.int64)
         for ids, text in self._batches():
             out[np.searchsorted(self.ids, ids)] = [len(t.split()) for t in text.to_pylist()]
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(path, suffix=".npy") as tmp:
-                np.save(tmp, out)
+            write_checked(path, lambda tmp: np.save(tmp, out))
         return out
 
     def take(self, rows: np.ndarray) -> list[str]:

@@ -151,7 +151,8 @@ def test_word_counts_are_counted_once_per_shard_artefact(spine, tmp_path, monkey
     want = first.word_counts()
     assert (first.word_counts(cache) == want).all()
     saved = cache / f"{spine['shard'].fingerprint}.npy"
-    assert saved.exists() and [f.name for f in cache.iterdir()] == [saved.name]
+    names = sorted(f.name for f in cache.iterdir())  # the file and its checksum (store/checked.py)
+    assert saved.exists() and names == [saved.name, f"{saved.name}.sha256"]
 
     again = SentenceTexts(spine["shard"])
     monkeypatch.setattr(again, "_batches", lambda: iter(()))  # the text is not read
