@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from bench.harness import current_rss_mb, peak_rss_mb, reset_peak_rss, write_results
-from ctxsim.models.corpus.pairs import IVF_NPROBE, knn_search
+from ctxsim.models.corpus.pairs import IVF_TRAIN_PER_LIST, default_nprobe, knn_search
 
 BLOCK = 4096
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         "--train-per-list",
         type=int,
         nargs="+",
-        default=[64],
+        default=[IVF_TRAIN_PER_LIST],
         help="IVF training rows per cluster (knn_search's train_per_list; 64 the stage's)",
     )
     ap.add_argument("--sklearn-max", type=int, default=50_000, help="sklearn up to this n")
@@ -167,10 +167,10 @@ def main(argv: list[str] | None = None) -> None:
         nl = int(4 * np.sqrt(n))
         for per_list in args.train_per_list:
             for probe in args.nprobe:
-                name = f"faiss ivf nprobe {probe or min(nl, IVF_NPROBE)}" + (
+                name = f"faiss ivf nprobe {probe or default_nprobe(nl)}" + (
                     " (the default)" if probe == 0 else ""
                 )
-                if per_list != 64:
+                if per_list != IVF_TRAIN_PER_LIST:
                     name += f", trained on {per_list}/list"
                 variants[name] = timed(
                     lambda x=x, probe=probe, per_list=per_list: knn_search(

@@ -24,6 +24,8 @@ import pyarrow.parquet as pq
 from pydantic import Field, model_validator
 
 from ctxsim.models.corpus.pairs import (
+    FLAT_MAX,
+    IVF_TRAIN_PER_LIST,
     knn_pairs,
     knn_search,
     mix_pairs,
@@ -138,7 +140,7 @@ class PairsParams(StageParams):
         description="Neighbours searched per query for the nearest-neighbour pairs.",
     )
     flat_max: int = Field(
-        150_000,
+        FLAT_MAX,
         ge=1,
         description=(
             "Exact faiss search (IndexFlatIP) up to this many queries, approximate IVF above. "
@@ -159,7 +161,7 @@ class PairsParams(StageParams):
         "queries, 0.82 with 16: bench/results/knn_mining_books*.md).",
     )
     ivf_train_per_list: int = Field(
-        64,
+        IVF_TRAIN_PER_LIST,
         ge=1,
         description="IVF quantiser training rows per cluster (a seeded sample): 64 found the "
         "same neighbours as 256 at 150,000 queries, 1.07x faster and 500 MB smaller "

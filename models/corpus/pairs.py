@@ -98,27 +98,36 @@ def lsa_project(
     return out
 
 
-# Probes per query above flat_max: recall@3 0.96-0.99 from 10,000 to 150,000 real sentences
-# (nlist 4 sqrt(n)), and at 150,000 faster than exact (1.19x); a share of the clusters (a
-# sixth) grows with n and was slower than exact there (bench/results/knn_mining_books*.md).
+# Exact search up to FLAT_MAX rows, IVF above, probing IVF_NPROBE clusters per query, trained
+# on IVF_TRAIN_PER_LIST rows per cluster: recall@3 0.96-0.99 from 10,000 to 150,000 real
+# sentences (nlist 4 sqrt(n)), and at 150,000 faster than exact (1.19x); a share of the
+# clusters (a sixth) grows with n and was slower than exact there; 64 rows per cluster found
+# the same neighbours as 256 (bench/results/knn_mining_books*.md).
+FLAT_MAX = 150_000
 IVF_NPROBE = 128
+IVF_TRAIN_PER_LIST = 64
+
+
+def default_nprobe(nlist: int) -> int:
+    """Clusters probed when none is asked for: IVF_NPROBE, or all when there are fewer."""
+    return min(nlist, IVF_NPROBE)
 
 
 def knn_search(
     emb: np.ndarray,
     k: int,
-    flat_max: int = 150_000,
+    flat_max: int = FLAT_MAX,
     nlist: int | None = None,
     nprobe: int | None = None,
     use_gpu: bool = False,
     seed: int = 0,
-    train_per_list: int = 64,
+    train_per_list: int = IVF_TRAIN_PER_LIST,
 ) -> tuple[np.ndarray, np.ndarray]:
     """k nearest neighbours (inner product) of every row, self excluded: (idx, sim), (n, k).
 
     Exact ``IndexFlatIP`` up to ``flat_max`` rows, ``IndexIVFFlat`` (nlist ~ 4·sqrt(n)) above,
     trained on a seeded sample of ``train_per_list`` rows per cluster, searching ``nprobe``
-    clusters (None: ``IVF_NPROBE``, or all when there are fewer); on GPU when faiss-gpu is
+    clusters (None: ``default_nprobe``); on GPU when faiss-gpu is
     installed and ``use_gpu``. Missing neighbours are -1.
     """
     import faiss
@@ -135,7 +144,7 @@ def knn_search(
         rng = np.random.default_rng(seed)
         sample = x[rng.choice(n, size=min(n, train_per_list * nl), replace=False)]
         index.train(sample)
-        index.nprobe = nprobe if nprobe is not None else min(nl, IVF_NPROBE)
+        index.nprobe = nprobe if nprobe is not None else default_nprobe(nl)
     if use_gpu and hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
         index = faiss.index_cpu_to_all_gpus(index)
     index.add(x)
