@@ -68,5 +68,4 @@ class ColumnBuffer:
             chunks = pa.chunked_array(self._arrays[f.name], type=f.type)
             self._arrays[f.name] = []
             out[f.name] = pa.table({f.name: chunks}).combine_chunks().column(0)
-            del chunks
         return pa.table(out, schema=self.schema)

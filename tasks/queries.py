@@ -220,11 +220,11 @@ class QueriesStage(Stage):
                 ]
             )
         take = np.sort(take)
-        texts = SentenceTexts(ctx.input("shard")).take(np.concatenate([take, *paras]))
-        at = len(take)
+        read = SentenceTexts(ctx.input("shard")).take(np.concatenate([take, *paras]))
+        texts, at = read[: len(take)], len(take)
         for rows in paras:  # a paragraph query: its sentences joined in order
-            texts[at : at + len(rows)] = [" ".join(texts[at : at + len(rows)])]
-            at += 1
+            texts.append(" ".join(read[at : at + len(rows)]))
+            at += len(rows)
         sent_ids: list[int | None] = [int(i) for i in ids[take]]
         sent_ids += [int(ids[rows[-1]]) for rows in paras]
         return texts, sent_ids, ["corpus"] * len(take) + ["corpus-paragraph"] * n_para
