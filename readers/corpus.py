@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from ctxsim.readers.tree import files_under
 from ctxsim.store.errors import InputError
 from ctxsim.store.inputs import open_input
 
@@ -217,7 +218,7 @@ def expand_paths(paths: list[str]) -> list[Path]:
         if not matched:
             raise CorpusInputError(f"corpus path {pattern!r} matches no file")
         for m in map(Path, matched):  # a folder stands for every file below it
-            files.extend(sorted(f for f in m.rglob("*") if f.is_file()) if m.is_dir() else [m])
+            files.extend(files_under(m) if m.is_dir() else [m])
     if not files:
         raise CorpusInputError(f"corpus paths {paths} contain no files")
     return files

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxsim.readers.sts_formats import tsv_rows
+from ctxsim.readers.tree import files_under
 from ctxsim.store.errors import InputError
 
 PAIRS_HEADER = ["sentence1", "sentence2", "label"]
@@ -153,14 +154,8 @@ def discover_domain(root: str | Path) -> tuple[list[PairSet], list[QaSet]]:
     root = Path(root).expanduser()
     if not root.is_dir():
         return [], []
-    pairs = [
-        read_pairs(p, set_name(p, root, ".pairs.tsv"))
-        for p in sorted(root.rglob(PAIRS_GLOB))
-        if p.is_file()
-    ]
-    qa = [
-        read_qa(p, set_name(p, root, ".jsonl")) for p in sorted(root.rglob(QA_GLOB)) if p.is_file()
-    ]
+    pairs = [read_pairs(p, set_name(p, root, ".pairs.tsv")) for p in files_under(root, PAIRS_GLOB)]
+    qa = [read_qa(p, set_name(p, root, ".jsonl")) for p in files_under(root, QA_GLOB)]
     return pairs, qa
 
 

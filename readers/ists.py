@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctxsim.models.evaluation.ists import WaAlignment, WaPair
+from ctxsim.readers.tree import files_under
 from ctxsim.store.atomic import write_bytes_atomic
 from ctxsim.store.errors import InputError
 
@@ -165,7 +166,7 @@ def discover_ists(root: str | Path) -> list[IstsDomain]:
     """Find every domain with a .wa and both chunk files under ``root`` (recursively)."""
     root = Path(root)
     domains = []
-    for wa in sorted(root.rglob("*.wa")):
+    for wa in files_under(root, "*.wa"):
         stem = wa.name[: -len(".wa")]
         c1 = wa.with_name(f"{stem}.sent1.chunk.txt")
         c2 = wa.with_name(f"{stem}.sent2.chunk.txt")

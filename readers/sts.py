@@ -41,6 +41,7 @@ from ctxsim.readers.sts_formats import (
     tsv_rows,
     write_tsv,
 )
+from ctxsim.readers.tree import files_under
 
 __all__ = [
     "MAX_FIELD_CHARS",
@@ -101,7 +102,7 @@ def _year_of(path: Path, root: Path) -> str | None:
 
 def _original_sets(root: Path) -> list[StsSet]:
     found: list[StsSet] = []
-    for inp in sorted(root.rglob("*.txt")):
+    for inp in files_under(root, "*.txt"):
         name = inp.name
         m = re.match(r"^STS(2016)?\.input\.(.+)\.txt$", name)
         if m:
@@ -119,7 +120,7 @@ def _original_sets(root: Path) -> list[StsSet]:
         m = re.match(r"^SICK_(train|trial|test_annotated)\.txt$", name)
         if m:
             found.append(StsSet("SICK-R", _SPLIT_NAMES[m.group(1)], *read_sick(inp), path=str(inp)))
-    for csv_path in sorted(root.rglob("sts-*.csv")):
+    for csv_path in files_under(root, "sts-*.csv"):
         m = re.match(r"^sts-(train|dev|test)\.csv$", csv_path.name)
         if m:
             found.append(StsSet("STSb", m.group(1), *read_stsb_csv(csv_path), path=str(csv_path)))
@@ -133,7 +134,7 @@ def discover(root: str | Path, skip: tuple[str, ...] = ("*.pairs.tsv",)) -> list
     if not root.is_dir():
         raise FileNotFoundError(f"STS directory {root} does not exist")
     sets: dict[tuple[str, str], StsSet] = {}
-    for tsv in sorted(root.rglob("*.tsv")):
+    for tsv in files_under(root, "*.tsv"):
         if any(tsv.match(g) for g in skip):  # pair classification (readers/domain.py), ...
             continue
         parts = tsv.name[: -len(".tsv")].split(".", 1)

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from ctxsim.readers.domain import set_name
+from ctxsim.readers.tree import files_under
 
 E = TypeVar("E", bound="Evaluator")
 
@@ -74,7 +75,7 @@ class Evaluator(ABC):
         root = Path(root).expanduser()
         if not root.is_dir():
             return []
-        files = sorted(p for p in root.rglob(cls.pattern) if p.is_file())
+        files = files_under(root, cls.pattern)
         return [cls.read(p, set_name(p, root, cls.suffix)) for p in files]
 
     @abstractmethod
