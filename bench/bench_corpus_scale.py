@@ -24,7 +24,8 @@ expected.
 
 Usage: ``python -m bench.bench_corpus_scale --corpus 'CORPUS/*.jsonl.gz' --root ROOT
 --scales 1 4 16 [--train-at 1 16] [--ray-at 4] [--repeat 10 [--top 16]] [--set KEY=VALUE]
-[--stages shard contexts queries]``
+[--stages shard contexts queries] [--cut-only]``; ``--cut-only`` writes the cuts and prints
+their sizes (``ROOT/corpora/x<k>/``: e.g. a 100 k-word corpus of the same works to adapt on).
 """
 
 from __future__ import annotations
@@ -383,6 +384,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--set", dest="sets", action="append", default=[], help="KEY=VALUE for the scale runs"
     )
+    ap.add_argument(
+        "--cut-only", action="store_true", help="write the cuts and print their sizes, no runs"
+    )
     ap.add_argument("--name", default="corpus_scale")
     ap.add_argument("--out-dir", type=Path, default=None)
     if argv is None and sys.argv[1:2] == ["--units-probe"]:
@@ -392,6 +396,10 @@ def main(argv: list[str] | None = None) -> None:
     args.root.mkdir(parents=True, exist_ok=True)
     log = args.root / "bench.log"
     sizes = cut_corpus(args.corpus, args.scales, args.root / "corpora", args.top, args.repeat)
+    if args.cut_only:  # smaller corpora of the same works, e.g. for `ctxsim adapt` on each
+        for k in sorted(sizes):
+            print(json.dumps({"scale": k, **sizes[k]}))
+        return
     sets = [f"run.torch_threads={args.threads}", *args.sets]
     runs = {}
     for k in [] if args.skip_scale else sorted(sizes):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bench_corpus_scale import cut_corpus, scale_rows
+from bench.bench_corpus_scale import cut_corpus, main, scale_rows
 from bench.bench_knn_mining import numpy_exact, recall
 from ctxsim.models.corpus.pairs import knn_search
 
@@ -37,6 +37,14 @@ def test_sizes_are_nested_prefixes_of_every_file(tmp_path: Path) -> None:
     assert lines[4]["a.jsonl"] == lines[16]["a.jsonl"][:4]
     assert sizes[16]["words"] == sum(range(1, 17)) + sum(range(1, 6))
     assert cut_corpus(_corpus(tmp_path), [1, 4, 16], tmp_path / "cut") == sizes  # kept
+
+
+def test_cut_only_writes_the_cuts_and_runs_nothing(tmp_path: Path, capsys) -> None:
+    main(["--corpus", _corpus(tmp_path), "--root", str(tmp_path / "r"), "--scales", "1", "2",
+          "--top", "4", "--cut-only"])  # fmt: skip
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["scale"], r["records"]) for r in printed] == [(1, 4 + 2), (2, 8 + 3)]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["corpora"]  # no run, no result
 
 
 def test_rows_give_per_word_cost_for_corpus_stages_only() -> None:
