@@ -73,6 +73,12 @@ class AdaptRules(BaseModel):
         description="with student: scorer, the recipe's training steps as a share of one pass "
         "over the labelled pairs (it continues from the scorer)",
     )
+    min_steps: int = Field(
+        0,
+        ge=0,
+        description="a pass is at least this many steps: a small corpus's few labelled pairs "
+        "repeated (the budget, when given, still bounds it)",
+    )
     words_per_embed_shard: int = Field(
         4_000_000,
         ge=1,
@@ -246,12 +252,12 @@ def sizes(
 ) -> tuple[int, int, int, float, list[str]]:
     """(queries, extra context sentences, steps, predicted CPU-s, notes) for a corpus of
     ``words`` words: queries and context sentences are shares of the corpus's sentences up to the
-    recipe's caps; steps are one pass over the labelled pairs; a budget scales both down until
-    the cost model fits it. ``model_factor``: the encoder's cost per token against MiniLM's
-    (``model_cost_factor``); ``dev_items``: dev pairs and questions to evaluate; ``bf16``:
-    embed and train run in bf16 (``rules.cpu_bf16_factor``), ``eval_bf16`` the evaluation too;
-    ``trainings``: training runs of that many steps (1 + ``scorer_step_share`` with the in-domain
-    scorer)."""
+    recipe's caps; steps are one pass over the labelled pairs, at least ``rules.min_steps``; a
+    budget scales both down until the cost model fits it. ``model_factor``: the encoder's cost
+    per token against MiniLM's (``model_cost_factor``); ``dev_items``: dev pairs and questions
+    to evaluate; ``bf16``: embed and train run in bf16 (``rules.cpu_bf16_factor``),
+    ``eval_bf16`` the evaluation too; ``trainings``: training runs of that many steps (1 +
+    ``scorer_step_share`` with the in-domain scorer)."""
     sentences = words / rules.words_per_sentence
     queries = int(min(rules.max_queries, sentences * rules.query_share))
     ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
@@ -265,8 +271,12 @@ def sizes(
         + rules.cpu_s_per_dev_item * dev_items * model_factor * (speed if eval_bf16 else 1.0)
     )
 
+    floor = rules.min_steps
+    if budget_cpu_h is not None and per_step > 0:  # the floor never outgrows the budget
+        floor = min(floor, int((budget_cpu_h * 3600 - fixed) / per_step))
+
     def cost(q: int) -> tuple[int, float]:
-        steps = max(1, math.ceil(q * pairs_per_query / batch))
+        steps = max(1, math.ceil(q * pairs_per_query / batch), floor)
         return steps, fixed + per_step * steps
 
     steps, cpu = cost(queries)

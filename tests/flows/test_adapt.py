@@ -47,6 +47,17 @@ def test_sizes_scale_with_a_small_corpus_and_say_so() -> None:
         sizes(5_000, rules, 32, 4, None)
 
 
+def test_min_steps_repeats_a_small_corpus_s_pairs_within_the_budget() -> None:
+    rules = AdaptRules(min_steps=250)
+    assert sizes(50_000, rules, 32, 4, None)[2] == 250  # 79 steps a pass: about three passes
+    assert sizes(2_600_000, rules, 32, 4, None)[2] == 250  # a large corpus's pass already is
+    assert sizes(2_600_000, AdaptRules(min_steps=400), 32, 4, None)[2] == 400
+    fixed = rules.cpu_s_fixed + rules.cpu_s_per_word * 50_000
+    budget = (fixed + 100 * rules.cpu_s_per_step) / 3600  # 100 steps' worth
+    q, _, steps, cpu, _ = sizes(50_000, rules, 32, 4, budget)
+    assert (q, steps) == (625, 100) and cpu <= budget * 3600 + 1e-6
+
+
 def test_embed_shards_grow_with_a_large_corpus_only() -> None:
     rules = read_recipe(RECIPE)[1]
     assert embed_shards(358_000, rules, 4) == 4  # economics and MedQuAD: the recipe's 4
