@@ -76,6 +76,31 @@ def test_embed_encodes_every_unit_and_its_scatter_is_the_merged_shards(spine, en
     assert "adapted encoder" in (art.files_dir / ADAPTED_DIR / "README.md").read_text()
 
 
+def test_max_units_encodes_one_seeded_sample_whatever_the_shards(spine, encoder, tmp_path):
+    ids, _ = context_units(spine["contexts"], spine["shard"], "chunk", 8)
+    k = len(ids) // 3
+    kw = {"model": str(encoder), "max_seq_length": 16, "min_words": 8, "max_units": k}
+    _, one = _run(spine, tmp_path / "a", n_shards=1, **kw)
+    _, three = _run(spine, tmp_path / "b", n_shards=3, **kw)
+    got = one.read_table().column("context_id").to_numpy()
+    assert len(got) == k == one.stats["contexts"] and set(got) < set(ids.tolist())
+    assert got.tolist() == sorted(got.tolist())  # in id order, as without a sample
+    assert got.tolist() == three.read_table().column("context_id").to_numpy().tolist()
+    a, b = (ScatterStats.load(x.files_dir / SCATTER_FILE) for x in (one, three))
+    assert a.n == b.n == k and np.allclose(a.matrix(), b.matrix(), atol=1e-9)
+    assert np.allclose(read_embeddings(one), read_embeddings(three), atol=1e-6)
+    _, all_units = _run(spine, tmp_path / "c", n_shards=1, **{**kw, "max_units": len(ids)})
+    assert all_units.read_table().column("context_id").to_numpy().tolist() == ids.tolist()
+    store = ArtefactStore(tmp_path / "fp")
+    fp = [
+        resolve_stage(EmbedStage(), EmbedParams(**{**kw, "max_units": m}), RunParams(), store,
+                      _up(spine)).fingerprint
+        for m in (0, k)
+    ]  # fmt: skip
+    assert fp[0] != fp[1]
+    assert "max_units" not in EmbedParams(model=str(encoder)).model_dump()  # old fingerprints
+
+
 def test_embed_window_units_join_both_sides(spine, encoder, tmp_path):
     ids, texts = context_units(spine["contexts"], spine["shard"], "window", 1)
     ctx = spine["contexts"].read_table(["context_id"]).num_rows
