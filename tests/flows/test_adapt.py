@@ -18,6 +18,7 @@ from ctxsim.flows.adapt import (
     adapt_config,
     dump_config,
     embed_shards,
+    embed_words,
     read_recipe,
     sizes,
     training_share,
@@ -56,6 +57,18 @@ def test_min_steps_repeats_a_small_corpus_s_pairs_within_the_budget() -> None:
     budget = (fixed + 100 * rules.cpu_s_per_step) / 3600  # 100 steps' worth
     q, _, steps, cpu, _ = sizes(50_000, rules, 32, 4, budget)
     assert (q, steps) == (625, 100) and cpu <= budget * 3600 + 1e-6
+
+
+def test_a_sample_of_units_prices_the_embed_pass_by_its_words_not_the_corpus_s() -> None:
+    rules = AdaptRules(cpu_s_per_read_word=1e-6)
+    assert embed_words(2_600_000, 0, rules) == 2_600_000
+    assert embed_words(2_600_000, 8000, rules) == 8000 * rules.words_per_unit
+    assert embed_words(300_000, 8000, rules) == 300_000  # fewer units than the sample
+    big = [sizes(1_000_000_000, rules, 32, 4, None, max_units=m)[3] for m in (0, 8000)]
+    saved = rules.cpu_s_per_word * (1_000_000_000 - 8000 * rules.words_per_unit)
+    assert big[0] - big[1] == pytest.approx(saved)
+    small = [sizes(300_000, rules, 32, 4, None, max_units=m)[3] for m in (0, 8000)]
+    assert small[0] == small[1]
 
 
 def test_embed_shards_grow_with_a_large_corpus_only() -> None:
