@@ -360,6 +360,7 @@ def adapt_config(
         dev_items = sum(len(ev) for ev in discover_eval_dir(eval_dir))
     factor = model_cost_factor(model)
     trainings = training_share(rules)
+    max_units = int(cfg.get("embed", {}).get("max_units", 0))
     queries, ctx, steps, cpu, notes = sizes(
         shape.words_estimate,
         rules,
@@ -371,10 +372,9 @@ def adapt_config(
         _bf16(cfg),
         trainings,
         _bf16(cfg, (("evaluate", "bf16_cpu"),)),
-        int(cfg.get("embed", {}).get("max_units", 0)),
+        max_units,
     )
     notes = shape.notes + notes
-    max_units = int(cfg.get("embed", {}).get("max_units", 0))
     if max_units and shape.words_estimate > max_units * rules.words_per_unit:
         notes.append(
             f"embed encodes a seeded sample of {max_units:,} of about "

@@ -12,7 +12,7 @@ A context unit is a paragraph chunk of the ``contexts`` artefact (``unit: chunk`
 TF-IDF index retrieves) or a context slot's two sides (``unit: window``: text = c< + " " + c>).
 Units of fewer than ``min_words`` words are dropped (headings and list stubs carry no context).
 ``max_units`` keeps a seeded sample of the rest: M is a d x d average, and 8,000 units give labels
-within Spearman 0.9997 of all 32,503 of MedQuAD's (bench/results/embed_units_sample.md), so the
+within Spearman 0.9998 of all 32,503 of MedQuAD's (bench/results/embed_units_sample.md), so the
 corpus pass stops growing with the corpus.
 
 The fingerprint names the encoder by registry name and by a content hash of its files (under the
@@ -96,7 +96,7 @@ class EmbedParams(StageParams):
         ge=0,
         description="encode at most this many units, a seeded sample of them (0: every unit): "
         "the scatter matrix is an average, estimated from a sample (labels' Spearman with all of "
-        "MedQuAD's 32,503 units 0.9997 at 8,000; bench/results/embed_units_sample.md)",
+        "MedQuAD's 32,503 units 0.9998 at 8,000; bench/results/embed_units_sample.md)",
     )
     batch_size: int = knob(64, ge=1, description="units per encoder batch (speed and memory only)")
     bf16: bool = Field(
