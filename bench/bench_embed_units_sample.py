@@ -28,10 +28,9 @@ def main(argv: list[str] | None = None) -> None:
     from scipy.stats import spearmanr
 
     from ctxsim.models.contextual.encoder_origin import ScatterStats, closed_form_similarity
-    from ctxsim.models.encoders import encode, load_encoder
+    from ctxsim.models.encoders import bf16_available, encode, load_encoder
     from ctxsim.store.artefacts import ArtefactStore
-    from ctxsim.tasks.embed import read_embeddings, use_bf16
-    from ctxsim.tasks.label.contextual.encoder import embed_params
+    from ctxsim.tasks.embed import EmbedParams, read_embeddings
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, required=True)
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     rec = json.loads((args.root / "runs" / f"{args.run}.json").read_text())
     store = ArtefactStore(args.root)
     embed, label = (store.require(s, rec["stages"][s]["fingerprint"]) for s in ("embed", "label"))
-    ep = embed_params(embed)
+    ep = EmbedParams(**embed.manifest["params"])  # the label stage's reading of them
     if ep.max_units:
         raise SystemExit(f"{embed.path}: embed.max_units={ep.max_units}; a run of all units")
     table = label.read_table(["s1_id", "s2_id", "s1", "s2", "label"])
@@ -55,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     qids, first = np.unique(ids, return_index=True)
     t0 = time.process_time()
     model = load_encoder(ep.model, ep.max_seq_length, "cpu")
-    emb = encode(model, [texts[i] for i in first], ep.batch_size, bf16=use_bf16(ep, "cpu"))
+    bf16 = ep.bf16 and bf16_available("cpu")  # as the label stage encodes them
+    emb = encode(model, [texts[i] for i in first], ep.batch_size, bf16=bf16)
     encode_cpu = time.process_time() - t0
     n = table.num_rows
     e1 = emb[np.searchsorted(qids, ids[:n])]

@@ -201,6 +201,28 @@ class CorpusBytes(CostModel):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CorpusUnits(CorpusBytes):
+    """The units a stage encodes: the pilot's count (stat ``count``) scaled by corpus bytes, at
+    most the param ``cap`` (0: no cap), so a stage that encodes a sample of the corpus's units
+    is priced by the sample, not by the corpus."""
+
+    count: str
+    cap: str
+
+    def basis(self, name: str) -> str:
+        return "units encoded"
+
+    def units(self, name: str, v: PilotView) -> tuple[float, float]:
+        m = v.run.get(name)
+        pilot = float(m.stats.get(self.count, 0)) if m is not None else 0.0
+        if pilot <= 0:  # no count recorded: the corpus's bytes, as before
+            return super().units(name, v)
+        full = pilot * v.full_bytes / max(v.sample_bytes, 1)
+        cap = int(getattr(v.params[name], self.cap, 0) or 0)
+        return pilot, min(full, float(cap)) if cap > 0 else full
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueryCount(CostModel):
     """The queries themselves: ``count`` of them in full, at most one per sentence of
     ``sentences`` (the pilots draw ``q`` and ``2q``). Plans need ``source_param`` = ``source``."""

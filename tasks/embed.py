@@ -50,7 +50,7 @@ from ctxsim.models.tokenizer_threads import tokenizer_threads
 from ctxsim.store.artefacts import Artefact, sha256_file
 from ctxsim.store.atomic import atomic_path
 from ctxsim.store.chunks import context_unit_index
-from ctxsim.store.cost_model import CorpusBytes
+from ctxsim.store.cost_model import CorpusUnits
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
 #: the reduced scatter statistics of all shards, under the artefact's files
@@ -221,7 +221,7 @@ class EmbedStage(Stage):
     Params = EmbedParams
     inputs = ("shard", "contexts")
     run_fields = ()
-    cost = CorpusBytes()  # every context unit of the corpus encoded
+    cost = CorpusUnits(count="contexts", cap="max_units")  # the units encoded
     # its memory is the encoder's and one shard's piece (the corpus's text as Arrow aside): 1.27x
     # at 16x the corpus with 4 shards (bench/results/corpus_scale_books.md), so the plan takes
     # the pilot's rather than scaling the encoder's memory with the corpus

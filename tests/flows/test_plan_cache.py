@@ -159,6 +159,28 @@ def test_a_fixed_step_train_is_piloted_for_a_few_steps_and_scaled_by_steps() -> 
     assert (model.basis("train"), *model.units("train", view)) == ("optimizer steps", 20.0, 200.0)
 
 
+def test_embed_is_priced_by_the_units_it_encodes_at_most_max_units() -> None:
+    from types import SimpleNamespace
+
+    from ctxsim.store.cost_model import PilotView, StageMeasure
+    from ctxsim.tasks import load_stage
+
+    model = load_stage("embed").cost
+    measure = StageMeasure("embed", 10.0, 10.0, 500, 0, 0.0, stats={"contexts": 500})
+
+    def units(max_units: int, ratio: int = 40) -> tuple[float, float]:
+        params = {"embed": SimpleNamespace(max_units=max_units)}
+        return model.units("embed", PilotView({"embed": measure}, params, ratio, 1, ratio, 8, 1, 0))
+
+    assert model.kind == "corpus" and model.basis("embed") == "units encoded"
+    assert units(0) == (500.0, 20_000.0)  # every unit: the corpus's share
+    assert units(8000) == (500.0, 8000.0)  # a sample: the sample
+    assert units(8000, ratio=4) == (500.0, 2000.0)  # fewer units than the sample
+    bare = StageMeasure("embed", 10.0, 10.0, 500, 0, 0.0)  # no count: by bytes, as before
+    params = {"embed": SimpleNamespace(max_units=8000)}
+    assert model.units("embed", PilotView({"embed": bare}, params, 40, 1, 40, 8, 1, 0)) == (1, 40)
+
+
 def test_warm_imports_load_every_library_a_stage_would_charge_to_its_pilot() -> None:
     """A library imported first inside a pilot stage is charged to it (memory and CPU) and then
     scaled with the corpus: the plan imports them before measuring anything."""
