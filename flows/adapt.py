@@ -388,7 +388,8 @@ def adapt_config(
         )
     cfg["queries"]["n_corpus"] = queries
     embed = cfg.setdefault("embed", {})
-    embed["n_shards"] = embed_shards(shape.words_estimate, rules, int(embed.get("n_shards", 4)))
+    least = int(embed.get("n_shards", 4))
+    embed["n_shards"] = embed_shards(shape.words_estimate, rules, least, max_units)
     cfg["train"]["context_corpus_sentences"] = ctx
     _set_steps(cfg["train"], steps)
     cfg.setdefault("run", {})["root"] = root
@@ -446,11 +447,13 @@ def scorer_dir(scorer: dict[str, Any]) -> Path:
     return Path(scorer["run"]["root"]) / "adapt" / f"scorer-{digest}"
 
 
-def embed_shards(words: int, rules: AdaptRules, least: int) -> int:
+def embed_shards(words: int, rules: AdaptRules, least: int, max_units: int = 0) -> int:
     """Embed's shards for a corpus of ``words`` words: the recipe's ``least``, or one per
-    ``rules.words_per_embed_shard`` words, so that a shard's memory stays that of a bounded
-    piece as the corpus grows (and a crash loses at most one piece)."""
-    return max(least, math.ceil(words / rules.words_per_embed_shard))
+    ``rules.words_per_embed_shard`` words it encodes (all, or a sample of ``max_units`` units'),
+    so that a shard's memory stays that of a bounded piece as the corpus grows (and a crash
+    loses at most one piece)."""
+    encoded = embed_words(words, max_units, rules)
+    return max(least, math.ceil(encoded / rules.words_per_embed_shard))
 
 
 def _bf16(

@@ -77,6 +77,7 @@ def test_embed_shards_grow_with_a_large_corpus_only() -> None:
     assert embed_shards(12_600_000, rules, 4) == 4  # the books corpus
     assert embed_shards(100_000_000, rules, 4) == 25  # one per 4 M words
     assert embed_shards(100_000_000, rules, 64) == 64  # never fewer than asked
+    assert embed_shards(100_000_000, rules, 4, max_units=8000) == 4  # a sample: a bounded pass
 
 
 def test_a_budget_scales_queries_down_or_is_refused_in_one_line() -> None:
