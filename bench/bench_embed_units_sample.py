@@ -1,7 +1,7 @@
 """Labels from a sample of the context units: how far they move from all units' labels.
 
 The closed form needs only M, the d x d scatter of the units' embeddings (an average), so a
-seeded sample of units (`embed.max_units`, the stage's own ``sampled_units``) estimates it, and
+seeded sample of units (`embed.max_units`, store/chunks.py ``sampled_units``) estimates it, and
 the corpus pass stops growing with the corpus. On a finished run with the closed form (its
 `embed` over every unit and its `label`), per sample size and seed: the labels' Spearman and
 largest absolute difference against the labels from all units (recomputed the label stage's way,
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     from ctxsim.models.contextual.encoder_origin import ScatterStats, closed_form_similarity
     from ctxsim.models.encoders import bf16_available, encode, load_encoder
     from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.store.chunks import sampled_units
     from ctxsim.tasks.embed import EmbedParams, read_embeddings
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,8 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for k in sorted(s for s in args.sizes if s < len(units)):
         for seed in args.seeds:
-            rng = np.random.default_rng(seed)
-            sel = np.sort(rng.choice(len(units), k, replace=False))
+            sel = sampled_units(len(units), k, seed)
             lab = closed_form_similarity(e1, e2, ScatterStats.of(units[sel]).matrix())
             rows.append(
                 {
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         "embed": {"fingerprint": embed.fingerprint, "units": len(units), **embed.stats},
         "labelled pairs": n,
         "sentences encoded (CPU-s)": round(encode_cpu, 1),
-        "note": "seed 0 is the sample embed.max_units draws (tasks/embed.py sampled_units)",
+        "note": "seed 0 is the sample embed.max_units draws (store/chunks.py sampled_units)",
         "command": "python -m bench.bench_embed_units_sample " + " ".join(sys.argv[1:]),
     }
     md, js = write_results(args.name, rows, meta=meta, out_dir=args.out_dir)

@@ -375,7 +375,7 @@ def adapt_config(
         max_units,
     )
     notes = shape.notes + notes
-    if max_units and shape.words_estimate > max_units * rules.words_per_unit:
+    if embed_words(shape.words_estimate, max_units, rules) < shape.words_estimate:
         notes.append(
             f"embed encodes a seeded sample of {max_units:,} of about "
             f"{int(shape.words_estimate / rules.words_per_unit):,} paragraphs (embed.max_units: "

@@ -20,7 +20,6 @@ def files_under(root: str | Path, pattern: str = "*") -> list[Path]:
             subfolders[:] = []
             continue
         seen.add(real)
-        subfolders.sort()
         matched = (Path(folder, name) for name in names if fnmatchcase(name, pattern))
         found.extend(p for p in matched if p.is_file())
     return sorted(found)

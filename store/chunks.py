@@ -175,6 +175,15 @@ def context_unit_index(
     return ContextUnits(ids[keep], keep, offsets, rows, left, sentences)
 
 
+def sampled_units(n: int, max_units: int, seed: int = 0) -> np.ndarray:
+    """Positions of the units to encode, in order: all ``n``, or a sample of ``max_units``
+    drawn with ``seed`` (embed's is fixed: the same sample on every shard and rerun, the
+    artefact being a function of its fingerprint)."""
+    if max_units <= 0 or n <= max_units:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, max_units, replace=False))
+
+
 def _window_rows(
     contexts: Artefact, sent_ids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

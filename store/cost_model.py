@@ -217,7 +217,7 @@ class CorpusUnits(CorpusBytes):
         pilot = float(m.stats.get(self.count, 0)) if m is not None else 0.0
         if pilot <= 0:  # no count recorded: the corpus's bytes, as before
             return super().units(name, v)
-        full = pilot * v.full_bytes / max(v.sample_bytes, 1)
+        full = pilot * v.corpus_ratio
         cap = int(getattr(v.params[name], self.cap, 0) or 0)
         return pilot, min(full, float(cap)) if cap > 0 else full
 

@@ -49,7 +49,7 @@ from ctxsim.models.registry import resolve_model
 from ctxsim.models.tokenizer_threads import tokenizer_threads
 from ctxsim.store.artefacts import Artefact, sha256_file
 from ctxsim.store.atomic import atomic_path
-from ctxsim.store.chunks import context_unit_index
+from ctxsim.store.chunks import context_unit_index, sampled_units
 from ctxsim.store.cost_model import CorpusUnits
 from ctxsim.store.stage import Stage, StageContext, StageParams, knob
 
@@ -147,14 +147,6 @@ def context_units(
     """(ids, texts) of the corpus's context units of at least ``min_words`` words, by id."""
     units = context_unit_index(contexts, shard, unit, min_words)
     return units.ids, units.texts(np.arange(len(units.ids)))
-
-
-def sampled_units(n: int, max_units: int) -> np.ndarray:
-    """Positions of the units to encode, in order: all ``n``, or a sample of ``max_units`` drawn
-    with a fixed seed (the same sample on every shard and rerun: the artefact is by content)."""
-    if max_units <= 0 or n <= max_units:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(0).choice(n, max_units, replace=False))
 
 
 def shard_files(files: Path, shard: int) -> tuple[Path, Path]:
