@@ -70,8 +70,11 @@ class RssSampler:
         self.peak = max(self.peak, self.rss_mb())
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+def _dir_bytes(path: Path, patterns: tuple[str, ...] = ("**/*",)) -> int:
+    """Bytes of the files under ``path`` matching any of ``patterns`` (each file once; none:
+    0)."""
+    files = {p for pattern in patterns for p in Path(path).glob(pattern) if p.is_file()}
+    return sum(p.stat().st_size for p in files)
 
 
 def run_measured(
@@ -106,6 +109,9 @@ def run_measured(
             if known is not None and existing is not None:
                 arts[name] = existing
                 out[name] = replace(known, stats={**known.stats, "_from_cache": True})
+                if stage.fixed_size_files and not known.fixed_disk_bytes:  # cached before
+                    fixed = _dir_bytes(existing.path, stage.fixed_size_files)
+                    out[name] = replace(out[name], fixed_disk_bytes=fixed)
                 if on_stage:
                     on_stage(name, "cached")
                 continue
@@ -128,6 +134,7 @@ def run_measured(
             peak_rss_mb=rss.peak,
             start_rss_mb=rss.start,
             stats=dict(art.stats),
+            fixed_disk_bytes=_dir_bytes(art.path, stage.fixed_size_files),
         )
         if costs is not None and not reused:
             costs.put(out[name], plan.fingerprint)

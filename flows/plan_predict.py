@@ -111,6 +111,12 @@ def _scoring(models: dict[str, CostModel], run: dict[str, StageMeasure]) -> str 
     return next((n for n in run if n in models and models[n].gpu_tokens and run[n].rows), None)
 
 
+def _disk_bytes(m: StageMeasure, scale: float) -> float:
+    """The full run's disk: the fixed-size files as measured, the rest scaled with the work."""
+    fixed = min(m.fixed_disk_bytes, m.disk_bytes)
+    return fixed + (m.disk_bytes - fixed) * scale
+
+
 def _stage_row(
     name: str,
     model: CostModel,
@@ -138,7 +144,7 @@ def _stage_row(
         units=full,
         rows=model.full_rows(m, scale, v2, stage.model_artefact),
         cpu_s=cpu,
-        disk_mb=m.disk_bytes * (1.0 if stage.model_artefact else scale) / 2**20,
+        disk_mb=_disk_bytes(m, 1.0 if stage.model_artefact else scale) / 2**20,
         peak_rss_mb=pilot.base_rss_mb + extra_rss * max(mem_scale, 1.0),
     )
     row.tokens = model.tokens(m, scale, tok_per_row)

@@ -32,6 +32,7 @@ class StageMeasure:
     peak_rss_mb: float
     start_rss_mb: float = 0.0
     stats: dict[str, Any] = field(default_factory=dict)
+    fixed_disk_bytes: int = 0  # of disk_bytes, in files whose size does not follow the work
 
 
 @dataclass(frozen=True)

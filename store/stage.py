@@ -269,6 +269,9 @@ class Stage:
     cost: ClassVar[CostModel] = Constant()
     #: Its artefact is mostly model files: its size does not follow the work.
     model_artefact: ClassVar[bool] = False
+    #: Glob patterns, under its artefact, of files whose size does not follow the work (a model
+    #: written beside the data, reduced statistics): the plan scales only the rest of its disk.
+    fixed_size_files: ClassVar[tuple[str, ...]] = ()
     #: Its working memory holds corpus-sized data (sentences, chunks, index, windows).
     corpus_memory: ClassVar[bool] = False
     #: Its work follows the queries to label (one unit per query or query shard): the marginal

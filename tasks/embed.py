@@ -218,6 +218,7 @@ class EmbedStage(Stage):
     # at 16x the corpus with 4 shards (bench/results/corpus_scale_books.md), so the plan takes
     # the pilot's rather than scaling the encoder's memory with the corpus
     corpus_memory = False
+    fixed_size_files = (f"files/{ADAPTED_DIR}/**/*", "files/scatter*.npz")
     labelling = True
 
     def fingerprint_extra(self, params: EmbedParams) -> dict[str, Any]:

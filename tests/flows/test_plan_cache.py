@@ -181,6 +181,33 @@ def test_embed_is_priced_by_the_units_it_encodes_at_most_max_units() -> None:
     assert model.units("embed", PilotView({"embed": bare}, params, 40, 1, 40, 8, 1, 0)) == (1, 40)
 
 
+def test_embeds_model_and_scatter_keep_their_size_only_the_embeddings_scale(tmp_path: Path):
+    """The adapted encoder (~87 MB) written beside the embeddings was scaled with the units:
+    493 MB predicted for a run that wrote 106 MB."""
+    from ctxsim.flows.plan_measure import _dir_bytes
+    from ctxsim.flows.plan_predict import _disk_bytes
+    from ctxsim.store.cost_model import StageMeasure
+    from ctxsim.tasks import load_stage
+
+    sizes = {
+        "files/adapted-encoder/model.safetensors": 9000,
+        "files/adapted-encoder/1_Dense/config.json": 100,
+        "files/scatter.npz": 400,
+        "files/scatter-00000.npz": 400,
+        "files/emb-00000.npy": 80,
+        "part-00000.parquet": 20,
+    }
+    for name, size in sizes.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * size)
+    fixed = _dir_bytes(tmp_path, load_stage("embed").fixed_size_files)
+    assert (_dir_bytes(tmp_path), fixed) == (10_000, 9_900)
+
+    measure = StageMeasure("embed", 1.0, 1.0, 5, 10_000, 0.0, fixed_disk_bytes=fixed)
+    assert _disk_bytes(measure, 16.0) == 9_900 + 100 * 16
+    assert _disk_bytes(StageMeasure("shard", 1.0, 1.0, 5, 10_000, 0.0), 16.0) == 160_000
+
+
 def test_warm_imports_load_every_library_a_stage_would_charge_to_its_pilot() -> None:
     """A library imported first inside a pilot stage is charged to it (memory and CPU) and then
     scaled with the corpus: the plan imports them before measuring anything."""
