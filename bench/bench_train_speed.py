@@ -1,11 +1,13 @@
 """`train`'s speed on CPU: the in-domain scorer's training (the `context` objective: each corpus
 sentence with its next 8 sentences, MultipleNegativesRankingLoss) as the trainer runs it, in
-float32, in bf16 autocast (the default where the CPU has bf16 units) and in bf16 with
-``torch.compile`` (the trainer's ``torch_compile``), each in a fresh process.
+float32, in bf16 autocast (the default where the CPU has bf16 units), in bf16 with
+``torch.compile`` (the trainer's ``torch_compile``) and in bf16 with length-grouped batches
+(``train.context_batches: length``), each in a fresh process.
 
 Per arm: CPU-seconds per step once warm (the median of the steps after ``--warmup``), the first
 steps' CPU (compilation included), the whole training's CPU, peak RSS, and the loss after the
-last step (compiled and eager numerics should agree). Examples come from a finished run's shard
+last step (compiled and eager numerics should agree), and the tokens a step feeds the model
+(padding included) against those of its texts. Examples come from a finished run's shard
 (``--root/--run``), built by the objective's own functions, so the batches have the recipe's
 shape (sentences up to 40 tokens against 8-sentence contexts up to 128).
 
@@ -22,11 +24,12 @@ from typing import Any
 
 from bench.harness import run_artefacts, run_isolated, write_results
 
-#: arm -> (bf16, torch_compile)
+#: arm -> (bf16, torch_compile, batches)
 ARMS = {
-    "float32 eager": (False, False),
-    "bf16 eager (the default)": (True, False),
-    "bf16 + torch.compile": (True, True),
+    "float32 eager": (False, False, "random"),
+    "bf16 eager (the default)": (True, False, "random"),
+    "bf16 + torch.compile": (True, True, "random"),
+    "bf16, length-grouped batches": (True, False, "length"),
 }
 
 
@@ -51,11 +54,13 @@ def train_arm(
     model: str,
     bf16: bool,
     compile_: bool,
+    batches: str,
     steps: int,
     batch: int,
     threads: int,
 ) -> dict[str, Any]:
-    """One training in this (fresh) process: CPU-seconds after each step, and the last loss."""
+    """One training in this (fresh) process: CPU-seconds after each step, the last loss, and
+    the tokens the model was fed (padding included) and of them real."""
     import tempfile
 
     import torch
@@ -74,6 +79,23 @@ def train_arm(
     st.max_seq_length = 128
     ticks: list[float] = []
     logged: list[float] = []
+    fed = {"tokens": 0, "real": 0}
+
+    pad = st.tokenizer.pad_token_id
+
+    def count(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            fed["tokens"] += ids.numel()
+            fed["real"] += int((ids != pad).sum())
+
+    # the embeddings, not the model: sentence-transformers calls the model's forward directly
+    st[0].auto_model.embeddings.register_forward_pre_hook(count, with_kwargs=True)
+    sampler: Any = "batch_sampler"
+    if batches == "length":
+        from ctxsim.models.training.batches import CHARS_PER_TOKEN, length_batch_sampler
+
+        sampler = length_batch_sampler(st.max_seq_length * CHARS_PER_TOKEN)
 
     class Clock(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001
@@ -91,6 +113,7 @@ def train_arm(
             learning_rate=1e-5,
             bf16=bf16,
             torch_compile=compile_,
+            batch_sampler=sampler,
             save_strategy="no",
             logging_steps=steps,
             report_to=[],
@@ -110,7 +133,12 @@ def train_arm(
         trainer.train()
         total = time.process_time() - t0
     per_step = [b - a for a, b in zip([t0, *ticks[:-1]], ticks, strict=True)]
-    return {"per_step": per_step, "total": total, "loss": logged[-1] if logged else None}
+    return {
+        "per_step": per_step,
+        "total": total,
+        "loss": logged[-1] if logged else None,
+        **fed,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,9 +161,9 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     base = None
     for arm in a.arms:
-        bf16, comp = ARMS[arm]
+        bf16, comp, batches = ARMS[arm]
         res, peak, _ = run_isolated(
-            train_arm, examples, model, bf16, comp, a.steps, a.batch, a.threads
+            train_arm, examples, model, bf16, comp, batches, a.steps, a.batch, a.threads
         )
         warm = statistics.median(res["per_step"][a.warmup :])
         first = sum(res["per_step"][: a.warmup])
@@ -149,6 +177,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"CPU-s all {a.steps} steps": round(res["total"], 1),
                 "peak RSS MB": round(peak),
                 "loss after the last step": round(res["loss"], 4) if res["loss"] else None,
+                "tokens fed a step": round(res["tokens"] / a.steps),
+                "of them real": round(res["real"] / max(res["tokens"], 1), 3),
             }
         )
         print(rows[-1], flush=True)

@@ -62,12 +62,13 @@ class TrainParams(StageParams):
             " hundred sentences."
         ),
     )
-    context_batches: Literal["random", "document"] = Field(
+    context_batches: Literal["random", "document", "length"] = Field(
         "random",
         description=(
-            "Objectives that read contexts: random batches, or document (each batch from as few "
+            "Objectives that read contexts: random batches, document (each batch from as few "
             "of the corpus's documents as possible, so the other right contexts of a batch, its "
-            "negatives, are of the same topic; overlapping contexts never share a batch)."
+            "negatives, are of the same topic; overlapping contexts never share a batch) or "
+            "length (random by topic, grouped by length: a batch pads to its own longest text)."
         ),
     )
     loss: LossName = Field(

@@ -67,7 +67,11 @@ def training_args(
 
     sampler: Any = "batch_sampler"  # the library's default: shuffled rows
     if p.context_batches == "document":
-        from ctxsim.tasks.train.batches import document_batch_sampler as sampler
+        from ctxsim.models.training.batches import document_batch_sampler as sampler
+    elif p.context_batches == "length":
+        from ctxsim.models.training.batches import CHARS_PER_TOKEN, length_batch_sampler
+
+        sampler = length_batch_sampler(p.max_seq_length * CHARS_PER_TOKEN)
     return SentenceTransformerTrainingArguments(
         output_dir=str(ckpt_dir),
         num_train_epochs=p.epochs,

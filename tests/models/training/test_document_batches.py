@@ -55,7 +55,7 @@ def test_batches_hold_few_documents_and_no_overlapping_contexts():
 def test_the_sampler_keeps_blocks_and_shuffles_them_per_epoch():
     from datasets import Dataset
 
-    from ctxsim.tasks.train.batches import BlockBatchSampler, document_batch_sampler
+    from ctxsim.models.training.batches import BlockBatchSampler, document_batch_sampler
 
     ctx = Dataset.from_dict({"anchor": list("abcdefg"), "positive": list("ABCDEFG")})
     s = document_batch_sampler(ctx, batch_size=3, drop_last=False, seed=5)

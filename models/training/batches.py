@@ -1,0 +1,111 @@
+"""The batch samplers of ``train.context_batches``. ``document``: the context objective ordered
+its examples so that each consecutive block of ``batch_size`` is one batch of few documents
+(models/training/objectives/context.py::document_batch_order); the trainer must keep the blocks
+and only shuffle their order. ``length``: the context examples in length-grouped batches (a
+batch pads to its own longest text, not to the longest of a random draw). Every other dataset
+(the labels' pairs) is shuffled as sentence-transformers does by default."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from sentence_transformers.base.sampler import DefaultBatchSampler
+from torch.utils.data import RandomSampler
+
+#: the context objective's columns: the dataset whose order holds its batches
+CONTEXT_COLUMNS = ("anchor", "positive")
+#: characters per wordpiece token of English prose, about (a positive is cut at max_seq_length)
+CHARS_PER_TOKEN = 4
+
+
+class BlockBatchSampler(DefaultBatchSampler):
+    """Consecutive blocks of ``batch_size`` rows, each a batch, in a seeded order per epoch."""
+
+    def __iter__(self) -> Iterator[list[int]]:
+        n, size = len(self.sampler), self.batch_size
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        for b in torch.randperm(len(self), generator=gen).tolist():
+            yield list(range(b * size, min((b + 1) * size, n)))
+
+    def __len__(self) -> int:
+        n, size = len(self.sampler), self.batch_size
+        return n // size if self.drop_last else -(-n // size)
+
+
+class LengthGroupedBatchSampler(DefaultBatchSampler):
+    """Batches of similar length, as transformers' ``group_by_length`` groups them: each epoch a
+    seeded shuffle, cut into groups of ``GROUP`` batches, each group sorted by length (longest
+    first) and cut into batches, the batches then served in a seeded order. Any batch is still a
+    random draw of the corpus by topic; only its texts' lengths are alike."""
+
+    #: batches per sorted group: large enough that a group's lengths spread like the corpus's
+    GROUP = 50
+
+    def __init__(self, dataset: Any, lengths: list[tuple[int, int]], **kwargs: Any) -> None:
+        super().__init__(RandomSampler(dataset), **kwargs)
+        self.lengths = lengths
+
+    def __iter__(self) -> Iterator[list[int]]:
+        n, size = len(self.lengths), self.batch_size
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = torch.randperm(n, generator=gen).tolist()
+        batches: list[list[int]] = []
+        for g in range(0, n, size * self.GROUP):
+            group = sorted(order[g : g + size * self.GROUP], key=self.lengths.__getitem__)
+            batches += [group[::-1][i : i + size] for i in range(0, len(group), size)]
+        if self.drop_last:
+            batches = [b for b in batches if len(b) == size]
+        for b in torch.randperm(len(batches), generator=gen).tolist():
+            yield batches[b]
+
+    def __len__(self) -> int:
+        n, size = len(self.lengths), self.batch_size
+        return n // size if self.drop_last else -(-n // size)
+
+
+def text_lengths(dataset: Any, cap_chars: int) -> list[tuple[int, int]]:
+    """(positive, anchor) lengths in characters, the positive's capped at ``cap_chars`` (the
+    tokenizer truncates it there: among the capped, the anchors' lengths decide)."""
+    pairs = zip(dataset["positive"], dataset["anchor"], strict=True)
+    return [(min(len(p or ""), cap_chars), len(a or "")) for p, a in pairs]
+
+
+def length_batch_sampler(cap_chars: int) -> Any:
+    """sentence-transformers' ``batch_sampler`` factory: length-grouped batches for the context
+    examples (their positives capped at ``cap_chars``), the library's default for any other."""
+
+    def factory(
+        dataset: Any,
+        batch_size: int,
+        drop_last: bool,
+        valid_label_columns: list[str] | None = None,
+        generator: torch.Generator | None = None,
+        seed: int = 0,
+    ) -> DefaultBatchSampler:
+        kwargs = {"batch_size": batch_size, "drop_last": drop_last}
+        kwargs |= {"valid_label_columns": valid_label_columns, "generator": generator}
+        if all(c in dataset.column_names for c in CONTEXT_COLUMNS):
+            lengths = text_lengths(dataset, cap_chars)
+            return LengthGroupedBatchSampler(dataset, lengths, seed=seed, **kwargs)
+        return DefaultBatchSampler(RandomSampler(dataset, generator=generator), seed=seed, **kwargs)
+
+    return factory
+
+
+def document_batch_sampler(
+    dataset: Any,
+    batch_size: int,
+    drop_last: bool,
+    valid_label_columns: list[str] | None = None,
+    generator: torch.Generator | None = None,
+    seed: int = 0,
+) -> DefaultBatchSampler:
+    """sentence-transformers' ``batch_sampler`` factory: blocks for the context examples, the
+    library's default (a random sampler) for any other dataset."""
+    kwargs = {"batch_size": batch_size, "drop_last": drop_last}
+    kwargs |= {"valid_label_columns": valid_label_columns, "generator": generator, "seed": seed}
+    if all(c in dataset.column_names for c in CONTEXT_COLUMNS):
+        return BlockBatchSampler(dataset, **kwargs)
+    return DefaultBatchSampler(RandomSampler(dataset, generator=generator), **kwargs)
