@@ -7,7 +7,7 @@ batch pads to its own longest text, not to the longest of a random draw). Every 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -72,9 +72,9 @@ def text_lengths(dataset: Any, cap_chars: int) -> list[tuple[int, int]]:
     return [(min(len(p or ""), cap_chars), len(a or "")) for p, a in pairs]
 
 
-def length_batch_sampler(cap_chars: int) -> Any:
-    """sentence-transformers' ``batch_sampler`` factory: length-grouped batches for the context
-    examples (their positives capped at ``cap_chars``), the library's default for any other."""
+def context_batch_sampler(context: Callable[[Any, dict[str, Any]], DefaultBatchSampler]) -> Any:
+    """A sentence-transformers ``batch_sampler`` factory: ``context(dataset, kwargs)`` for the
+    context examples, the library's default (a random sampler) for any other dataset."""
 
     def factory(
         dataset: Any,
@@ -84,28 +84,22 @@ def length_batch_sampler(cap_chars: int) -> Any:
         generator: torch.Generator | None = None,
         seed: int = 0,
     ) -> DefaultBatchSampler:
-        kwargs = {"batch_size": batch_size, "drop_last": drop_last}
+        kwargs = {"batch_size": batch_size, "drop_last": drop_last, "seed": seed}
         kwargs |= {"valid_label_columns": valid_label_columns, "generator": generator}
         if all(c in dataset.column_names for c in CONTEXT_COLUMNS):
-            lengths = text_lengths(dataset, cap_chars)
-            return LengthGroupedBatchSampler(dataset, lengths, seed=seed, **kwargs)
-        return DefaultBatchSampler(RandomSampler(dataset, generator=generator), seed=seed, **kwargs)
+            return context(dataset, kwargs)
+        return DefaultBatchSampler(RandomSampler(dataset, generator=generator), **kwargs)
 
     return factory
 
 
-def document_batch_sampler(
-    dataset: Any,
-    batch_size: int,
-    drop_last: bool,
-    valid_label_columns: list[str] | None = None,
-    generator: torch.Generator | None = None,
-    seed: int = 0,
-) -> DefaultBatchSampler:
-    """sentence-transformers' ``batch_sampler`` factory: blocks for the context examples, the
-    library's default (a random sampler) for any other dataset."""
-    kwargs = {"batch_size": batch_size, "drop_last": drop_last}
-    kwargs |= {"valid_label_columns": valid_label_columns, "generator": generator, "seed": seed}
-    if all(c in dataset.column_names for c in CONTEXT_COLUMNS):
-        return BlockBatchSampler(dataset, **kwargs)
-    return DefaultBatchSampler(RandomSampler(dataset, generator=generator), **kwargs)
+#: ``train.context_batches: document``: the context examples' blocks, each a batch
+document_batch_sampler = context_batch_sampler(lambda data, kw: BlockBatchSampler(data, **kw))
+
+
+def length_batch_sampler(cap_chars: int) -> Any:
+    """``train.context_batches: length``: the context examples in length-grouped batches, their
+    positives' lengths capped at ``cap_chars``."""
+    return context_batch_sampler(
+        lambda data, kw: LengthGroupedBatchSampler(data, text_lengths(data, cap_chars), **kw)
+    )
