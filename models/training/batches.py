@@ -7,8 +7,9 @@ batch pads to its own longest text, not to the longest of a random draw). Every 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from sentence_transformers.base.sampler import DefaultBatchSampler
@@ -72,11 +73,19 @@ def text_lengths(dataset: Any, cap_chars: int) -> list[tuple[int, int]]:
     return [(min(len(p or ""), cap_chars), len(a or "")) for p, a in pairs]
 
 
-def context_batch_sampler(context: Callable[[Any, dict[str, Any]], DefaultBatchSampler]) -> Any:
-    """A sentence-transformers ``batch_sampler`` factory: ``context(dataset, kwargs)`` for the
-    context examples, the library's default (a random sampler) for any other dataset."""
+@dataclass(frozen=True)
+class ContextBatchSampler:
+    """A sentence-transformers ``batch_sampler`` factory: for the context examples, their blocks
+    (``document``: each block a batch) or length-grouped batches (``length``, the positives'
+    lengths capped at ``cap_chars``); the library's default (a random sampler) for any other
+    dataset. A module-level class, not a closure: the trainer pickles its arguments with each
+    checkpoint."""
 
-    def factory(
+    kind: Literal["document", "length"]
+    cap_chars: int = 0
+
+    def __call__(
+        self,
         dataset: Any,
         batch_size: int,
         drop_last: bool,
@@ -86,20 +95,17 @@ def context_batch_sampler(context: Callable[[Any, dict[str, Any]], DefaultBatchS
     ) -> DefaultBatchSampler:
         kwargs = {"batch_size": batch_size, "drop_last": drop_last, "seed": seed}
         kwargs |= {"valid_label_columns": valid_label_columns, "generator": generator}
-        if all(c in dataset.column_names for c in CONTEXT_COLUMNS):
-            return context(dataset, kwargs)
-        return DefaultBatchSampler(RandomSampler(dataset, generator=generator), **kwargs)
-
-    return factory
-
-
-#: ``train.context_batches: document``: the context examples' blocks, each a batch
-document_batch_sampler = context_batch_sampler(lambda data, kw: BlockBatchSampler(data, **kw))
+        if not all(c in dataset.column_names for c in CONTEXT_COLUMNS):
+            return DefaultBatchSampler(RandomSampler(dataset, generator=generator), **kwargs)
+        if self.kind == "document":
+            return BlockBatchSampler(dataset, **kwargs)
+        return LengthGroupedBatchSampler(dataset, text_lengths(dataset, self.cap_chars), **kwargs)
 
 
-def length_batch_sampler(cap_chars: int) -> Any:
-    """``train.context_batches: length``: the context examples in length-grouped batches, their
-    positives' lengths capped at ``cap_chars``."""
-    return context_batch_sampler(
-        lambda data, kw: LengthGroupedBatchSampler(data, text_lengths(data, cap_chars), **kw)
-    )
+#: ``train.context_batches: document``
+document_batch_sampler = ContextBatchSampler("document")
+
+
+def length_batch_sampler(cap_chars: int) -> ContextBatchSampler:
+    """``train.context_batches: length``, the positives' lengths capped at ``cap_chars``."""
+    return ContextBatchSampler("length", cap_chars)

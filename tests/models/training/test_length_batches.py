@@ -81,3 +81,18 @@ def test_train_context_batches_length_gives_the_trainer_the_length_sampler(tmp_p
     sampler = args.batch_sampler(data, batch_size=8, drop_last=False, seed=0)
     assert type(sampler).__name__ == "LengthGroupedBatchSampler"
     assert max(pos for pos, _ in sampler.lengths) == 64 * 4  # cut where the tokenizer cuts
+
+
+def test_the_trainers_arguments_pickle_with_every_batch_order(tmp_path):
+    """The trainer saves its arguments with each checkpoint (torch.save): a sampler factory made
+    as a closure failed the first checkpoint of a real run."""
+    import pickle
+
+    from ctxsim.tasks.train.params import TrainParams
+    from ctxsim.tasks.train.trainer import training_args
+
+    for batches in ("random", "document", "length"):
+        p = TrainParams(context_batches=batches)
+        args = training_args(p, tmp_path, 10, "cpu", 0, False, None)
+        again = pickle.loads(pickle.dumps(args))
+        assert again.batch_sampler == args.batch_sampler
