@@ -55,7 +55,8 @@ class LengthGroupedBatchSampler(DefaultBatchSampler):
         batches: list[list[int]] = []
         for g in range(0, n, size * self.GROUP):
             group = sorted(order[g : g + size * self.GROUP], key=self.lengths.__getitem__)
-            batches += [group[::-1][i : i + size] for i in range(0, len(group), size)]
+            group.reverse()  # longest first: a short last batch holds the shortest texts
+            batches += [group[i : i + size] for i in range(0, len(group), size)]
         if self.drop_last:
             batches = [b for b in batches if len(b) == size]
         for b in torch.randperm(len(batches), generator=gen).tolist():
