@@ -93,9 +93,9 @@ def train_arm(
     st[0].auto_model.embeddings.register_forward_pre_hook(count, with_kwargs=True)
     sampler: Any = "batch_sampler"
     if batches == "length":
-        from ctxsim.models.training.batches import CHARS_PER_TOKEN, length_batch_sampler
+        from ctxsim.models.training.batches import length_batch_sampler
 
-        sampler = length_batch_sampler(st.max_seq_length * CHARS_PER_TOKEN)
+        sampler = length_batch_sampler(st.max_seq_length)
 
     class Clock(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):  # noqa: ANN001

@@ -21,7 +21,16 @@ CONTEXT_COLUMNS = ("anchor", "positive")
 CHARS_PER_TOKEN = 4
 
 
-class BlockBatchSampler(DefaultBatchSampler):
+class _AllRowsBatchSampler(DefaultBatchSampler):
+    """Every row once an epoch, in batches of ``batch_size`` (a short last one unless
+    ``drop_last``)."""
+
+    def __len__(self) -> int:
+        n, size = len(self.sampler), self.batch_size
+        return n // size if self.drop_last else -(-n // size)
+
+
+class BlockBatchSampler(_AllRowsBatchSampler):
     """Consecutive blocks of ``batch_size`` rows, each a batch, in a seeded order per epoch."""
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -30,12 +39,8 @@ class BlockBatchSampler(DefaultBatchSampler):
         for b in torch.randperm(len(self), generator=gen).tolist():
             yield list(range(b * size, min((b + 1) * size, n)))
 
-    def __len__(self) -> int:
-        n, size = len(self.sampler), self.batch_size
-        return n // size if self.drop_last else -(-n // size)
 
-
-class LengthGroupedBatchSampler(DefaultBatchSampler):
+class LengthGroupedBatchSampler(_AllRowsBatchSampler):
     """Batches of similar length, as transformers' ``group_by_length`` groups them: each epoch a
     seeded shuffle, cut into groups of ``GROUP`` batches, each group sorted by length (longest
     first) and cut into batches, the batches then served in a seeded order. Any batch is still a
@@ -61,10 +66,6 @@ class LengthGroupedBatchSampler(DefaultBatchSampler):
             batches = [b for b in batches if len(b) == size]
         for b in torch.randperm(len(batches), generator=gen).tolist():
             yield batches[b]
-
-    def __len__(self) -> int:
-        n, size = len(self.lengths), self.batch_size
-        return n // size if self.drop_last else -(-n // size)
 
 
 def text_lengths(dataset: Any, cap_chars: int) -> list[tuple[int, int]]:
@@ -107,6 +108,7 @@ class ContextBatchSampler:
 document_batch_sampler = ContextBatchSampler("document")
 
 
-def length_batch_sampler(cap_chars: int) -> ContextBatchSampler:
-    """``train.context_batches: length``, the positives' lengths capped at ``cap_chars``."""
-    return ContextBatchSampler("length", cap_chars)
+def length_batch_sampler(max_tokens: int) -> ContextBatchSampler:
+    """``train.context_batches: length`` for a model that cuts texts at ``max_tokens`` (the
+    positives' lengths capped there, in characters)."""
+    return ContextBatchSampler("length", max_tokens * CHARS_PER_TOKEN)

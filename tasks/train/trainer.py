@@ -69,9 +69,9 @@ def training_args(
     if p.context_batches == "document":
         from ctxsim.models.training.batches import document_batch_sampler as sampler
     elif p.context_batches == "length":
-        from ctxsim.models.training.batches import CHARS_PER_TOKEN, length_batch_sampler
+        from ctxsim.models.training.batches import length_batch_sampler
 
-        sampler = length_batch_sampler(p.max_seq_length * CHARS_PER_TOKEN)
+        sampler = length_batch_sampler(p.max_seq_length)
     return SentenceTransformerTrainingArguments(
         output_dir=str(ckpt_dir),
         num_train_epochs=p.epochs,

@@ -27,7 +27,7 @@ def test_each_example_once_in_batches_of_like_length_seeded_per_epoch():
     from ctxsim.models.training.batches import LengthGroupedBatchSampler, length_batch_sampler
 
     data = _dataset()
-    factory = length_batch_sampler(cap_chars=400)
+    factory = length_batch_sampler(max_tokens=100)
     s = factory(data, batch_size=16, drop_last=False, seed=3)
     assert isinstance(s, LengthGroupedBatchSampler) and len(s) == -(-500 // 16)
     first = list(s)
@@ -66,7 +66,7 @@ def test_the_labels_pairs_keep_the_librarys_batches():
     from ctxsim.models.training.batches import LengthGroupedBatchSampler, length_batch_sampler
 
     labels = Dataset.from_dict({"sentence1": list("abcd"), "sentence2": list("abcd")})
-    other = length_batch_sampler(cap_chars=400)(labels, batch_size=2, drop_last=False)
+    other = length_batch_sampler(max_tokens=100)(labels, batch_size=2, drop_last=False)
     assert not isinstance(other, LengthGroupedBatchSampler) and len(other) == 2
     assert sorted(i for b in other for i in b) == [0, 1, 2, 3]
 
