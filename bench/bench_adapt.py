@@ -3,7 +3,8 @@ run``) named ROOT:RUN_ID, each run's trained model scored on every dev task unde
 (the evaluators of readers/evaluators through bench/common.py), with paired bootstrap intervals
 against the encoder each run started from (the --reference of that name) and between arms
 (--vs A=B: the recipe against the same run with the `context` objective alone, with the labels
-alone, ...), each run's CPU-seconds by stage from its manifests (and all-in from a
+alone, ...; --vs A1,A2,A3=B1,B2,B3: the mean over training seeds, each seed paired with its
+own), each run's CPU-seconds by stage from its manifests (and all-in from a
 ``/usr/bin/time -v`` file beside its log, if any), and how far two arms' labels agree
 (--agree A=B: Spearman on the pairs both labelled).
 
@@ -101,7 +102,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--eval-dir", required=True, help="folder with domain/ dev tasks or them")
     ap.add_argument("--arm", action="append", default=[], help="NAME=ROOT:RUN_ID")
     ap.add_argument("--reference", action="append", default=[], help="NAME (registry) or DIR")
-    ap.add_argument("--vs", action="append", default=[], help="A=B: paired intervals of A - B")
+    ap.add_argument(
+        "--vs",
+        action="append",
+        default=[],
+        help="A=B: paired intervals of A - B; A1,A2,A3=B1,B2,B3: of the mean over training "
+        "seeds (the same items for every seed)",
+    )
     ap.add_argument("--time", action="append", default=[], help="NAME=/usr/bin/time -v file")
     ap.add_argument("--agree", action="append", default=[], help="A=B: label agreement of A, B")
     ap.add_argument("--cache", default="/tmp/bench_adapt_cache")
@@ -140,9 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     pairs = [v.split("=", 1) for v in args.vs]
     pairs += [(a, backbone[a]) for a in backbone if backbone[a] in args.reference]
     for a, b in pairs:
-        ci_rows.append(
-            {"arm": a, "vs": b} | intervals(scores[a], scores[b], sets, args.resamples, 0)
-        )
+        seeds_a, seeds_b = ([scores[x] for x in side.split(",")] for side in (a, b))
+        ci_rows.append({"arm": a, "vs": b} | intervals(seeds_a, seeds_b, sets, args.resamples, 0))
     meta = {
         "command": "python -m bench.bench_adapt "
         + " ".join(sys.argv[1:] if argv is None else argv),

@@ -391,16 +391,36 @@ def primary(scores: dict, ev: Any) -> float:
     return float(ev.scores(_pred(ev, scores))[ev.primary_metric])
 
 
-def intervals(a: dict, b: dict, sets: Sequence, n: int, seed: int) -> dict[str, str]:
-    """Paired intervals of arm ``a`` minus arm ``b`` on each set's ``INTERVAL`` metric."""
+def seed_mean_pred(ev: Any, arms: Sequence[dict]) -> Any:
+    """One evaluator's predictions of several training seeds of a system, for a seed-averaged
+    interval: QA's per-question metrics averaged over the seeds; pair scores stacked one row a
+    seed (``ap_diff_ci`` averages the rows' APs). One seed: its own predictions."""
+    preds = [_pred(ev, arm) for arm in arms]
+    if len(preds) == 1:
+        return preds[0]
+    if ev.format == "qa":
+        return {k: np.mean([p[k] for p in preds], axis=0) for k in preds[0]}
+    if ev.format == "pairs":
+        return np.stack(preds)
+    raise ValueError(f"{ev.format}: no seed-averaged interval (QA and pairs only)")
+
+
+def intervals(
+    a: dict | Sequence[dict], b: dict | Sequence[dict], sets: Sequence, n: int, seed: int
+) -> dict[str, str]:
+    """Paired intervals of arm ``a`` minus arm ``b`` on each set's ``INTERVAL`` metric; a list
+    of arms is one system's training seeds, compared by their mean (``seed_mean_pred``)."""
 
     def fmt(ci: dict) -> str:
         return f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
 
+    seeds_a = [a] if isinstance(a, dict) else list(a)
+    seeds_b = [b] if isinstance(b, dict) else list(b)
     out: dict[str, str] = {}
     for ev in sets:
         metric, suffix = INTERVAL[ev.format]
-        ci = ev.interval(_pred(ev, a), _pred(ev, b), metric, n, 0.95, seed)
+        pa, pb = seed_mean_pred(ev, seeds_a), seed_mean_pred(ev, seeds_b)
+        ci = ev.interval(pa, pb, metric, n, 0.95, seed)
         out[f"{ev.name}{suffix}"] = fmt(ci)
     return out
 

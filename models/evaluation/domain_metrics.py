@@ -126,13 +126,20 @@ def ap_diff_ci(
     seed: int = 0,
 ) -> dict[str, float]:
     """Paired percentile bootstrap CI of ``AP(a) - AP(b)`` x100: pairs are resampled together;
-    a resample holding one class only is drawn again."""
+    a resample holding one class only is drawn again. ``a`` and ``b`` may be 2-D (one row per
+    training seed of a system): AP is then the mean of the rows' APs, as for a seed-averaged
+    figure, and each resample draws the same pairs for every row."""
     from sklearn.metrics import average_precision_score
 
     y = np.asarray(labels, dtype=np.int64)
-    sa, sb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    delta = (average_precision_score(y, sa) - average_precision_score(y, sb)) * 100
-    if np.array_equal(sa, sb):
+    sa = np.atleast_2d(np.asarray(a, dtype=np.float64))
+    sb = np.atleast_2d(np.asarray(b, dtype=np.float64))
+
+    def mean_ap(yy: np.ndarray, rows: np.ndarray) -> float:
+        return float(np.mean([average_precision_score(yy, r) for r in rows]))
+
+    delta = (mean_ap(y, sa) - mean_ap(y, sb)) * 100
+    if sa.shape == sb.shape and np.array_equal(sa, sb):
         return _interval(0.0, 0.0, 0.0, confidence, n_resamples)
     rng = np.random.default_rng(seed)
     n = len(y)
@@ -143,9 +150,7 @@ def ap_diff_ci(
         yy = y[ix]
         if yy.min() == yy.max():
             continue
-        deltas[i] = (
-            average_precision_score(yy, sa[ix]) - average_precision_score(yy, sb[ix])
-        ) * 100
+        deltas[i] = (mean_ap(yy, sa[:, ix]) - mean_ap(yy, sb[:, ix])) * 100
         i += 1
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(deltas, [alpha, 1 - alpha])

@@ -83,3 +83,37 @@ def test_eval_sets_finds_every_format_of_a_folder_and_only_the_named_sts(tmp_pat
     ]
     assert got[-1].name == "STSb.dev"
     assert [e.format for e in eval_sets(tmp_path)] == ["pairs", "qa"]
+
+
+def test_a_seed_averaged_interval_is_the_mean_of_each_seeds_figure():
+    """--vs A1,A2=B1,B2: QA compares the seeds' mean per-question metric, pairs the mean of the
+    seeds' APs; one seed a side is the plain paired interval."""
+    import numpy as np
+
+    from bench import common as B
+    from ctxsim.models.evaluation import domain_metrics as D
+    from ctxsim.readers.evaluators import PairsEvaluator, QaEvaluator
+
+    pairs, qa = PairsEvaluator(PAIRS), QaEvaluator(QA)
+    sets = [pairs, qa]
+
+    def arm(pair_scores: list[float], ndcg: list[float]) -> dict:
+        return {
+            "pairs/med.pairs": np.array(pair_scores),
+            "qa/med_qa/ndcg_at_10": np.array(ndcg),
+            "qa/med_qa/mrr_at_10": np.array(ndcg),
+        }
+
+    a1, a2 = arm([0.9, 0.8, 0.7, 0.1], [100.0, 50.0]), arm([0.9, 0.1, 0.2, 0.3], [100.0, 0.0])
+    b1, b2 = arm([0.5, 0.6, 0.4, 0.3], [50.0, 0.0]), arm([0.2, 0.6, 0.9, 0.3], [0.0, 0.0])
+    ap = [pairs.scores(s["pairs/med.pairs"])["ap"] for s in (a1, a2, b1, b2)]
+    both = B.intervals([a1, a2], [b1, b2], sets, 50, 0)
+    want_ap = (ap[0] + ap[1]) / 2 - (ap[2] + ap[3]) / 2
+    assert both["med.pairs AP"].startswith(f"{want_ap:+.2f} [")
+    # per question, the seeds' mean: A [100, 25], B [25, 0]: 50 on average
+    assert both["med_qa nDCG@10"].startswith("+50.00 [")
+    assert B.intervals([a1], [b1], sets, 50, 0) == B.intervals(a1, b1, sets, 50, 0)
+    stacked = D.ap_diff_ci(
+        PAIRS.labels, np.stack([a1["pairs/med.pairs"]] * 2), b1["pairs/med.pairs"], 50
+    )
+    assert stacked == D.ap_diff_ci(PAIRS.labels, a1["pairs/med.pairs"], b1["pairs/med.pairs"], 50)
