@@ -6,8 +6,10 @@ float32, in bf16 autocast (the default where the CPU has bf16 units), in bf16 wi
 
 Per arm: CPU-seconds per step once warm (the median of the steps after ``--warmup``), the first
 steps' CPU (compilation included), the whole training's CPU, peak RSS, and the loss after the
-last step (compiled and eager numerics should agree), and the tokens a step feeds the model
-(padding included) against those of its texts. Examples come from a finished run's shard
+last step (compiled and eager numerics should agree), the tokens a step feeds the model
+(padding included) against those of its texts, and the step's matmul FLOPs per CPU-second
+against this machine's rate on the encoder's MLP matmul, measured in the same run (how far the
+step is from the arithmetic's speed). Examples come from a finished run's shard
 (``--root/--run``), built by the objective's own functions, so the batches have the recipe's
 shape (sentences up to 40 tokens against 8-sentence contexts up to 128).
 
@@ -47,6 +49,32 @@ def context_examples(root: str, run: str, n: int, width: int, seed: int) -> dict
     row = {s: i for i, s in enumerate(sid.tolist())}
     anchors = [texts[row[s]] for s in picked.tolist()]
     return {"anchor": anchors, "positive": [c or "" for c in ctx]}
+
+
+def train_flops(batch: int, length: int, cfg: Any) -> float:
+    """FLOPs of one forward and backward of a BERT-shaped encoder over ``batch`` x ``length``
+    tokens (padding included): 3x the forward's matmuls (projections, MLP, attention's two
+    products); the embeddings' lookups and the pooling are not matmuls."""
+    d, ff, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    per_token = layers * (2 * (4 * d * d + 2 * d * ff) + 4 * length * d)
+    return 3.0 * batch * length * per_token
+
+
+def matmul_rates(d: int, ff: int, threads: int) -> dict[str, float]:
+    """FLOP per CPU-second of this machine on the encoder's MLP matmul (4,096 tokens x d x ff),
+    float32 and under bf16 autocast: the limit a training step's FLOPs are held against."""
+    import torch
+
+    from bench.common import flops_per_s
+
+    torch.set_num_threads(threads)
+    x, lin = torch.randn(4096, d), torch.nn.Linear(d, ff, bias=False)
+    flops = 2.0 * 4096 * d * ff
+    with torch.inference_mode():
+        fp32 = flops_per_s(lambda: lin(x), flops)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            bf16 = flops_per_s(lambda: lin(x), flops)
+    return {"float32": fp32, "bf16": bf16}
 
 
 def train_arm(
@@ -89,8 +117,17 @@ def train_arm(
             fed["tokens"] += ids.numel()
             fed["real"] += int((ids != pad).sum())
 
+    cfg = st[0].auto_model.config
+    fed["flops"] = 0.0
+
+    def count_flops(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            fed["flops"] += train_flops(*ids.shape, cfg)
+
     # the embeddings, not the model: sentence-transformers calls the model's forward directly
     st[0].auto_model.embeddings.register_forward_pre_hook(count, with_kwargs=True)
+    st[0].auto_model.embeddings.register_forward_pre_hook(count_flops, with_kwargs=True)
     sampler: Any = "batch_sampler"
     if batches == "length":
         from ctxsim.models.training.batches import length_batch_sampler
@@ -158,6 +195,10 @@ def main(argv: list[str] | None = None) -> None:
 
     model = str(resolve_model(a.model))
     examples = context_examples(a.root, a.run, a.steps * a.batch, 8, 0)
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(model)
+    rates, _, _ = run_isolated(matmul_rates, cfg.hidden_size, cfg.intermediate_size, a.threads)
     rows: list[dict[str, Any]] = []
     base = None
     for arm in a.arms:
@@ -179,6 +220,11 @@ def main(argv: list[str] | None = None) -> None:
                 "loss after the last step": round(res["loss"], 4) if res["loss"] else None,
                 "tokens fed a step": round(res["tokens"] / a.steps),
                 "of them real": round(res["real"] / max(res["tokens"], 1), 3),
+                "GFLOP a step": round(res["flops"] / a.steps / 1e9, 1),
+                "GFLOP per CPU-s (warm)": round(res["flops"] / a.steps / warm / 1e9, 1),
+                "share of the matmul rate": round(
+                    res["flops"] / a.steps / warm / rates["bf16" if bf16 else "float32"], 2
+                ),
             }
         )
         print(rows[-1], flush=True)
@@ -192,6 +238,9 @@ def main(argv: list[str] | None = None) -> None:
         "batch": a.batch,
         "torch threads": a.threads,
         "examples": "the context objective's: a corpus sentence and its next 8 sentences",
+        "matmul rate, GFLOP per CPU-s": {k: round(v / 1e9, 1) for k, v in rates.items()},
+        "FLOPs": "3x the forward's matmuls over the tokens fed, padding included "
+        "(train_flops); the share is against the arm's precision's matmul rate",
     }
     write_results(a.name, rows, meta, a.out_dir)
 

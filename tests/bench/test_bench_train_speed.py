@@ -1,9 +1,11 @@
 """bench/bench_train_speed.py: the arm trains the steps it is asked for, times each one and counts
-the tokens it fed the model; length-grouped batches feed fewer."""
+the tokens it fed the model; length-grouped batches feed fewer; its FLOPs are torch's count."""
 
 from __future__ import annotations
 
 import math
+
+import pytest
 
 TEXTS = [
     "supply rises when prices rise .",
@@ -47,3 +49,28 @@ def test_an_arm_trains_its_steps_and_clocks_each(tmp_path):
         got = train_arm(mixed, str(tmp_path / "st"), False, False, batches, 4, 4, 1)
         fed[batches] = got["real"] / got["tokens"]
     assert fed["length"] > fed["random"]
+
+
+def test_a_steps_flops_are_what_torchs_flop_counter_counts():
+    """train_flops against torch's own count of a BERT-shaped encoder's forward and backward
+    (eager attention, so its two products are counted; no pooler, as sentence-transformers
+    never trains it): the same count."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import BertConfig, BertModel
+
+    from bench.bench_train_speed import train_flops
+
+    cfg = BertConfig(
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        attn_implementation="eager",
+    )
+    model = BertModel(cfg, add_pooling_layer=False)
+    ids = torch.randint(0, 100, (4, 48))
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids).last_hidden_state.sum().backward()
+    assert train_flops(4, 48, cfg) == pytest.approx(counter.get_total_flops(), rel=0.01)
