@@ -1,8 +1,9 @@
 """`train`'s speed on CPU: the in-domain scorer's training (the `context` objective: each corpus
 sentence with its next 8 sentences, MultipleNegativesRankingLoss) as the trainer runs it, in
 float32, in bf16 autocast (the default where the CPU has bf16 units), in bf16 with
-``torch.compile`` (the trainer's ``torch_compile``) and in bf16 with length-grouped batches
-(``train.context_batches: length``), each in a fresh process.
+``torch.compile`` (the trainer's ``torch_compile``), with length-grouped batches
+(``train.context_batches: length``), with the plain-matmul attention (``train.attention:
+eager``) and without dropout (``train.dropout: 0``), each in a fresh process.
 
 Per arm: CPU-seconds per step once warm (the median of the steps after ``--warmup``), the first
 steps' CPU (compilation included), the whole training's CPU, peak RSS, and the loss after the
@@ -26,12 +27,15 @@ from typing import Any
 
 from bench.harness import run_artefacts, run_isolated, write_results
 
-#: arm -> (bf16, torch_compile, batches)
+#: arm -> (bf16, torch_compile, batches, attention kernel, dropout: None keeps the model's)
 ARMS = {
-    "float32 eager": (False, False, "random"),
-    "bf16 eager (the default)": (True, False, "random"),
-    "bf16 + torch.compile": (True, True, "random"),
-    "bf16, length-grouped batches": (True, False, "length"),
+    "float32 eager": (False, False, "random", "sdpa", None),
+    "bf16 eager (the default)": (True, False, "random", "sdpa", None),
+    "bf16 + torch.compile": (True, True, "random", "sdpa", None),
+    "bf16, length-grouped batches": (True, False, "length", "sdpa", None),
+    "bf16, eager attention": (True, False, "random", "eager", None),
+    "bf16, no dropout": (True, False, "random", "sdpa", 0.0),
+    "bf16, no dropout, eager attention": (True, False, "random", "eager", 0.0),
 }
 
 
@@ -86,6 +90,8 @@ def train_arm(
     steps: int,
     batch: int,
     threads: int,
+    attention: str = "sdpa",
+    dropout: float | None = None,
 ) -> dict[str, Any]:
     """One training in this (fresh) process: CPU-seconds after each step, the last loss, and
     the tokens the model was fed (padding included) and of them real."""
@@ -94,17 +100,17 @@ def train_arm(
     import torch
     from datasets import Dataset
     from sentence_transformers import (
-        SentenceTransformer,
         SentenceTransformerTrainer,
         SentenceTransformerTrainingArguments,
         losses,
     )
     from transformers import TrainerCallback
 
+    from ctxsim.models.training.sentence_encoder import build_student
+
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    st = SentenceTransformer(model, device="cpu")
-    st.max_seq_length = 128
+    st = build_student(model, 128, "cpu", dropout, attention=attention)
     ticks: list[float] = []
     logged: list[float] = []
     fed = {"tokens": 0, "real": 0}
@@ -202,9 +208,19 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     base = None
     for arm in a.arms:
-        bf16, comp, batches = ARMS[arm]
+        bf16, comp, batches, attention, dropout = ARMS[arm]
         res, peak, _ = run_isolated(
-            train_arm, examples, model, bf16, comp, batches, a.steps, a.batch, a.threads
+            train_arm,
+            examples,
+            model,
+            bf16,
+            comp,
+            batches,
+            a.steps,
+            a.batch,
+            a.threads,
+            attention,
+            dropout,
         )
         warm = statistics.median(res["per_step"][a.warmup :])
         first = sum(res["per_step"][: a.warmup])

@@ -72,14 +72,18 @@ def build_student(
     device: str,
     dropout: float | None = None,
     freeze_embeddings: bool = False,
+    attention: str = "sdpa",
 ):
     """The model a training run starts from: ``build_model`` without the card's Hub widget
     examples (they cost a pass over the data and print their own bar), its input embeddings
-    frozen when asked (train.freeze_embeddings)."""
+    frozen when asked (train.freeze_embeddings), its attention kernel ``attention``
+    (train.attention: a runtime choice, not written into the saved config)."""
     model = build_model(backbone_path, max_seq_length, device, dropout)
     model.model_card_data.generate_widget_examples = False
     if freeze_embeddings:
         model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
+    if attention != model[0].auto_model.config._attn_implementation:
+        model[0].auto_model.set_attn_implementation(attention)
     return model
 
 

@@ -224,6 +224,15 @@ class TrainParams(StageParams):
             "Gemma-3 ships with dropout 0 (models.sentence_encoder.dropout_config)."
         ),
     )
+    attention: Literal["sdpa", "eager"] = Field(
+        "sdpa",
+        description=(
+            "The backbone's attention kernel while training (the saved model keeps its own): "
+            "sdpa, torch's scaled_dot_product_attention, or eager, its plain matmuls and "
+            "softmax. With dropout 0 sdpa takes torch's fused CPU kernel, whose backward was "
+            "slower here than the plain matmuls (bench/results/train_speed_dropout_*.md)."
+        ),
+    )
     bf16: bool = Field(
         True,
         description=(
@@ -296,6 +305,7 @@ class TrainParams(StageParams):
         "context_batches": "random",
         "bf16_cpu": False,
         "split_ratios": [98.0, 1.0, 1.0],
+        "attention": "sdpa",
     }
 
     def link(self, sections: dict[str, StageParams]) -> None:

@@ -34,7 +34,7 @@ def test_an_arm_trains_its_steps_and_clocks_each(tmp_path):
     )
     build_model(str(bert), 32, "cpu").save(str(tmp_path / "st"))
     examples = {"anchor": TEXTS[:8], "positive": TEXTS[1:9]}
-    bf16, compiled, batches = ARMS["float32 eager"]
+    bf16, compiled, batches, _, _ = ARMS["float32 eager"]
     res = train_arm(examples, str(tmp_path / "st"), bf16, compiled, batches, 3, 2, 1)
     assert len(res["per_step"]) == 3 and all(t >= 0 for t in res["per_step"])
     assert res["total"] >= sum(res["per_step"]) * 0.5
