@@ -72,19 +72,30 @@ def build_student(
     device: str,
     dropout: float | None = None,
     freeze_embeddings: bool = False,
-    attention: str = "sdpa",
+    attention: str = "auto",
 ):
     """The model a training run starts from: ``build_model`` without the card's Hub widget
     examples (they cost a pass over the data and print their own bar), its input embeddings
     frozen when asked (train.freeze_embeddings), its attention kernel ``attention``
-    (train.attention: a runtime choice, not written into the saved config)."""
+    (train.attention; auto: ``training_attention``; a runtime choice, not written into the
+    saved config)."""
     model = build_model(backbone_path, max_seq_length, device, dropout)
     model.model_card_data.generate_widget_examples = False
     if freeze_embeddings:
         model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
-    if attention != model[0].auto_model.config._attn_implementation:
-        model[0].auto_model.set_attn_implementation(attention)
+    kernel = training_attention(attention, device)
+    if kernel != model[0].auto_model.config._attn_implementation:
+        model[0].auto_model.set_attn_implementation(kernel)
     return model
+
+
+def training_attention(attention: str, device: str) -> str:
+    """train.attention's kernel: ``auto`` is eager (plain matmuls and softmax) on CPU, where
+    torch's fused attention trained slower (bench/results/train_speed_dropout_medquad.md), and
+    sdpa on a GPU, where the fused kernels are the fast ones."""
+    if attention != "auto":
+        return attention
+    return "eager" if str(device).startswith("cpu") else "sdpa"
 
 
 def forward(model: Any, texts: list[str]) -> dict[str, Any]:

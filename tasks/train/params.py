@@ -224,13 +224,14 @@ class TrainParams(StageParams):
             "Gemma-3 ships with dropout 0 (models.sentence_encoder.dropout_config)."
         ),
     )
-    attention: Literal["sdpa", "eager"] = Field(
-        "sdpa",
+    attention: Literal["auto", "sdpa", "eager"] = Field(
+        "auto",
         description=(
             "The backbone's attention kernel while training (the saved model keeps its own): "
             "sdpa, torch's scaled_dot_product_attention, or eager, its plain matmuls and "
-            "softmax. With dropout 0 sdpa takes torch's fused CPU kernel, whose backward was "
-            "slower here than the plain matmuls (bench/results/train_speed_dropout_*.md)."
+            "softmax; auto: eager on CPU, sdpa on a GPU. On CPU eager made a bf16 context "
+            "step 1.14x cheaper, and without dropout sdpa takes a fused kernel whose backward "
+            "is slower still (bench/results/train_speed_dropout_medquad.md)."
         ),
     )
     bf16: bool = Field(
