@@ -30,10 +30,10 @@ from bench.harness import run_artefacts, run_isolated, write_results
 #: arm -> (bf16, torch_compile, batches, attention kernel, dropout: None keeps the model's)
 ARMS = {
     "float32 eager": (False, False, "random", "sdpa", None),
-    "bf16, sdpa attention (the default before)": (True, False, "random", "sdpa", None),
+    "bf16 eager (the default)": (True, False, "random", "sdpa", None),
     "bf16 + torch.compile": (True, True, "random", "sdpa", None),
     "bf16, length-grouped batches": (True, False, "length", "sdpa", None),
-    "bf16 eager (the default)": (True, False, "random", "eager", None),
+    "bf16, eager attention (the recipe's)": (True, False, "random", "eager", None),
     "bf16, no dropout": (True, False, "random", "sdpa", 0.0),
     "bf16, no dropout, eager attention": (True, False, "random", "eager", 0.0),
 }

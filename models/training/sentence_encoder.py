@@ -72,7 +72,7 @@ def build_student(
     device: str,
     dropout: float | None = None,
     freeze_embeddings: bool = False,
-    attention: str = "auto",
+    attention: str = "sdpa",
 ):
     """The model a training run starts from: ``build_model`` without the card's Hub widget
     examples (they cost a pass over the data and print their own bar), its input embeddings

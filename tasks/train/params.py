@@ -225,13 +225,14 @@ class TrainParams(StageParams):
         ),
     )
     attention: Literal["auto", "sdpa", "eager"] = Field(
-        "auto",
+        "sdpa",
         description=(
             "The backbone's attention kernel while training (the saved model keeps its own): "
             "sdpa, torch's scaled_dot_product_attention, or eager, its plain matmuls and "
-            "softmax; auto: eager on CPU, sdpa on a GPU. On CPU eager made a bf16 context "
-            "step 1.14x cheaper, and without dropout sdpa takes a fused kernel whose backward "
-            "is slower still (bench/results/train_speed_dropout_medquad.md)."
+            "softmax; auto (the adapt recipe's): eager on CPU, sdpa on a GPU. On CPU eager "
+            "made a bf16 context step 1.16x cheaper, and without dropout sdpa takes a fused "
+            "kernel whose backward is slower still "
+            "(bench/results/train_speed_attention_medquad.md)."
         ),
     )
     bf16: bool = Field(

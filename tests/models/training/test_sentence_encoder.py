@@ -57,8 +57,8 @@ def test_dropout_is_set_on_every_dropout_key_and_checked(backbone):
 def test_the_training_attention_kernel_is_eager_on_cpu_the_same_function_and_not_saved(
     backbone, tmp_path
 ):
-    """train.attention auto: eager (plain matmuls) on CPU, sdpa on a GPU; both kernels give the
-    same vectors, and the saved model keeps the backbone's own kernel."""
+    """train.attention auto (the adapt recipe's): eager (plain matmuls) on CPU, sdpa on a GPU;
+    both kernels give the same vectors, and the saved model keeps the backbone's own kernel."""
     from ctxsim.models.training.sentence_encoder import (
         build_model,
         build_student,
@@ -68,9 +68,9 @@ def test_the_training_attention_kernel_is_eager_on_cpu_the_same_function_and_not
     assert training_attention("auto", "cpu") == "eager"
     assert training_attention("auto", "cuda:0") == "sdpa"
     assert training_attention("sdpa", "cpu") == "sdpa"
-    student = build_student(str(backbone), 16, "cpu")
+    student = build_student(str(backbone), 16, "cpu", attention="auto")
     assert student[0].auto_model.config._attn_implementation == "eager"
-    fused = build_student(str(backbone), 16, "cpu", attention="sdpa")
+    fused = build_student(str(backbone), 16, "cpu")
     assert fused[0].auto_model.config._attn_implementation == "sdpa"
     a = student.encode(TEXTS, convert_to_numpy=True)
     b = fused.encode(TEXTS, convert_to_numpy=True)
