@@ -113,27 +113,18 @@ def train_arm(
     st = build_student(model, 128, "cpu", dropout, attention=attention)
     ticks: list[float] = []
     logged: list[float] = []
-    fed = {"tokens": 0, "real": 0}
-
-    pad = st.tokenizer.pad_token_id
+    fed = {"tokens": 0, "real": 0, "flops": 0.0}
+    pad, cfg = st.tokenizer.pad_token_id, st[0].auto_model.config
 
     def count(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is not None:
             fed["tokens"] += ids.numel()
             fed["real"] += int((ids != pad).sum())
-
-    cfg = st[0].auto_model.config
-    fed["flops"] = 0.0
-
-    def count_flops(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is not None:
             fed["flops"] += train_flops(*ids.shape, cfg)
 
     # the embeddings, not the model: sentence-transformers calls the model's forward directly
     st[0].auto_model.embeddings.register_forward_pre_hook(count, with_kwargs=True)
-    st[0].auto_model.embeddings.register_forward_pre_hook(count_flops, with_kwargs=True)
     sampler: Any = "batch_sampler"
     if batches == "length":
         from ctxsim.models.training.batches import length_batch_sampler

@@ -139,7 +139,7 @@ def ap_diff_ci(
         return float(np.mean([average_precision_score(yy, r) for r in rows]))
 
     delta = (mean_ap(y, sa) - mean_ap(y, sb)) * 100
-    if sa.shape == sb.shape and np.array_equal(sa, sb):
+    if np.array_equal(sa, sb):
         return _interval(0.0, 0.0, 0.0, confidence, n_resamples)
     rng = np.random.default_rng(seed)
     n = len(y)
