@@ -3,7 +3,8 @@ sentence with its next 8 sentences, MultipleNegativesRankingLoss) as the trainer
 float32, in bf16 autocast (the default where the CPU has bf16 units), in bf16 with
 ``torch.compile`` (the trainer's ``torch_compile``), with length-grouped batches
 (``train.context_batches: length``), with the plain-matmul attention (``train.attention:
-eager``) and without dropout (``train.dropout: 0``), each in a fresh process.
+eager``), without dropout (``train.dropout: 0``) and with the lowest layers fixed
+(``train.freeze_layers``), each in a fresh process.
 
 Per arm: CPU-seconds per step once warm (the median of the steps after ``--warmup``), the first
 steps' CPU (compilation included), the whole training's CPU, peak RSS, and the loss after the
@@ -27,15 +28,18 @@ from typing import Any
 
 from bench.harness import run_artefacts, run_isolated, write_results
 
-#: arm -> (bf16, torch_compile, batches, attention kernel, dropout: None keeps the model's)
+#: arm -> (bf16, torch_compile, batches, attention kernel, dropout: None keeps the model's,
+#: lowest layers fixed)
 ARMS = {
-    "float32 eager": (False, False, "random", "sdpa", None),
-    "bf16 eager (the default)": (True, False, "random", "sdpa", None),
-    "bf16 + torch.compile": (True, True, "random", "sdpa", None),
-    "bf16, length-grouped batches": (True, False, "length", "sdpa", None),
-    "bf16, eager attention (the recipe's)": (True, False, "random", "eager", None),
-    "bf16, no dropout": (True, False, "random", "sdpa", 0.0),
-    "bf16, no dropout, eager attention": (True, False, "random", "eager", 0.0),
+    "float32 eager": (False, False, "random", "sdpa", None, 0),
+    "bf16 eager (the default)": (True, False, "random", "sdpa", None, 0),
+    "bf16 + torch.compile": (True, True, "random", "sdpa", None, 0),
+    "bf16, length-grouped batches": (True, False, "length", "sdpa", None, 0),
+    "bf16, eager attention (the recipe's)": (True, False, "random", "eager", None, 0),
+    "bf16, no dropout": (True, False, "random", "sdpa", 0.0, 0),
+    "bf16, no dropout, eager attention": (True, False, "random", "eager", 0.0, 0),
+    "bf16, eager attention, 2 lowest layers fixed": (True, False, "random", "eager", None, 2),
+    "bf16, eager attention, 3 lowest layers fixed": (True, False, "random", "eager", None, 3),
 }
 
 
@@ -55,13 +59,16 @@ def context_examples(root: str, run: str, n: int, width: int, seed: int) -> dict
     return {"anchor": anchors, "positive": [c or "" for c in ctx]}
 
 
-def train_flops(batch: int, length: int, cfg: Any) -> float:
+def train_flops(batch: int, length: int, cfg: Any, frozen: int = 0) -> float:
     """FLOPs of one forward and backward of a BERT-shaped encoder over ``batch`` x ``length``
     tokens (padding included): 3x the forward's matmuls (projections, MLP, attention's two
-    products); the embeddings' lookups and the pooling are not matmuls."""
+    products) of a trained layer, 1x of each of the ``frozen`` lowest (no backward), less the
+    input gradient of the first trained layer's query, key and value projections (its input
+    needs none); the embeddings' lookups and the pooling are not matmuls."""
     d, ff, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-    per_token = layers * (2 * (4 * d * d + 2 * d * ff) + 4 * length * d)
-    return 3.0 * batch * length * per_token
+    per_layer = 2 * (4 * d * d + 2 * d * ff) + 4 * length * d
+    per_token = (3 * (layers - frozen) + frozen) * per_layer - (6 * d * d if frozen else 0)
+    return 1.0 * batch * length * per_token
 
 
 def matmul_rates(d: int, ff: int, threads: int) -> dict[str, float]:
@@ -92,6 +99,7 @@ def train_arm(
     threads: int,
     attention: str = "sdpa",
     dropout: float | None = None,
+    frozen: int = 0,
 ) -> dict[str, Any]:
     """One training in this (fresh) process: CPU-seconds after each step, the last loss, and
     the tokens the model was fed (padding included) and of them real."""
@@ -110,7 +118,7 @@ def train_arm(
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    st = build_student(model, 128, "cpu", dropout, attention=attention)
+    st = build_student(model, 128, "cpu", dropout, attention=attention, freeze_layers=frozen)
     ticks: list[float] = []
     logged: list[float] = []
     fed = {"tokens": 0, "real": 0, "flops": 0.0}
@@ -121,7 +129,7 @@ def train_arm(
         if ids is not None:
             fed["tokens"] += ids.numel()
             fed["real"] += int((ids != pad).sum())
-            fed["flops"] += train_flops(*ids.shape, cfg)
+            fed["flops"] += train_flops(*ids.shape, cfg, frozen)
 
     # the embeddings, not the model: sentence-transformers calls the model's forward directly
     st[0].auto_model.embeddings.register_forward_pre_hook(count, with_kwargs=True)
@@ -199,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     base = None
     for arm in a.arms:
-        bf16, comp, batches, attention, dropout = ARMS[arm]
+        bf16, comp, batches, attention, dropout, frozen = ARMS[arm]
         res, peak, _ = run_isolated(
             train_arm,
             examples,
@@ -212,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
             a.threads,
             attention,
             dropout,
+            frozen,
         )
         warm = statistics.median(res["per_step"][a.warmup :])
         first = sum(res["per_step"][: a.warmup])
@@ -246,8 +255,8 @@ def main(argv: list[str] | None = None) -> None:
         "torch threads": a.threads,
         "examples": "the context objective's: a corpus sentence and its next 8 sentences",
         "matmul rate, GFLOP per CPU-s": {k: round(v / 1e9, 1) for k, v in rates.items()},
-        "FLOPs": "3x the forward's matmuls over the tokens fed, padding included "
-        "(train_flops); the share is against the arm's precision's matmul rate",
+        "FLOPs": "3x the forward's matmuls over the tokens fed, padding included, 1x for fixed "
+        "layers (train_flops); the share is against the arm's precision's matmul rate",
     }
     write_results(a.name, rows, meta, a.out_dir)
 

@@ -73,20 +73,51 @@ def build_student(
     dropout: float | None = None,
     freeze_embeddings: bool = False,
     attention: str = "sdpa",
+    freeze_layers: int = 0,
 ):
     """The model a training run starts from: ``build_model`` without the card's Hub widget
     examples (they cost a pass over the data and print their own bar), its input embeddings
     frozen when asked (train.freeze_embeddings), its attention kernel ``attention``
     (train.attention; auto: ``training_attention``; a runtime choice, not written into the
-    saved config)."""
+    saved config), its embeddings and lowest ``freeze_layers`` layers fixed (``freeze_bottom``)."""
     model = build_model(backbone_path, max_seq_length, device, dropout)
     model.model_card_data.generate_widget_examples = False
     if freeze_embeddings:
         model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
+    freeze_bottom(model[0].auto_model, freeze_layers)
     kernel = training_attention(attention, device)
     if kernel != model[0].auto_model.config._attn_implementation:
         model[0].auto_model.set_attn_implementation(kernel)
     return model
+
+
+def freeze_bottom(auto_model: Any, n_layers: int) -> None:
+    """Fix the embeddings and the lowest ``n_layers`` transformer layers (train.freeze_layers):
+    no gradient then flows below the first trained layer, so a step skips their backward
+    (about 2/3 of their cost). The layer stack is the module list as long as the config's
+    ``num_hidden_layers`` (BERT's ``encoder.layer``, MPNet's, Gemma's ``layers``); everything
+    registered before its first trained layer (the embeddings) is fixed with it."""
+    if n_layers == 0:
+        return
+    import torch
+
+    total = auto_model.config.num_hidden_layers
+    stacks = [
+        name
+        for name, m in auto_model.named_modules()
+        if isinstance(m, torch.nn.ModuleList) and len(m) == total
+    ]
+    if not stacks:
+        raise ValueError(f"train.freeze_layers: no stack of {total} layers in {type(auto_model)}")
+    if not 0 < n_layers < total:
+        raise ValueError(
+            f"train.freeze_layers must be below the backbone's {total} layers, got {n_layers}"
+        )
+    first_trained = f"{stacks[0]}.{n_layers}."
+    for name, param in auto_model.named_parameters():
+        if name.startswith(first_trained):
+            break
+        param.requires_grad_(False)
 
 
 def training_attention(attention: str, device: str) -> str:

@@ -215,6 +215,14 @@ class TrainParams(StageParams):
             "Keep the backbone's token embeddings fixed (fewer trained weights; for small data)."
         ),
     )
+    freeze_layers: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Keep the embeddings and the backbone's lowest this-many transformer layers fixed: "
+            "a step then skips their backward (about two thirds of each fixed layer's cost)."
+        ),
+    )
     dropout: float | None = Field(
         None,
         ge=0.0,
@@ -308,6 +316,7 @@ class TrainParams(StageParams):
         "bf16_cpu": False,
         "split_ratios": [98.0, 1.0, 1.0],
         "attention": "sdpa",
+        "freeze_layers": 0,
     }
 
     def link(self, sections: dict[str, StageParams]) -> None:

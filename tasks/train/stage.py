@@ -128,7 +128,13 @@ class TrainStage(Stage):
         backbone_path = self._backbone(ctx, p, examples.texts, dev)
         start = resolve_backbone(p.init_from) if p.init_from else backbone_path
         model = build_student(
-            start, p.max_seq_length, ctx.device, p.dropout, p.freeze_embeddings, p.attention
+            start,
+            p.max_seq_length,
+            ctx.device,
+            p.dropout,
+            p.freeze_embeddings,
+            p.attention,
+            p.freeze_layers,
         )
         loss = objective.loss(model, oc, backbone_path) if objective.trains else None
         if objective.needs_dropout and not has_dropout(model):

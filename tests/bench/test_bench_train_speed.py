@@ -34,7 +34,7 @@ def test_an_arm_trains_its_steps_and_clocks_each(tmp_path):
     )
     build_model(str(bert), 32, "cpu").save(str(tmp_path / "st"))
     examples = {"anchor": TEXTS[:8], "positive": TEXTS[1:9]}
-    bf16, compiled, batches, _, _ = ARMS["float32 eager"]
+    bf16, compiled, batches, *_ = ARMS["float32 eager"]
     res = train_arm(examples, str(tmp_path / "st"), bf16, compiled, batches, 3, 2, 1)
     assert len(res["per_step"]) == 3 and all(t >= 0 for t in res["per_step"])
     assert res["total"] >= sum(res["per_step"]) * 0.5
@@ -54,7 +54,7 @@ def test_an_arm_trains_its_steps_and_clocks_each(tmp_path):
 def test_a_steps_flops_are_what_torchs_flop_counter_counts():
     """train_flops against torch's own count of a BERT-shaped encoder's forward and backward
     (eager attention, so its two products are counted; no pooler, as sentence-transformers
-    never trains it): the same count."""
+    never trains it), whole and with its lowest layer fixed: the same count."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import BertConfig, BertModel
@@ -74,3 +74,9 @@ def test_a_steps_flops_are_what_torchs_flop_counter_counts():
     with FlopCounterMode(display=False) as counter:
         model(input_ids=ids).last_hidden_state.sum().backward()
     assert train_flops(4, 48, cfg) == pytest.approx(counter.get_total_flops(), rel=0.01)
+    # the embeddings and the lowest layer fixed (train.freeze_layers: 1): no backward below
+    for param in [*model.embeddings.parameters(), *model.encoder.layer[0].parameters()]:
+        param.requires_grad_(False)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids).last_hidden_state.sum().backward()
+    assert train_flops(4, 48, cfg, 1) == pytest.approx(counter.get_total_flops(), rel=0.01)

@@ -78,3 +78,19 @@ def test_the_training_attention_kernel_is_eager_on_cpu_the_same_function_and_not
     student.save(str(tmp_path / "st"))
     again = build_model(str(tmp_path / "st"), 16, "cpu")
     assert again[0].auto_model.config._attn_implementation == "sdpa"
+
+
+def test_freezing_the_lowest_layers_stops_their_gradients_and_refuses_the_whole_stack(backbone):
+    """train.freeze_layers: the embeddings and the lowest layers get no gradient (a step skips
+    their backward), the layers above do; freezing every layer would train nothing."""
+    from ctxsim.models.training.sentence_encoder import build_student
+
+    student = build_student(str(backbone), 16, "cpu", freeze_layers=1)
+    student(student.tokenize(TEXTS))["sentence_embedding"].sum().backward()
+    grads = {n: p.grad is not None for n, p in student[0].auto_model.named_parameters()}
+    assert not any(g for n, g in grads.items() if n.startswith(("embeddings.", "encoder.layer.0.")))
+    assert all(g for n, g in grads.items() if n.startswith("encoder.layer.1."))
+    whole = build_student(str(backbone), 16, "cpu")
+    assert all(p.requires_grad for p in whole[0].auto_model.parameters())
+    with pytest.raises(ValueError, match="train.freeze_layers must be below the backbone's 2"):
+        build_student(str(backbone), 16, "cpu", freeze_layers=2)
