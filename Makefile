@@ -20,10 +20,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/ctxsim run --config $(CONFIG)
 
-## Create the venv if needed, install, lint and run the test suite.
+## Create the venv if needed, install, lint and run the test suite: on TEST_WORKERS processes
+## (one per core of the CI machine), each test module on one worker, so a module's fixtures run
+## once (TEST_WORKERS=0: one process).
+TEST_WORKERS ?= 2
 test: $(STAMP) ci-deps
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
