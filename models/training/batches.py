@@ -3,7 +3,8 @@ its examples so that each consecutive block of ``batch_size`` is one batch of fe
 (models/training/objectives/context.py::document_batch_order); the trainer must keep the blocks
 and only shuffle their order. ``length``: the context examples in length-grouped batches (a
 batch pads to its own longest text, not to the longest of a random draw). Every other dataset
-(the labels' pairs) is shuffled as sentence-transformers does by default."""
+(the labels' pairs) is shuffled as sentence-transformers does by default. ``train.label_share``:
+a multi-dataset training's batches drawn from its parts in set shares, not by their sizes."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from sentence_transformers.base.sampler import DefaultBatchSampler
-from torch.utils.data import RandomSampler
+from sentence_transformers.base.sampler import DefaultBatchSampler, MultiDatasetDefaultBatchSampler
+from torch.utils.data import ConcatDataset, RandomSampler
 
 #: the context objective's columns: the dataset whose order holds its batches
 CONTEXT_COLUMNS = ("anchor", "positive")
@@ -112,3 +113,62 @@ def length_batch_sampler(max_tokens: int) -> ContextBatchSampler:
     """``train.context_batches: length`` for a model that cuts texts at ``max_tokens`` (the
     positives' lengths capped there, in characters)."""
     return ContextBatchSampler("length", max_tokens * CHARS_PER_TOKEN)
+
+
+class ShareBatchSampler(MultiDatasetDefaultBatchSampler):
+    """A multi-dataset epoch of as many batches as the parts hold together, each part's count
+    its share of them (largest remainders), in a seeded order per epoch; a part that runs out
+    starts over (its own sampler reshuffles), so a small part with a large share repeats rows."""
+
+    def __init__(self, dataset: ConcatDataset, shares: tuple[float, ...], **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        if len(shares) != len(self.batch_samplers):
+            raise ValueError(f"{len(shares)} shares for {len(self.batch_samplers)} datasets")
+        self.shares = shares
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.batch_samplers)
+
+    def counts(self) -> list[int]:
+        """Batches per part in one epoch: its share of ``len(self)``, rounded so they sum to it."""
+        total, weight = len(self), sum(self.shares)
+        exact = [total * s / weight for s in self.shares]
+        counts = [int(e) for e in exact]
+        by_remainder = sorted(range(len(exact)), key=lambda i: counts[i] - exact[i])
+        for i in by_remainder[: total - sum(counts)]:
+            counts[i] += 1
+        return counts
+
+    def __iter__(self) -> Iterator[list[int]]:
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        order = [i for i, n in enumerate(self.counts()) for _ in range(n)]
+        offsets = [0]
+        for d in self.dataset.datasets[:-1]:
+            offsets.append(offsets[-1] + len(d))
+        iters = [iter(s) for s in self.batch_samplers]
+        for k in torch.randperm(len(order), generator=gen).tolist():
+            part = order[k]
+            batch = next(iters[part], None)
+            if batch is None:  # this part is used up: it starts over
+                iters[part] = iter(self.batch_samplers[part])
+                batch = next(iters[part])
+            yield [idx + offsets[part] for idx in batch]
+
+
+@dataclass(frozen=True)
+class SharedBatches:
+    """The trainer's ``multi_dataset_batch_sampler`` for ``train.label_share``: the parts' shares
+    in the order of the objective's datasets (a module-level class: checkpoints pickle it)."""
+
+    shares: tuple[float, ...]
+
+    def __call__(
+        self,
+        dataset: ConcatDataset,
+        batch_samplers: list[Any],
+        generator: torch.Generator | None = None,
+        seed: int | None = 0,
+    ) -> ShareBatchSampler:
+        return ShareBatchSampler(
+            dataset, self.shares, batch_samplers=batch_samplers, generator=generator, seed=seed or 0
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ctxsim.models.contextual.origin import check_split_ratios
 from ctxsim.models.registry import check_model_name
@@ -71,6 +71,16 @@ class TrainParams(StageParams):
             "length (random by topic, grouped by length: a batch pads to its own longest text; "
             "1.12x cheaper context steps, but it lost economics' QA 1.0-1.5 nDCG@10: not the "
             "recipe)."
+        ),
+    )
+    label_share: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description=(
+            "Objectives that train the labels with another part (ctxsim-context, joint): the "
+            "labels' share of the batches; None draws the parts in proportion to their sizes "
+            "(the library's default)."
         ),
     )
     loss: LossName = Field(
@@ -317,6 +327,7 @@ class TrainParams(StageParams):
         "split_ratios": [98.0, 1.0, 1.0],
         "attention": "sdpa",
         "freeze_layers": 0,
+        "label_share": None,
     }
 
     def link(self, sections: dict[str, StageParams]) -> None:
@@ -324,6 +335,17 @@ class TrainParams(StageParams):
         ratios = getattr(sections.get("label"), "split_ratios", None)
         if ratios is not None and not get_objective(self.objective).needs_labels:
             self.split_ratios = list(ratios)
+
+    @model_validator(mode="after")
+    def _share_of_parts(self) -> TrainParams:
+        parts = get_objective(self.objective).parts
+        if self.label_share is not None and parts[:1] != ("ctxsim",):
+            mixed = [n for n, o in OBJECTIVES.items() if o.parts[:1] == ("ctxsim",)]
+            raise ValueError(
+                f"train.label_share: objective {self.objective} trains no labels beside another "
+                f"part (it applies to {', '.join(mixed)})"
+            )
+        return self
 
     @field_validator("split_ratios")
     @classmethod

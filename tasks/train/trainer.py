@@ -72,6 +72,14 @@ def training_args(
         from ctxsim.models.training.batches import length_batch_sampler
 
         sampler = length_batch_sampler(p.max_seq_length)
+    parts: Any = "proportional"  # the library's default: each part by its size
+    if p.label_share is not None:  # the labels' dataset comes first (TrainParams checks it)
+        from ctxsim.models.training.batches import SharedBatches
+        from ctxsim.models.training.objectives import get_objective
+
+        others = len(get_objective(p.objective).parts) - 1
+        rest = (1.0 - p.label_share) / others
+        parts = SharedBatches((p.label_share, *[rest] * others))
     return SentenceTransformerTrainingArguments(
         output_dir=str(ckpt_dir),
         num_train_epochs=p.epochs,
@@ -101,6 +109,7 @@ def training_args(
         disable_tqdm=True,
         dataloader_num_workers=0,
         batch_sampler=sampler,
+        multi_dataset_batch_sampler=parts,
         use_cpu=not device.startswith("cuda"),
     )
 

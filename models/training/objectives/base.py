@@ -90,6 +90,9 @@ class TrainObjective:
     needs_dropout: ClassVar[bool] = False
     #: False: no training at all (the backbone is the model)
     trains: ClassVar[bool] = True
+    #: objectives trained together, one dataset each, in the order the trainer sees them (a
+    #: multi-dataset training: ``train.label_share`` sets the labels' share of its batches)
+    parts: ClassVar[tuple[str, ...]] = ()
 
     def examples(self, pairs: TrainingPairs, oc: ObjectiveContext) -> Examples:
         raise NotImplementedError

@@ -1,5 +1,6 @@
 """``ctxsim-context``: the label artefact's Eq. 4 labels and each sentence's real right context in
-one training (multi-dataset: each batch from one of the two, in proportion to their sizes).
+one training (multi-dataset: each batch from one of the two, in proportion to their sizes, or
+the labels' share of them set by ``train.label_share``).
 
 The labels teach which sentences mean alike (on MedQuAD, questions that entail each other); the
 right contexts keep what the labels alone pull apart: a question and its answer, which Origin's
@@ -26,6 +27,7 @@ PARTS = ("ctxsim", "context")
 class CtxsimContextObjective(TrainObjective):
     name = "ctxsim-context"
     eq4_labels = True
+    parts = PARTS
     inputs = ("queries", "shard")
     pair_budget = True
 

@@ -1,5 +1,6 @@
 """``joint``: ctxsim's labelled pairs and SimCSE's positives in one training (sentence-transformers
-multi-dataset training: each batch comes from one of the two, in proportion to their sizes)."""
+multi-dataset training: each batch comes from one of the two, in proportion to their sizes, or
+the labels' share of them set by ``train.label_share``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ PARTS = ("ctxsim", "simcse")
 class JointObjective(TrainObjective):
     name = "joint"
     eq4_labels = True
+    parts = PARTS
     pair_budget = True
     needs_dropout = True
 
