@@ -104,7 +104,16 @@ class AdaptRules(BaseModel):
         "embed.max_units the embed pass reads about max_units x this many words",
     )
     cpu_s_per_step: float = Field(
-        3.0, ge=0, description="cost model: one training step of the recipe's batch"
+        3.0,
+        ge=0,
+        description="cost model: one training step of the recipe's batch (labels and right "
+        "contexts), float32",
+    )
+    cpu_s_per_context_step: float = Field(
+        3.0,
+        ge=0,
+        description="cost model: one step of the in-domain scorer (right contexts alone: longer "
+        "texts than the labels' sentences), float32",
     )
     cpu_s_per_dev_item: float = Field(
         0.085, ge=0, description="cost model: one dev pair or question, three systems scored"
@@ -113,9 +122,22 @@ class AdaptRules(BaseModel):
         1.0,
         gt=0,
         le=1,
-        description="cost model: per-word, per-step and per-dev-item costs times this where "
-        "embed and train (embed.bf16, train.bf16_cpu), and evaluate (evaluate.bf16_cpu), run in "
-        "bf16 on a CPU with bf16 units",
+        description="cost model: per-word and per-dev-item costs times this where embed "
+        "(embed.bf16) and evaluate (evaluate.bf16_cpu) run in bf16 on a CPU with bf16 units",
+    )
+    cpu_bf16_step_factor: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="cost model: a training step's cost times this where it runs in bf16 "
+        "(train.bf16_cpu) on a CPU with bf16 units",
+    )
+    cpu_no_dropout_factor: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="cost model: a training step's cost times this with train.dropout: 0 (no "
+        "random masks to draw and apply)",
     )
 
 
@@ -136,6 +158,10 @@ class AdaptPlan:
     student_from_scorer: bool = False
     #: one pass over the labelled pairs (``steps`` is the student's share of it)
     pass_steps: int = 0
+    #: the cost model's CPU-s besides the trainings, and a step's price: ``cpu_s`` is repriced
+    #: from the configs' train sections (``reprice``) after every change of them
+    fixed_cpu_s: float = 0.0
+    prices: StepPrices | None = None
 
     def lines(self) -> list[str]:
         """The plan as printed (sizes read from the config, so --set overrides show)."""
@@ -187,6 +213,15 @@ class AdaptPlan:
             elif key != "train.objective" and key.split(".")[0] in self.scorer:
                 _set_dotted(self.scorer, key, value, f"--set {ov}")
         self.link_scorer()
+        self.reprice()
+
+    def reprice(self) -> None:
+        """The predicted cost from the trainings the configs now hold (steps, bf16, fixed
+        layers, dropout), the rest of the cost model's figure kept."""
+        if self.prices is None:
+            return
+        trainings = [self.config["train"], *([self.scorer["train"]] if self.scorer else [])]
+        self.cpu_s = self.fixed_cpu_s + sum(self.prices.training_cpu_s(t) for t in trainings)
 
     def link_scorer(self) -> None:
         """The recipe's embed.model: where the scorer's trained encoder will be."""
@@ -267,23 +302,18 @@ def sizes(
     recipe's caps; steps are one pass over the labelled pairs, at least ``rules.min_steps``; a
     budget scales both down until the cost model fits it. ``model_factor``: the encoder's cost
     per token against MiniLM's (``model_cost_factor``); ``dev_items``: dev pairs and questions
-    to evaluate; ``bf16``: embed and train run in bf16 (``rules.cpu_bf16_factor``),
-    ``eval_bf16`` the evaluation too; ``trainings``: training runs of that many steps (1 +
-    ``scorer_step_share`` with the in-domain scorer); ``max_units``: embed.max_units (0: the
-    embed pass reads every word)."""
+    to evaluate; ``bf16``: embed and train run in bf16 (``rules.cpu_bf16_factor``,
+    ``rules.cpu_bf16_step_factor``), ``eval_bf16`` the evaluation too; ``trainings``: trainings
+    priced in passes of the recipe's step (``priced_passes``); ``max_units``: embed.max_units
+    (0: the embed pass reads every word)."""
     sentences = words / rules.words_per_sentence
     queries = int(min(rules.max_queries, sentences * rules.query_share))
     ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
     notes: list[str] = []
 
-    speed = rules.cpu_bf16_factor if bf16 else 1.0
+    speed = rules.cpu_bf16_step_factor if bf16 else 1.0
     per_step = rules.cpu_s_per_step * model_factor * speed * trainings
-    fixed = (
-        rules.cpu_s_fixed
-        + rules.cpu_s_per_read_word * words
-        + rules.cpu_s_per_word * embed_words(words, max_units, rules) * model_factor * speed
-        + rules.cpu_s_per_dev_item * dev_items * model_factor * (speed if eval_bf16 else 1.0)
-    )
+    fixed = fixed_cpu_s(words, rules, model_factor, dev_items, bf16, eval_bf16, max_units)
 
     floor = rules.min_steps
     if budget_cpu_h is not None and per_step > 0:  # the floor never outgrows the budget
@@ -323,6 +353,63 @@ def sizes(
     return queries, ctx, steps, cpu, notes
 
 
+def fixed_cpu_s(
+    words: int,
+    rules: AdaptRules,
+    model_factor: float = 1.0,
+    dev_items: int = 0,
+    bf16: bool = False,
+    eval_bf16: bool = False,
+    max_units: int = 0,
+) -> float:
+    """The cost model's CPU-s besides the trainings: loads, reading the corpus, embed, pairs and
+    label over the words embed reads, and the evaluation of ``dev_items``."""
+    speed = rules.cpu_bf16_factor if bf16 else 1.0
+    return (
+        rules.cpu_s_fixed
+        + rules.cpu_s_per_read_word * words
+        + rules.cpu_s_per_word * embed_words(words, max_units, rules) * model_factor * speed
+        + rules.cpu_s_per_dev_item * dev_items * model_factor * (speed if eval_bf16 else 1.0)
+    )
+
+
+@dataclass(frozen=True)
+class StepPrices:
+    """What one training step costs in the cost model, read from a config's train section, so
+    the printed estimate follows ``--set train.freeze_layers``, ``train.dropout``, steps, ..."""
+
+    rules: AdaptRules
+    model_factor: float = 1.0
+    #: the encoder's transformer layers (None: unknown, fixed layers then not priced)
+    layers: int | None = None
+
+    def step_cpu_s(self, train: dict[str, Any]) -> float:
+        from ctxsim.models.encoders import bf16_available
+
+        r = self.rules
+        context = train.get("objective") == "context"
+        cost = (r.cpu_s_per_context_step if context else r.cpu_s_per_step) * self.model_factor
+        if train.get("bf16_cpu") and bf16_available("cpu"):
+            cost *= r.cpu_bf16_step_factor
+        if train.get("dropout") == 0:
+            cost *= r.cpu_no_dropout_factor
+        return cost * frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
+
+    def training_cpu_s(self, train: dict[str, Any]) -> float:
+        return int(train.get("max_steps") or 0) * self.step_cpu_s(train)
+
+
+def frozen_step_share(frozen: int, layers: int | None) -> float:
+    """A step's FLOPs with the lowest ``frozen`` of ``layers`` layers fixed, against none: a
+    fixed layer runs forward only (1 of a trained layer's 3 units of work). Measured on
+    economics' context batches: 0.81 and 0.71 of a step with 2 and 3 of MiniLM's 6 fixed
+    against this 0.78 and 0.67 (bench/results/train_speed_freeze_econ.md)."""
+    if not layers or frozen <= 0:
+        return 1.0
+    frozen = min(frozen, layers)
+    return (3 * (layers - frozen) + frozen) / (3 * layers)
+
+
 def embed_words(words: int, max_units: int, rules: AdaptRules) -> float:
     """The corpus words the embed pass encodes: all, or about a sample of max_units units'."""
     return float(words) if max_units <= 0 else min(words, max_units * rules.words_per_unit)
@@ -359,21 +446,13 @@ def adapt_config(
 
         dev_items = sum(len(ev) for ev in discover_eval_dir(eval_dir))
     factor = model_cost_factor(model)
-    trainings = training_share(rules)
     max_units = int(cfg.get("embed", {}).get("max_units", 0))
+    bf16, eval_bf16 = _bf16(cfg), _bf16(cfg, (("evaluate", "bf16_cpu"),))
     queries, ctx, steps, cpu, notes = sizes(
-        shape.words_estimate,
-        rules,
-        batch,
-        per_query,
-        budget_cpu_h,
-        factor,
-        dev_items,
-        _bf16(cfg),
-        trainings,
-        _bf16(cfg, (("evaluate", "bf16_cpu"),)),
-        max_units,
-    )
+        shape.words_estimate, rules, batch, per_query, budget_cpu_h, model_factor=factor,
+        dev_items=dev_items, bf16=bf16, trainings=priced_passes(rules), eval_bf16=eval_bf16,
+        max_units=max_units,
+    )  # fmt: skip
     notes = shape.notes + notes
     if embed_words(shape.words_estimate, max_units, rules) < shape.words_estimate:
         notes.append(
@@ -398,6 +477,10 @@ def adapt_config(
     else:
         cfg["evaluate"]["eval_dir"] = eval_dir
     plan = AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes, pass_steps=steps)
+    plan.fixed_cpu_s = fixed_cpu_s(
+        shape.words_estimate, rules, factor, dev_items, bf16, eval_bf16, max_units
+    )
+    plan.prices = StepPrices(rules, factor, model_layers(model))
     if rules.scorer == "in-domain":
         plan.scorer = scorer_config(cfg, rules.scorer_step_share)
         plan.student_from_scorer = rules.student == "scorer"
@@ -405,6 +488,7 @@ def adapt_config(
             plan.steps = max(1, round(steps * rules.student_step_share))
             _set_steps(cfg["train"], plan.steps)
         plan.link_scorer()
+    plan.reprice()
     return plan
 
 
@@ -415,6 +499,16 @@ def training_share(rules: AdaptRules) -> float:
         return 1.0
     student = rules.student_step_share if rules.student == "scorer" else 1.0
     return rules.scorer_step_share + student
+
+
+def priced_passes(rules: AdaptRules) -> float:
+    """``training_share`` priced at the recipe's step: the scorer's steps (right contexts
+    alone) cost ``cpu_s_per_context_step`` each."""
+    if rules.scorer != "in-domain":
+        return 1.0
+    student = rules.student_step_share if rules.student == "scorer" else 1.0
+    dearer = rules.cpu_s_per_context_step / rules.cpu_s_per_step if rules.cpu_s_per_step else 1.0
+    return rules.scorer_step_share * dearer + student
 
 
 def scorer_config(cfg: dict[str, Any], step_share: float = 1.0) -> dict[str, Any]:
@@ -476,17 +570,30 @@ _MINILM_WORK = 6 * 384**2
 def model_cost_factor(model: str) -> float:
     """The encoder's work per token against all-MiniLM-L6-v2's (layers x hidden^2 from its
     config; 1.0 when it cannot be read): mpnet's is 8."""
-    import json
+    cfg = _model_config(model)
+    try:
+        return cfg["num_hidden_layers"] * cfg["hidden_size"] ** 2 / _MINILM_WORK
+    except (KeyError, TypeError):
+        return 1.0
 
+
+def model_layers(model: str) -> int | None:
+    """The encoder's transformer layers from its config (None when it cannot be read)."""
+    layers = _model_config(model).get("num_hidden_layers")
+    return layers if isinstance(layers, int) else None
+
+
+def _model_config(model: str) -> dict[str, Any]:
+    """The backbone's config.json (its own folder's or a module subfolder's), {} if unread."""
     from ctxsim.models.registry import resolve_model
 
     try:
         root = Path(resolve_model(model))
         configs = [root / "config.json", *root.glob("*/config.json")]
         cfg = json.loads(next(c for c in configs if c.exists()).read_text())
-        return cfg["num_hidden_layers"] * cfg["hidden_size"] ** 2 / _MINILM_WORK
     except (StopIteration, OSError, KeyError, ValueError, TypeError):
-        return 1.0
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
 
 
 def dump_config(plan: AdaptPlan, command: str, part: str = "all") -> str:

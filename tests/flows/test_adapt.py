@@ -19,6 +19,7 @@ from ctxsim.flows.adapt import (
     dump_config,
     embed_shards,
     embed_words,
+    priced_passes,
     read_recipe,
     sizes,
     training_share,
@@ -403,7 +404,7 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
     with_dev = sizes(400_000, rules, 32, 4, None, 1.0, 1000)[3]
     assert with_dev == pytest.approx(base + 1000 * rules.cpu_s_per_dev_item)
     assert model_cost_factor("no/such/model") == 1.0
-    half = AdaptRules(cpu_bf16_factor=0.5)
+    half = AdaptRules(cpu_bf16_factor=0.5, cpu_bf16_step_factor=0.5)
     fp32, bf16 = (
         sizes(400_000, half, 32, 4, None)[3],
         sizes(400_000, half, 32, 4, None, bf16=True)[3],
@@ -413,6 +414,39 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
         sizes(400_000, half, 32, 4, None, 1.0, 1000, bf16=True, eval_bf16=e)[3] for e in (0, 1)
     )
     assert dev_fp32 - dev_bf16 == pytest.approx(0.5 * 1000 * half.cpu_s_per_dev_item)
+
+
+def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_st) -> None:
+    """--set on a training (steps, fixed layers, dropout) reprices the plan: the scorer's steps
+    at the dearer context step, a fixed layer at its FLOPs, no dropout at its measured factor."""
+    from ctxsim.flows.adapt import frozen_step_share, model_layers
+
+    recipe = _in_domain_recipe(tmp_path, tiny_st)
+    plan = adapt_config([str(SAMPLE)], str(tiny_st), None, None, str(tmp_path / "r"), recipe=recipe)
+    assert plan.scorer is not None and plan.prices is not None
+    rules, layers = plan.prices.rules, model_layers(str(tiny_st))
+    assert layers == 2  # the tiny encoder's
+    scorer, student = plan.scorer["train"], plan.config["train"]
+    step = rules.cpu_s_per_step * plan.prices.model_factor
+    context_step = rules.cpu_s_per_context_step * plan.prices.model_factor
+    if student.get("bf16_cpu") and plan.prices.step_cpu_s(student) != step:  # a bf16 CPU
+        step, context_step = (c * rules.cpu_bf16_step_factor for c in (step, context_step))
+    trainings = scorer["max_steps"] * context_step + student["max_steps"] * step
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings)
+
+    before = plan.cpu_s
+    plan.override(["train.freeze_layers=1"])  # both trainings: 1 of the tiny encoder's 2 fixed
+    assert frozen_step_share(1, 2) == pytest.approx(4 / 6)
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * 4 / 6)
+    plan.override(["train.dropout=0"])
+    assert plan.cpu_s == pytest.approx(
+        plan.fixed_cpu_s + trainings * 4 / 6 * rules.cpu_no_dropout_factor
+    )
+    plan.override(["train.freeze_layers=0", "train.dropout=0.1", "train.max_steps=1"])
+    assert plan.cpu_s < before and plan.cpu_s == pytest.approx(
+        plan.fixed_cpu_s + context_step + step
+    )
+    assert frozen_step_share(2, None) == 1.0 and frozen_step_share(9, 6) == pytest.approx(1 / 3)
 
 
 def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_priced_so(
@@ -446,7 +480,12 @@ def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_price
     one = sizes(2_600_000, rules, 32, 4, None)[3]
     half = sizes(2_600_000, rules, 32, 4, None, 1.0, 0, False, 1.5)[3]
     assert half - one == pytest.approx(rules.cpu_s_per_step * 250 * 0.5)
-    # the recipe's: the scorer's share and the student's (continuing from it)
+    # the recipe's: the scorer's share and the student's (continuing from it), the scorer's
+    # steps priced at the dearer context step
     assert training_share(rules) == rules.scorer_step_share + rules.student_step_share
+    dearer = rules.cpu_s_per_context_step / rules.cpu_s_per_step
+    assert priced_passes(rules) == pytest.approx(
+        rules.scorer_step_share * dearer + rules.student_step_share
+    )
     assert training_share(AdaptRules(scorer="in-domain", scorer_step_share=0.5)) == 1.5
     assert training_share(AdaptRules(scorer="download", student="scorer")) == 1.0
