@@ -418,7 +418,8 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
 
 def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_st) -> None:
     """--set on a training (steps, fixed layers, dropout) reprices the plan: the scorer's steps
-    at the dearer context step, a fixed layer at its FLOPs, no dropout at its measured factor."""
+    at the dearer context step, a fixed layer at its FLOPs, no dropout at its measured factor;
+    the written configs are headed by it."""
     from ctxsim.flows.adapt import frozen_step_share, model_layers
 
     recipe = _in_domain_recipe(tmp_path, tiny_st)
@@ -447,6 +448,8 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
         plan.fixed_cpu_s + context_step + step
     )
     assert frozen_step_share(2, None) == 1.0 and frozen_step_share(9, 6) == pytest.approx(1 / 3)
+    # the written configs carry the plan as it stands
+    assert f"#   predicted cost: {plan.cpu_s / 3600:.2f} CPU-hours" in dump_config(plan, "x")
 
 
 def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_priced_so(
