@@ -492,18 +492,10 @@ def adapt_config(
     return plan
 
 
-def training_share(rules: AdaptRules) -> float:
-    """The trainings a run pays for, in passes over the labelled pairs: the recipe's (a share of
-    one when it continues from the scorer) and the in-domain scorer's."""
-    if rules.scorer != "in-domain":
-        return 1.0
-    student = rules.student_step_share if rules.student == "scorer" else 1.0
-    return rules.scorer_step_share + student
-
-
 def priced_passes(rules: AdaptRules) -> float:
-    """``training_share`` priced at the recipe's step: the scorer's steps (right contexts
-    alone) cost ``cpu_s_per_context_step`` each."""
+    """The trainings a run pays for, in passes over the labelled pairs at the recipe's step: the
+    student's (a share of one when it continues from the scorer) and the in-domain scorer's,
+    whose steps (right contexts alone) cost ``cpu_s_per_context_step`` each."""
     if rules.scorer != "in-domain":
         return 1.0
     student = rules.student_step_share if rules.student == "scorer" else 1.0

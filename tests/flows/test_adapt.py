@@ -22,7 +22,6 @@ from ctxsim.flows.adapt import (
     priced_passes,
     read_recipe,
     sizes,
-    training_share,
 )
 from ctxsim.flows.cli import app
 from ctxsim.flows.config import load_config
@@ -485,10 +484,9 @@ def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_price
     assert half - one == pytest.approx(rules.cpu_s_per_step * 250 * 0.5)
     # the recipe's: the scorer's share and the student's (continuing from it), the scorer's
     # steps priced at the dearer context step
-    assert training_share(rules) == rules.scorer_step_share + rules.student_step_share
     dearer = rules.cpu_s_per_context_step / rules.cpu_s_per_step
     assert priced_passes(rules) == pytest.approx(
         rules.scorer_step_share * dearer + rules.student_step_share
     )
-    assert training_share(AdaptRules(scorer="in-domain", scorer_step_share=0.5)) == 1.5
-    assert training_share(AdaptRules(scorer="download", student="scorer")) == 1.0
+    assert priced_passes(AdaptRules(scorer="in-domain", scorer_step_share=0.5)) == 1.5
+    assert priced_passes(AdaptRules(scorer="download", student="scorer")) == 1.0
