@@ -590,10 +590,9 @@ def _model_config(model: str) -> dict[str, Any]:
 
 def dump_config(plan: AdaptPlan, command: str, part: str = "all") -> str:
     """The config as YAML, headed by the command that made it and the plan (sizes, predicted
-    cost): ``part`` "recipe" or "scorer"
-    alone (the files ctxsim adapt writes; the recipe's when there is no scorer), or "all"
-    (--dump-config: with an in-domain scorer, its config first, then the recipe's, as two YAML
-    documents)."""
+    cost): ``part`` "recipe" or "scorer" alone (the files ctxsim adapt writes; the recipe's when
+    there is no scorer), or "all" (--dump-config: with an in-domain scorer, its config first,
+    then the recipe's, as two YAML documents)."""
     head = (
         f"# Written by: {command}\n# The recipe of configs/recipes/adapt.yaml sized for this "
         'corpus (docs/domain.md, "ctxsim adapt"):\n'

@@ -142,9 +142,7 @@ class ShareBatchSampler(MultiDatasetDefaultBatchSampler):
     def __iter__(self) -> Iterator[list[int]]:
         gen = torch.Generator().manual_seed(self.seed + self.epoch)
         order = [i for i, n in enumerate(self.counts()) for _ in range(n)]
-        offsets = [0]
-        for d in self.dataset.datasets[:-1]:
-            offsets.append(offsets[-1] + len(d))
+        offsets = [0, *self.dataset.cumulative_sizes[:-1]]  # each part's first row
         iters = [iter(s) for s in self.batch_samplers]
         for k in torch.randperm(len(order), generator=gen).tolist():
             part = order[k]
