@@ -191,11 +191,27 @@ class AdaptPlan:
         return int(self.config["pairs"]["pairs_per_query"])
 
     def override(self, overrides: list[str]) -> None:
-        """``--set SECTION.KEY=VALUE`` on the config, as `ctxsim run --set` would."""
+        """``--set SECTION.KEY=VALUE`` on the config, as `ctxsim run --set` would (on the
+        scorer's too where it runs that section); ``--set scorer.SECTION.KEY=VALUE`` on the
+        in-domain scorer's alone, so its training can differ from the student's."""
         from ctxsim.flows.config import _set_dotted, parse_override
 
         for ov in overrides:
             key, value = parse_override(ov)
+            if key.startswith("scorer."):
+                if self.scorer is None:
+                    raise InputError(
+                        f"--set {ov}: this run has no in-domain scorer run (adapt.scorer: "
+                        "download, or embed.model named)"
+                    )
+                inner = key.removeprefix("scorer.")
+                if inner.split(".")[0] not in self.scorer:
+                    raise InputError(
+                        f"--set {ov}: the scorer's run has no {inner.split('.')[0]} section "
+                        f"(it runs {', '.join(s for s in self.scorer if s != 'run')})"
+                    )
+                _set_dotted(self.scorer, inner, value, f"--set {ov}")
+                continue
             _set_dotted(self.config, key, value, f"--set {ov}")
             if self.scorer is None:
                 continue

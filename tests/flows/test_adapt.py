@@ -21,6 +21,7 @@ from ctxsim.flows.adapt import (
     embed_words,
     priced_passes,
     read_recipe,
+    scorer_dir,
     sizes,
 )
 from ctxsim.flows.cli import app
@@ -294,6 +295,12 @@ def test_an_in_domain_scorer_plan_is_two_configs_the_second_scored_by_the_first(
     assert plan.scorer["train"]["split_ratios"] == [90, 5, 5]
     docs = list(yaml.safe_load_all(dump_config(plan, "ctxsim adapt x")))
     assert [d["train"]["objective"] for d in docs] == ["context", "labels"]
+    # scorer.SECTION.KEY sets the scorer's run alone; a section it does not run is refused
+    plan.override(["scorer.train.dropout=0"])
+    assert plan.scorer["train"]["dropout"] == 0 and plan.config["train"].get("dropout") != 0
+    assert plan.config["embed"]["model"] == str(scorer_dir(plan.scorer))
+    with pytest.raises(InputError, match="scorer's run has no embed section"):
+        plan.override(["scorer.embed.unit=chunk"])
     plan.override([f"embed.model={tiny_st}"])  # naming the scorer: no scorer run
     assert plan.scorer is None and plan.config["embed"]["model"] == str(tiny_st)
     # the cost model prices the second training
