@@ -3,8 +3,9 @@ sentence with its next 8 sentences, MultipleNegativesRankingLoss) as the trainer
 float32, in bf16 autocast (the default where the CPU has bf16 units), in bf16 with
 ``torch.compile`` (the trainer's ``torch_compile``), with length-grouped batches
 (``train.context_batches: length``), with the plain-matmul attention (``train.attention:
-eager``), without dropout (``train.dropout: 0``) and with the lowest layers fixed
-(``train.freeze_layers``), each in a fresh process.
+eager``), without dropout (``train.dropout: 0``), with dropout masks drawn from bytes
+(``train.dropout_masks: bytes``) and with the lowest layers fixed (``train.freeze_layers``),
+each in a fresh process.
 
 Per arm: CPU-seconds per step once warm (the median of the steps after ``--warmup``), the first
 steps' CPU (compilation included), the whole training's CPU, peak RSS, and the loss after the
@@ -29,17 +30,42 @@ from typing import Any
 from bench.harness import run_artefacts, run_isolated, write_results
 
 #: arm -> (bf16, torch_compile, batches, attention kernel, dropout: None keeps the model's,
-#: lowest layers fixed)
+#: lowest layers fixed, dropout masks)
 ARMS = {
-    "float32 eager": (False, False, "random", "sdpa", None, 0),
-    "bf16 eager (the default)": (True, False, "random", "sdpa", None, 0),
-    "bf16 + torch.compile": (True, True, "random", "sdpa", None, 0),
-    "bf16, length-grouped batches": (True, False, "length", "sdpa", None, 0),
-    "bf16, eager attention (the recipe's)": (True, False, "random", "eager", None, 0),
-    "bf16, no dropout": (True, False, "random", "sdpa", 0.0, 0),
-    "bf16, no dropout, eager attention": (True, False, "random", "eager", 0.0, 0),
-    "bf16, eager attention, 2 lowest layers fixed": (True, False, "random", "eager", None, 2),
-    "bf16, eager attention, 3 lowest layers fixed": (True, False, "random", "eager", None, 3),
+    "float32 eager": (False, False, "random", "sdpa", None, 0, "torch"),
+    "bf16 eager (the default)": (True, False, "random", "sdpa", None, 0, "torch"),
+    "bf16 + torch.compile": (True, True, "random", "sdpa", None, 0, "torch"),
+    "bf16, length-grouped batches": (True, False, "length", "sdpa", None, 0, "torch"),
+    "bf16, eager attention (the recipe's)": (True, False, "random", "eager", None, 0, "torch"),
+    "bf16, eager attention, dropout masks from bytes": (
+        True,
+        False,
+        "random",
+        "eager",
+        None,
+        0,
+        "bytes",
+    ),
+    "bf16, no dropout": (True, False, "random", "sdpa", 0.0, 0, "torch"),
+    "bf16, no dropout, eager attention": (True, False, "random", "eager", 0.0, 0, "torch"),
+    "bf16, eager attention, 2 lowest layers fixed": (
+        True,
+        False,
+        "random",
+        "eager",
+        None,
+        2,
+        "torch",
+    ),
+    "bf16, eager attention, 3 lowest layers fixed": (
+        True,
+        False,
+        "random",
+        "eager",
+        None,
+        3,
+        "torch",
+    ),
 }
 
 
@@ -100,6 +126,7 @@ def train_arm(
     attention: str = "sdpa",
     dropout: float | None = None,
     frozen: int = 0,
+    masks: str = "torch",
 ) -> dict[str, Any]:
     """One training in this (fresh) process: CPU-seconds after each step, the last loss, and
     the tokens the model was fed (padding included) and of them real."""
@@ -118,7 +145,9 @@ def train_arm(
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    st = build_student(model, 128, "cpu", dropout, attention=attention, freeze_layers=frozen)
+    st = build_student(
+        model, 128, "cpu", dropout, attention=attention, freeze_layers=frozen, dropout_masks=masks
+    )
     ticks: list[float] = []
     logged: list[float] = []
     fed = {"tokens": 0, "real": 0, "flops": 0.0}
@@ -207,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     base = None
     for arm in a.arms:
-        bf16, comp, batches, attention, dropout, frozen = ARMS[arm]
+        bf16, comp, batches, attention, dropout, frozen, masks = ARMS[arm]
         res, peak, _ = run_isolated(
             train_arm,
             examples,
@@ -221,6 +250,7 @@ def main(argv: list[str] | None = None) -> None:
             attention,
             dropout,
             frozen,
+            masks,
         )
         warm = statistics.median(res["per_step"][a.warmup :])
         first = sum(res["per_step"][: a.warmup])

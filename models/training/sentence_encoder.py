@@ -74,12 +74,15 @@ def build_student(
     freeze_embeddings: bool = False,
     attention: str = "sdpa",
     freeze_layers: int = 0,
+    dropout_masks: str = "torch",
 ):
     """The model a training run starts from: ``build_model`` without the card's Hub widget
     examples (they cost a pass over the data and print their own bar), its input embeddings
     frozen when asked (train.freeze_embeddings), its attention kernel ``attention``
     (train.attention; auto: ``training_attention``; a runtime choice, not written into the
-    saved config), its embeddings and lowest ``freeze_layers`` layers fixed (``freeze_bottom``)."""
+    saved config), its embeddings and lowest ``freeze_layers`` layers fixed (``freeze_bottom``),
+    its dropout masks drawn as ``dropout_masks`` says (train.dropout_masks; auto:
+    ``training_dropout_masks``; bytes: models/training/dropout.py, also a runtime choice)."""
     model = build_model(backbone_path, max_seq_length, device, dropout)
     model.model_card_data.generate_widget_examples = False
     if freeze_embeddings:
@@ -88,6 +91,10 @@ def build_student(
     kernel = training_attention(attention, device)
     if kernel != model[0].auto_model.config._attn_implementation:
         model[0].auto_model.set_attn_implementation(kernel)
+    if training_dropout_masks(dropout_masks, device) == "bytes":
+        from ctxsim.models.training.dropout import use_cheap_dropout
+
+        use_cheap_dropout(model[0].auto_model)
     return model
 
 
@@ -127,6 +134,15 @@ def training_attention(attention: str, device: str) -> str:
     if attention != "auto":
         return attention
     return "eager" if str(device).startswith("cpu") else "sdpa"
+
+
+def training_dropout_masks(masks: str, device: str) -> str:
+    """train.dropout_masks' draw: ``auto`` is bytes (models/training/dropout.py) on CPU, where
+    torch draws a mask one element at a time, and torch's own on a GPU, where its dropout is
+    fused and cheap."""
+    if masks != "auto":
+        return masks
+    return "bytes" if str(device).startswith("cpu") else "torch"
 
 
 def forward(model: Any, texts: list[str]) -> dict[str, Any]:

@@ -253,6 +253,15 @@ class TrainParams(StageParams):
             "(bench/results/train_speed_attention_medquad.md)."
         ),
     )
+    dropout_masks: Literal["auto", "torch", "bytes"] = Field(
+        "torch",
+        description=(
+            "How the backbone's dropout masks are drawn while training: torch's own (one "
+            "random draw per element on CPU), or bytes, four 16-bit numbers from each 64-bit "
+            "draw (the same keep probability to 1/65,536; models/training/dropout.py); auto "
+            "(the adapt recipe's): bytes on CPU, torch on a GPU."
+        ),
+    )
     bf16: bool = Field(
         True,
         description=(
@@ -328,6 +337,7 @@ class TrainParams(StageParams):
         "attention": "sdpa",
         "freeze_layers": 0,
         "label_share": None,
+        "dropout_masks": "torch",
     }
 
     def link(self, sections: dict[str, StageParams]) -> None:

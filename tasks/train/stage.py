@@ -135,6 +135,7 @@ class TrainStage(Stage):
             p.freeze_embeddings,
             p.attention,
             p.freeze_layers,
+            p.dropout_masks,
         )
         loss = objective.loss(model, oc, backbone_path) if objective.trains else None
         if objective.needs_dropout and not has_dropout(model):

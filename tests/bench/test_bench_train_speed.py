@@ -40,6 +40,22 @@ def test_an_arm_trains_its_steps_and_clocks_each(tmp_path):
     assert res["total"] >= sum(res["per_step"]) * 0.5
     assert res["loss"] is not None and math.isfinite(res["loss"])
     assert 0 < res["real"] < res["tokens"]  # texts of unequal length: some padding
+    *_, attention, dropout, frozen, masks = ARMS["bf16, eager attention, dropout masks from bytes"]
+    cheap = train_arm(
+        examples,
+        str(tmp_path / "st"),
+        False,
+        False,
+        batches,
+        2,
+        2,
+        1,
+        attention,
+        dropout,
+        frozen,
+        masks,
+    )
+    assert len(cheap["per_step"]) == 2 and math.isfinite(cheap["loss"])
 
     # one short and one long text of each length, 8 of each: grouped, a batch pads far less
     short, long_ = "prices rise .", " ".join(TEXTS[:4])
