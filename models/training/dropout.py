@@ -43,11 +43,14 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: Any = None)
 
 def cheap_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """``F.dropout(x, p, training)`` with ``keep_mask``'s mask: zeros where dropped, the rest
-    scaled by 1 / (1 - p) (autograd keeps the bool mask for the backward)."""
+    scaled by 1 / (1 - p). The mask is made once in ``x``'s dtype, already scaled, so the
+    forward and the backward are each one multiplication (on CPU a bool mask costs a type
+    promotion or a select each time)."""
     if not training or p == 0.0:
         return x
     keep = keep_mask(x.shape, p, x.device)
-    return torch.where(keep, x * (1.0 / (1.0 - p)), 0.0)
+    scale = torch.tensor(1.0 / (1.0 - p), dtype=x.dtype, device=x.device)
+    return x * torch.where(keep, scale, torch.zeros_like(scale))
 
 
 class CheapDropout(nn.Dropout):
