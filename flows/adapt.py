@@ -139,6 +139,13 @@ class AdaptRules(BaseModel):
         description="cost model: a training step's cost times this with train.dropout: 0 (no "
         "random masks to draw and apply)",
     )
+    cpu_byte_masks_factor: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="cost model: a training step's cost times this with its dropout masks drawn "
+        "from bytes (train.dropout_masks: bytes, or auto on a CPU)",
+    )
 
 
 @dataclass
@@ -401,6 +408,7 @@ class StepPrices:
 
     def step_cpu_s(self, train: dict[str, Any]) -> float:
         from ctxsim.models.encoders import bf16_available
+        from ctxsim.models.training.sentence_encoder import training_dropout_masks
 
         r = self.rules
         context = train.get("objective") == "context"
@@ -409,6 +417,8 @@ class StepPrices:
             cost *= r.cpu_bf16_step_factor
         if train.get("dropout") == 0:
             cost *= r.cpu_no_dropout_factor
+        elif training_dropout_masks(str(train.get("dropout_masks", "torch")), "cpu") == "bytes":
+            cost *= r.cpu_byte_masks_factor
         return cost * frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
 
     def training_cpu_s(self, train: dict[str, Any]) -> float:

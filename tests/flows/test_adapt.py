@@ -5,6 +5,7 @@ sentence-transformers model with its card (a tiny encoder and recipe here)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -423,8 +424,9 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
 
 
 def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_st) -> None:
-    """--set on a training (steps, fixed layers, dropout) reprices the plan: the scorer's steps
-    at the dearer context step, a fixed layer at its FLOPs, no dropout at its measured factor;
+    """--set on a training (steps, fixed layers, dropout, its masks) reprices the plan: the
+    scorer's steps at the dearer context step, a fixed layer at its FLOPs, no dropout and masks
+    from bytes at their measured factors;
     the written configs are headed by it."""
     from ctxsim.flows.adapt import frozen_step_share, model_layers
 
@@ -449,6 +451,13 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
     assert plan.cpu_s == pytest.approx(
         plan.fixed_cpu_s + trainings * 4 / 6 * rules.cpu_no_dropout_factor
     )
+    priced = plan.prices
+    plan.prices = replace(priced, rules=rules.model_copy(update={"cpu_byte_masks_factor": 0.75}))
+    plan.override(["train.dropout=0.1", "train.dropout_masks=auto"])  # bytes on the CPU
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * 4 / 6 * 0.75)
+    plan.override(["train.dropout_masks=torch"])
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * 4 / 6)
+    plan.prices = priced
     plan.override(["train.freeze_layers=0", "train.dropout=0.1", "train.max_steps=1"])
     assert plan.cpu_s < before and plan.cpu_s == pytest.approx(
         plan.fixed_cpu_s + context_step + step
