@@ -441,12 +441,14 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
     if student.get("bf16_cpu") and plan.prices.step_cpu_s(student) != step:  # a bf16 CPU
         step, context_step = (c * rules.cpu_bf16_step_factor for c in (step, context_step))
     trainings = scorer["max_steps"] * context_step + student["max_steps"] * step
-    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings)
+    assert scorer["dropout_masks"] == student["dropout_masks"] == "auto"  # bytes on a CPU
+    masks = rules.cpu_byte_masks_factor
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * masks)
 
     before = plan.cpu_s
     plan.override(["train.freeze_layers=1"])  # both trainings: 1 of the tiny encoder's 2 fixed
     assert frozen_step_share(1, 2) == pytest.approx(4 / 6)
-    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * 4 / 6)
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * 4 / 6 * masks)
     plan.override(["train.dropout=0"])
     assert plan.cpu_s == pytest.approx(
         plan.fixed_cpu_s + trainings * 4 / 6 * rules.cpu_no_dropout_factor
