@@ -31,41 +31,18 @@ from bench.harness import run_artefacts, run_isolated, write_results
 
 #: arm -> (bf16, torch_compile, batches, attention kernel, dropout: None keeps the model's,
 #: lowest layers fixed, dropout masks)
+_BF16_EAGER = (True, False, "random", "eager")
 ARMS = {
     "float32 eager": (False, False, "random", "sdpa", None, 0, "torch"),
     "bf16 eager (the default)": (True, False, "random", "sdpa", None, 0, "torch"),
     "bf16 + torch.compile": (True, True, "random", "sdpa", None, 0, "torch"),
     "bf16, length-grouped batches": (True, False, "length", "sdpa", None, 0, "torch"),
-    "bf16, eager attention (the recipe's)": (True, False, "random", "eager", None, 0, "torch"),
-    "bf16, eager attention, dropout masks from bytes": (
-        True,
-        False,
-        "random",
-        "eager",
-        None,
-        0,
-        "bytes",
-    ),
+    "bf16, eager attention (the recipe's)": (*_BF16_EAGER, None, 0, "torch"),
+    "bf16, eager attention, dropout masks from bytes": (*_BF16_EAGER, None, 0, "bytes"),
     "bf16, no dropout": (True, False, "random", "sdpa", 0.0, 0, "torch"),
-    "bf16, no dropout, eager attention": (True, False, "random", "eager", 0.0, 0, "torch"),
-    "bf16, eager attention, 2 lowest layers fixed": (
-        True,
-        False,
-        "random",
-        "eager",
-        None,
-        2,
-        "torch",
-    ),
-    "bf16, eager attention, 3 lowest layers fixed": (
-        True,
-        False,
-        "random",
-        "eager",
-        None,
-        3,
-        "torch",
-    ),
+    "bf16, no dropout, eager attention": (*_BF16_EAGER, 0.0, 0, "torch"),
+    "bf16, eager attention, 2 lowest layers fixed": (*_BF16_EAGER, None, 2, "torch"),
+    "bf16, eager attention, 3 lowest layers fixed": (*_BF16_EAGER, None, 3, "torch"),
 }
 
 

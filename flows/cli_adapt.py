@@ -13,7 +13,6 @@ from typing import Annotated, Any
 import typer
 
 from ctxsim.flows.adapt import RECIPE, AdaptPlan
-from ctxsim.flows.cli_options import SetOpt
 
 EXAMPLE = (
     "Example: ctxsim adapt '../shared/data/corpus/openstax_econ/*.jsonl.gz' --out "
@@ -71,7 +70,14 @@ def adapt(
         bool, typer.Option("--no-lead", help="put no field before a record's text")
     ] = False,
     recipe: Annotated[Path, typer.Option("--recipe", help="the recipe file")] = RECIPE,
-    set_: SetOpt = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="override a config value: SECTION.KEY=VALUE (both runs where both have it), "
+            "scorer.SECTION.KEY=VALUE (the in-domain scorer's run alone), adapt.KEY=VALUE (a rule)",
+        ),
+    ] = None,
     dump_config: Annotated[
         bool, typer.Option("--dump-config", help="print the config it would run, and stop")
     ] = False,
