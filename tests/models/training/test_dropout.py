@@ -74,6 +74,10 @@ def test_dropout_zeroes_scales_and_routes_the_gradient_like_torchs(dtype: torch.
     grad = x.grad.float()
     assert torch.allclose(grad[kept], torch.full_like(grad[kept], 1 / 0.8), rtol=1e-2)
     assert (grad[~kept] == 0).all()
+    # the kept values are torch's own to the last bit (its mask is scaled in x's dtype too)
+    ones = torch.ones(2000, dtype=dtype)
+    ours, torchs = cheap_dropout(ones, 0.1), torch.nn.functional.dropout(ones, 0.1, True)
+    assert torch.equal(ours.unique(), torchs.unique())
     # off: the input itself; a bad probability is refused
     assert cheap_dropout(x, 0.2, training=False) is x and cheap_dropout(x, 0.0) is x
     with pytest.raises(ValueError, match="dropout probability"):
