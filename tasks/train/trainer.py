@@ -92,7 +92,7 @@ def training_args(
         weight_decay=p.weight_decay,
         warmup_steps=p.warmup_ratio,  # a float in [0, 1) is a ratio (transformers >= 5)
         lr_scheduler_type=p.lr_scheduler,
-        optim="adamw_torch",
+        optim=p.optimizer,
         bf16=bf16,
         eval_strategy="steps" if metric is not None else "no",
         eval_steps=p.eval_steps,

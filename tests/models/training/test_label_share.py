@@ -87,9 +87,19 @@ def test_the_trainer_draws_the_set_shares(tmp_path):
         TrainParams(objective="ctxsim-context"), tmp_path / "c", 10, "cpu", 0, False, None
     )
     assert plain.multi_dataset_batch_sampler == "proportional"
+    assert plain.optim == "adamw_torch"  # train.optimizer: the multi-tensor loop unless set
+    fused = training_args(
+        TrainParams(optimizer="adamw_torch_fused"), tmp_path / "f", 10, "cpu", 0, False, None
+    )
+    assert fused.optim == "adamw_torch_fused" and "optimizer" not in TrainParams().model_dump()
 
     art = train_on_context(
-        tmp_path / "run", objective="ctxsim-context", label_share=0.8, max_steps=6, loss="cosent"
+        tmp_path / "run",
+        objective="ctxsim-context",
+        label_share=0.8,
+        max_steps=6,
+        loss="cosent",
+        optimizer="adamw_torch_fused",  # the fused kernel trains on CPU too
     )
     info = json.loads((art.files_dir / "metrics.json").read_text())
     assert info["objective"] == "ctxsim-context" and (art.files_dir / "model").is_dir()
