@@ -212,9 +212,10 @@ class AdaptPlan:
                         "download, or embed.model named)"
                     )
                 inner = key.removeprefix("scorer.")
-                if inner.split(".")[0] not in self.scorer:
+                section = inner.split(".")[0]
+                if section not in self.scorer:
                     raise InputError(
-                        f"--set {ov}: the scorer's run has no {inner.split('.')[0]} section "
+                        f"--set {ov}: the scorer's run has no {section} section "
                         f"(it runs {', '.join(s for s in self.scorer if s != 'run')})"
                     )
                 _set_dotted(self.scorer, inner, value, f"--set {ov}")

@@ -15,6 +15,7 @@ holds weights nor touches the config a saved model writes.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -30,9 +31,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: Any = None)
     to a multiple of 1/65,536, from torch's default generator."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    n = 1
-    for size in shape:
-        n *= int(size)
+    n = math.prod(shape)
     words = torch.randint(
         -(1 << 63), (1 << 63) - 1, ((n + 3) // 4,), dtype=torch.int64, device=device
     )
