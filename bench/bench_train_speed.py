@@ -4,8 +4,9 @@ float32, in bf16 autocast (the default where the CPU has bf16 units), in bf16 wi
 ``torch.compile`` (the trainer's ``torch_compile``), with length-grouped batches
 (``train.context_batches: length``), with the plain-matmul attention (``train.attention:
 eager``), without dropout (``train.dropout: 0``), with dropout masks drawn from bytes
-(``train.dropout_masks: bytes``) and with the lowest layers fixed (``train.freeze_layers``),
-each in a fresh process.
+(``train.dropout_masks: bytes``; its attention keeps bf16 probabilities, and an arm adds
+the float32 mask as before, which makes them float32) and with the lowest layers fixed
+(``train.freeze_layers``), each in a fresh process.
 
 Per arm: CPU-seconds per step once warm (the median of the steps after ``--warmup``), the first
 steps' CPU (compilation included), the whole training's CPU, peak RSS, and the loss after the
@@ -39,6 +40,12 @@ ARMS = {
     "bf16, length-grouped batches": (True, False, "length", "sdpa", None, 0, "torch"),
     "bf16, eager attention (the recipe's)": (*_BF16_EAGER, None, 0, "torch"),
     "bf16, eager attention, dropout masks from bytes": (*_BF16_EAGER, None, 0, "bytes"),
+    "bf16, eager attention, dropout masks from bytes, float32 probabilities (before)": (
+        *_BF16_EAGER,
+        None,
+        0,
+        "bytes, float32 probabilities",
+    ),
     "bf16, no dropout": (True, False, "random", "sdpa", 0.0, 0, "torch"),
     "bf16, no dropout, eager attention": (*_BF16_EAGER, 0.0, 0, "torch"),
     "bf16, eager attention, 2 lowest layers fixed": (*_BF16_EAGER, None, 2, "torch"),
@@ -91,6 +98,26 @@ def matmul_rates(d: int, ff: int, threads: int) -> dict[str, float]:
     return {"float32": fp32, "bf16": bf16}
 
 
+def _float32_probabilities() -> None:
+    """The byte-mask attention as it was: the float32 mask added to bf16 scores, so the
+    softmax, the dropout and their backward run on float32 probabilities."""
+    import torch
+    from transformers import AttentionInterface
+
+    from ctxsim.models.training import dropout as cheap
+
+    def eager_float32_mask(module: Any, query: Any, key: Any, value: Any, mask: Any, **kw: Any):
+        scaling = kw.get("scaling") or query.size(-1) ** -0.5
+        weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+        if mask is not None:
+            weights = weights + mask
+        weights = torch.nn.functional.softmax(weights, dim=-1)
+        weights = cheap.cheap_dropout(weights, kw.get("dropout", 0.0), module.training)
+        return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+    AttentionInterface.register(cheap.ATTENTION_NAME, eager_float32_mask)
+
+
 def train_arm(
     examples: dict[str, list[str]],
     model: str,
@@ -122,9 +149,18 @@ def train_arm(
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    float32_probs = masks == "bytes, float32 probabilities"
     st = build_student(
-        model, 128, "cpu", dropout, attention=attention, freeze_layers=frozen, dropout_masks=masks
+        model,
+        128,
+        "cpu",
+        dropout,
+        attention=attention,
+        freeze_layers=frozen,
+        dropout_masks="bytes" if float32_probs else masks,
     )
+    if float32_probs:
+        _float32_probabilities()
     ticks: list[float] = []
     logged: list[float] = []
     fed = {"tokens": 0, "real": 0, "flops": 0.0}

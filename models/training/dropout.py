@@ -70,16 +70,31 @@ def eager_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """transformers' BERT ``eager_attention_forward`` with ``cheap_dropout`` on the attention
-    probabilities: the same products, mask and softmax."""
+    probabilities: the same products, mask and softmax, the additive mask in the scores' dtype.
+
+    Why the mask's dtype: under bf16 autocast the scores are bf16 and the mask float32, so
+    ``scores + mask`` is float32 and the softmax, the dropout and their backward run on float32
+    probabilities that the next matmul casts back to bf16; in the scores' dtype they stay bf16
+    (the softmax still sums in float32 inside its kernel; the matmul saw bf16 probabilities
+    either way). A float32 run is unchanged."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
-        weights = weights + attention_mask
+        weights = weights + _in_dtype(attention_mask, weights.dtype)
     weights = nn.functional.softmax(weights, dim=-1)
     weights = cheap_dropout(weights, dropout, module.training)
     out = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return out, weights
+
+
+def _in_dtype(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An additive mask in ``dtype``, its large negatives kept finite: float32's minimum
+    rounds to -inf in bf16, and a row whose every key is masked would then softmax to NaN
+    where float32 gives it equal weights."""
+    if mask.dtype == dtype:
+        return mask
+    return mask.clamp(min=torch.finfo(dtype).min).to(dtype)
 
 
 def use_cheap_dropout(auto_model: nn.Module) -> int:

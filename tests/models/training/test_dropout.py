@@ -10,11 +10,13 @@ import json
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from ctxsim.models.training.dropout import (
     ATTENTION_NAME,
     CheapDropout,
     cheap_dropout,
+    eager_attention,
     keep_mask,
     use_cheap_dropout,
 )
@@ -143,3 +145,33 @@ def test_the_train_stage_draws_its_masks_as_the_config_says(tmp_path, monkeypatc
     assert seen and seen[0] >= 4 and (art.files_dir / "model").is_dir()
     saved = json.loads((art.files_dir / "model" / "config.json").read_text())
     assert ATTENTION_NAME not in json.dumps(saved)
+
+
+def test_attention_under_bf16_autocast_keeps_bf16_probabilities_and_masks_padding() -> None:
+    """Scores, mask and probabilities stay bf16 under autocast (no float32 round trip); padded
+    keys get no weight; the outputs are the float32-mask path's within bf16's rounding; a row
+    whose every key is masked gets equal weights, as in float32, not NaN."""
+    torch.manual_seed(0)
+    module = nn.Module().eval()  # no dropout: the two paths compare element by element
+    q, k, v = (torch.randn(2, 3, 6, 8) for _ in range(3))
+    pad = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    mask = torch.zeros(2, 1, 6, 6).masked_fill(
+        pad[:, None, None, :], torch.finfo(torch.float32).min
+    )
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, probs = eager_attention(module, q, k, v, mask)
+    assert probs.dtype == torch.bfloat16
+    assert (probs[1, :, :, 4:] == 0).all()
+    reference = torch.softmax(q @ k.transpose(2, 3) / 8**0.5 + mask, -1) @ v
+    assert torch.allclose(out.float().transpose(1, 2), reference, atol=3e-2)
+    assert not torch.allclose(
+        out.float().transpose(1, 2), torch.softmax(q @ k.transpose(2, 3), -1) @ v, atol=3e-2
+    )
+    every = torch.full((1, 1, 6, 6), torch.finfo(torch.float32).min)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, flat = eager_attention(module, q[:1], k[:1], v[:1], every)
+    assert torch.allclose(flat.float(), torch.full_like(flat.float(), 1 / 6), atol=2e-3)
+    # float32 (no autocast): the float32 computation itself
+    out32, probs32 = eager_attention(module, q, k, v, mask)
+    assert probs32.dtype == torch.float32
+    assert torch.allclose(out32.transpose(1, 2), reference, atol=1e-5)
