@@ -14,6 +14,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -146,6 +147,19 @@ class AdaptRules(BaseModel):
         description="cost model: a training step's cost times this with its dropout masks drawn "
         "from bytes (train.dropout_masks: bytes, or auto on a CPU)",
     )
+    probe_step_cpu_s_bf16: float = Field(
+        0.0,
+        ge=0,
+        description="cost model: the speed probe's step (models/training/speed_probe.py) in "
+        "bf16 on the machine the CPU-s above were measured on; a plan that trains in bf16 "
+        "scales them by this machine's probe over it (0: not scaled)",
+    )
+    probe_step_cpu_s_float32: float = Field(
+        0.0,
+        ge=0,
+        description="cost model: the same in float32, for a machine without bf16 units (0: not "
+        "scaled)",
+    )
 
 
 @dataclass
@@ -169,6 +183,9 @@ class AdaptPlan:
     #: from the configs' train sections (``reprice``) after every change of them
     fixed_cpu_s: float = 0.0
     prices: StepPrices | None = None
+    #: this machine's speed probe over the cost model's machine's (1: not scaled), and why
+    speed: float = 1.0
+    speed_note: str = "not scaled to this machine"
 
     def lines(self) -> list[str]:
         """The plan as printed (sizes read from the config, so --set overrides show)."""
@@ -178,8 +195,8 @@ class AdaptPlan:
             f"sizes: {queries['n_corpus']:,} queries x {self.pairs_per_query} pairs, "
             f"{train['context_corpus_sentences']:,} extra context sentences, "
             f"{train['max_steps']} steps",
-            f"predicted cost: {self.cpu_s / 3600:.2f} CPU-hours (this machine's cost model; "
-            "`ctxsim plan --config` on the written config pilots it)",
+            f"predicted cost: {self.cpu_s / 3600:.2f} CPU-hours (the recipe's cost model, "
+            f"{self.speed_note}; `ctxsim plan --config` on the written config pilots it)",
         ]
         if self.scorer is not None:
             out.insert(
@@ -320,6 +337,7 @@ def sizes(
     trainings: float = 1.0,
     eval_bf16: bool = False,
     max_units: int = 0,
+    speed: float = 1.0,
 ) -> tuple[int, int, int, float, list[str]]:
     """(queries, extra context sentences, steps, predicted CPU-s, notes) for a corpus of
     ``words`` words: queries and context sentences are shares of the corpus's sentences up to the
@@ -329,15 +347,16 @@ def sizes(
     to evaluate; ``bf16``: embed and train run in bf16 (``rules.cpu_bf16_factor``,
     ``rules.cpu_bf16_step_factor``), ``eval_bf16`` the evaluation too; ``trainings``: trainings
     priced in passes of the recipe's step (``priced_passes``); ``max_units``: embed.max_units
-    (0: the embed pass reads every word)."""
+    (0: the embed pass reads every word); ``speed``: this machine's CPU-s per the cost
+    model's (``machine_speed``)."""
     sentences = words / rules.words_per_sentence
     queries = int(min(rules.max_queries, sentences * rules.query_share))
     ctx = int(min(rules.max_context_sentences, sentences * rules.context_sentence_share))
     notes: list[str] = []
 
-    speed = rules.cpu_bf16_step_factor if bf16 else 1.0
-    per_step = rules.cpu_s_per_step * model_factor * speed * trainings
-    fixed = fixed_cpu_s(words, rules, model_factor, dev_items, bf16, eval_bf16, max_units)
+    step_speed = rules.cpu_bf16_step_factor if bf16 else 1.0
+    per_step = rules.cpu_s_per_step * model_factor * step_speed * trainings * speed
+    fixed = speed * fixed_cpu_s(words, rules, model_factor, dev_items, bf16, eval_bf16, max_units)
 
     floor = rules.min_steps
     if budget_cpu_h is not None and per_step > 0:  # the floor never outgrows the budget
@@ -406,6 +425,8 @@ class StepPrices:
     model_factor: float = 1.0
     #: the encoder's transformer layers (None: unknown, fixed layers then not priced)
     layers: int | None = None
+    #: this machine's CPU-s per the cost model's (``machine_speed``)
+    speed: float = 1.0
 
     def step_cpu_s(self, train: dict[str, Any]) -> float:
         from ctxsim.models.encoders import bf16_available
@@ -420,7 +441,8 @@ class StepPrices:
             cost *= r.cpu_no_dropout_factor
         elif training_dropout_masks(str(train.get("dropout_masks", "torch")), "cpu") == "bytes":
             cost *= r.cpu_byte_masks_factor
-        return cost * frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
+        frozen = frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
+        return cost * frozen * self.speed
 
     def training_cpu_s(self, train: dict[str, Any]) -> float:
         return int(train.get("max_steps") or 0) * self.step_cpu_s(train)
@@ -475,10 +497,11 @@ def adapt_config(
     factor = model_cost_factor(model)
     max_units = int(cfg.get("embed", {}).get("max_units", 0))
     bf16, eval_bf16 = _bf16(cfg), _bf16(cfg, (("evaluate", "bf16_cpu"),))
+    speed, speed_note = machine_speed(rules, _bf16(cfg, (("train", "bf16_cpu"),)))
     queries, ctx, steps, cpu, notes = sizes(
         shape.words_estimate, rules, batch, per_query, budget_cpu_h, model_factor=factor,
         dev_items=dev_items, bf16=bf16, trainings=priced_passes(rules), eval_bf16=eval_bf16,
-        max_units=max_units,
+        max_units=max_units, speed=speed,
     )  # fmt: skip
     notes = shape.notes + notes
     if embed_words(shape.words_estimate, max_units, rules) < shape.words_estimate:
@@ -504,10 +527,11 @@ def adapt_config(
     else:
         cfg["evaluate"]["eval_dir"] = eval_dir
     plan = AdaptPlan(shape, queries, ctx, steps, cpu, cfg, notes, pass_steps=steps)
-    plan.fixed_cpu_s = fixed_cpu_s(
+    plan.fixed_cpu_s = speed * fixed_cpu_s(
         shape.words_estimate, rules, factor, dev_items, bf16, eval_bf16, max_units
     )
-    plan.prices = StepPrices(rules, factor, model_layers(model))
+    plan.prices = StepPrices(rules, factor, model_layers(model), speed)
+    plan.speed, plan.speed_note = speed, speed_note
     if rules.scorer == "in-domain":
         plan.scorer = scorer_config(cfg, rules.scorer_step_share)
         plan.student_from_scorer = rules.student == "scorer"
@@ -517,6 +541,26 @@ def adapt_config(
         plan.link_scorer()
     plan.reprice()
     return plan
+
+
+def machine_speed(rules: AdaptRules, bf16: bool) -> tuple[float, str]:
+    """This machine's CPU-s per the cost model's machine's, and how the plan says so: the
+    speed probe's step here (in bf16 when the run trains in bf16) over the recipe's
+    ``probe_step_cpu_s_*``, measured once per machine and kept in the plan cache. 1 when the
+    recipe names no probe figure or ``$CTXSIM_SPEED_PROBE`` is off."""
+    reference = rules.probe_step_cpu_s_bf16 if bf16 else rules.probe_step_cpu_s_float32
+    if reference <= 0:
+        return 1.0, "not scaled to this machine: the recipe names no speed probe figure"
+    if os.environ.get("CTXSIM_SPEED_PROBE", "on").strip().lower() in ("off", "0", "false", "no"):
+        return 1.0, "not scaled to this machine: CTXSIM_SPEED_PROBE is off"
+    from ctxsim.flows.plan_cache import cached_speed_probe
+
+    here = cached_speed_probe(bf16)
+    mode = "bf16" if bf16 else "float32"
+    return here / reference, (
+        f"scaled to this machine by its speed probe: a {mode} step {here:.2f} CPU-s against "
+        f"{reference:.2f} where the model was fit, x{here / reference:.2f}"
+    )
 
 
 def priced_passes(rules: AdaptRules) -> float:

@@ -112,3 +112,28 @@ class UnitCosts:
         self.dir.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"base_rss_mb": mb})
         write_checked(self.dir / "base_rss.json", lambda tmp: tmp.write_text(text))
+
+
+def cached_speed_probe(bf16: bool) -> float:
+    """The speed probe's step on this machine (models/training/speed_probe.py), measured once
+    per machine, mode and torch version and kept in the plan cache (checked at read; a bad file
+    is measured again; a read-only cache measures each time)."""
+    import torch
+
+    mode = "bf16" if bf16 else "float32"
+    root = plan_cache_dir()
+    path = root / "units" / machine_key() / f"speed-probe-{mode}-torch{torch.__version__}.json"
+    if verified(path, "plan: speed probe cache file", log):
+        try:
+            return float(json.loads(path.read_text())["step_cpu_s"])
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("plan: speed probe file %s unreadable (%s); measuring again", path, e)
+            path.unlink(missing_ok=True)
+    from ctxsim.models.training.speed_probe import probe_step_cpu_s
+
+    step = probe_step_cpu_s(bf16)
+    if cache_writable(root):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"step_cpu_s": step, "mode": mode, "torch": torch.__version__})
+        write_checked(path, lambda tmp: tmp.write_text(text))
+    return step

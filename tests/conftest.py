@@ -46,8 +46,14 @@ def _private_digest_cache(tmp_path_factory: pytest.TempPathFactory):
     old_plan = os.environ.get("CTXSIM_PLAN_CACHE")  # `ctxsim plan`'s unit costs (flows/plan.py)
     os.environ["CTXSIM_DIGEST_CACHE"] = str(tmp_path_factory.mktemp("digests") / "digests.json")
     os.environ["CTXSIM_PLAN_CACHE"] = str(tmp_path_factory.mktemp("plan-cache"))
+    old_probe = os.environ.get("CTXSIM_SPEED_PROBE")  # adapt's plan as the recipe prices it
+    os.environ["CTXSIM_SPEED_PROBE"] = "off"  # (tests/flows/test_speed_probe.py turns it on)
     yield Path(os.environ["CTXSIM_DIGEST_CACHE"])
-    for key, value in (("CTXSIM_DIGEST_CACHE", old), ("CTXSIM_PLAN_CACHE", old_plan)):
+    for key, value in (
+        ("CTXSIM_DIGEST_CACHE", old),
+        ("CTXSIM_PLAN_CACHE", old_plan),
+        ("CTXSIM_SPEED_PROBE", old_probe),
+    ):
         if value is None:
             os.environ.pop(key, None)
         else:
