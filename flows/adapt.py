@@ -547,7 +547,7 @@ def machine_speed(rules: AdaptRules, bf16: bool) -> tuple[float, str]:
     """This machine's CPU-s per the cost model's machine's, and how the plan says so: the
     speed probe's step here (in bf16 when the run trains in bf16) over the recipe's
     ``probe_step_cpu_s_*``, measured once per machine and kept in the plan cache. 1 when the
-    recipe names no probe figure or ``$CTXSIM_SPEED_PROBE`` is off."""
+    recipe names no probe figure, ``$CTXSIM_SPEED_PROBE`` is off or the probe fails."""
     reference = rules.probe_step_cpu_s_bf16 if bf16 else rules.probe_step_cpu_s_float32
     if reference <= 0:
         return 1.0, "not scaled to this machine: the recipe names no speed probe figure"
@@ -555,7 +555,10 @@ def machine_speed(rules: AdaptRules, bf16: bool) -> tuple[float, str]:
         return 1.0, "not scaled to this machine: CTXSIM_SPEED_PROBE is off"
     from ctxsim.flows.plan_cache import cached_speed_probe
 
-    here = cached_speed_probe(bf16)
+    try:
+        here = cached_speed_probe(bf16)
+    except (RuntimeError, OSError, ValueError) as e:  # a plan never dies of its estimate
+        return 1.0, f"not scaled to this machine: its speed probe failed ({e})"
     mode = "bf16" if bf16 else "float32"
     return here / reference, (
         f"scaled to this machine by its speed probe: a {mode} step {here:.2f} CPU-s against "

@@ -87,6 +87,15 @@ def test_off_or_without_a_figure_the_cost_model_is_as_written(probe_calls, monke
     assert probe_calls == []
 
 
+def test_a_failing_probe_leaves_the_plan_unscaled_and_says_why(probe_calls, monkeypatch) -> None:
+    def broken(bf16: bool) -> float:
+        raise RuntimeError("no fused AdamW on this build")
+
+    monkeypatch.setattr("ctxsim.models.training.speed_probe.probe_step_cpu_s", broken)
+    speed, note = machine_speed(AdaptRules(probe_step_cpu_s_bf16=1.0), True)
+    assert speed == 1.0 and "speed probe failed (no fused AdamW on this build)" in note
+
+
 def test_the_plan_prices_every_part_at_the_machines_speed(probe_calls, tmp_path, tiny_st) -> None:
     """Fixed part, steps and the printed figure all scale by the probe's ratio, also after a
     --set reprices the trainings; a budget is held against the scaled cost."""
