@@ -99,23 +99,12 @@ def matmul_rates(d: int, ff: int, threads: int) -> dict[str, float]:
 
 
 def _float32_probabilities() -> None:
-    """The byte-mask attention as it was: the float32 mask added to bf16 scores, so the
-    softmax, the dropout and their backward run on float32 probabilities."""
-    import torch
-    from transformers import AttentionInterface
-
+    """The byte-mask attention as it was: its mask added as float32 to bf16 scores, so the
+    softmax, the dropout and their backward run on float32 probabilities (this process only:
+    each arm runs in its own)."""
     from ctxsim.models.training import dropout as cheap
 
-    def eager_float32_mask(module: Any, query: Any, key: Any, value: Any, mask: Any, **kw: Any):
-        scaling = kw.get("scaling") or query.size(-1) ** -0.5
-        weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-        if mask is not None:
-            weights = weights + mask
-        weights = torch.nn.functional.softmax(weights, dim=-1)
-        weights = cheap.cheap_dropout(weights, kw.get("dropout", 0.0), module.training)
-        return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
-
-    AttentionInterface.register(cheap.ATTENTION_NAME, eager_float32_mask)
+    cheap._in_dtype = lambda mask, dtype: mask
 
 
 def train_arm(

@@ -122,7 +122,7 @@ def cached_speed_probe(bf16: bool) -> float:
 
     mode = "bf16" if bf16 else "float32"
     root = plan_cache_dir()
-    path = root / "units" / machine_key() / f"speed-probe-{mode}-torch{torch.__version__}.json"
+    path = UnitCosts(root).dir / f"speed-probe-{mode}-torch{torch.__version__}.json"
     if verified(path, "plan: speed probe cache file", log):
         try:
             return float(json.loads(path.read_text())["step_cpu_s"])

@@ -10,20 +10,9 @@ TEXTS = ["prices rise when demand rises .", "taxes raise the price buyers pay ."
 
 def test_every_kernel_steps_the_same_update_and_is_written(tmp_path):
     from bench.bench_adamw import KERNELS, main
-    from ctxsim.models.training.sentence_encoder import build_model
-    from ctxsim.models.training.tiny_backbone import build_tiny_bert
+    from tests.tasks.tiny_encoder import build_tiny_encoder
 
-    bert = build_tiny_bert(
-        TEXTS,
-        tmp_path / "bert",
-        vocab_size=80,
-        hidden_size=16,
-        layers=1,
-        heads=2,
-        max_seq_length=16,
-        seed=0,
-    )
-    build_model(str(bert), 16, "cpu").save(str(tmp_path / "st"))
+    build_tiny_encoder(TEXTS, tmp_path / "st")
     main(["--model", str(tmp_path / "st"), "--steps", "2", "--out-dir", str(tmp_path / "out")])
     rows = json.loads((tmp_path / "out" / "adamw_step.json").read_text())["rows"]
     assert [r["kernel"] for r in rows] == list(KERNELS)

@@ -98,24 +98,21 @@ def test_a_steps_flops_are_what_torchs_flop_counter_counts():
     assert train_flops(4, 48, cfg, 1) == pytest.approx(counter.get_total_flops(), rel=0.01)
 
 
-def test_the_before_arm_makes_the_attentions_probabilities_float32_again():
+def test_the_before_arm_makes_the_attentions_probabilities_float32_again(monkeypatch):
     """The arm that measures the attention as it was: under bf16 autocast its probabilities are
     float32 (the float32 mask promotes the scores), the recipe's are bf16."""
     import torch
-    from transformers import AttentionInterface
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     from bench.bench_train_speed import _float32_probabilities
-    from ctxsim.models.training.dropout import ATTENTION_NAME, eager_attention
+    from ctxsim.models.training import dropout as cheap
 
     module = torch.nn.Module().eval()
     q = k = v = torch.randn(1, 2, 4, 8)
     mask = torch.zeros(1, 1, 4, 4)
-    try:
-        _float32_probabilities()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            _, before = ALL_ATTENTION_FUNCTIONS[ATTENTION_NAME](module, q, k, v, mask)
-            _, now = eager_attention(module, q, k, v, mask)
-    finally:
-        AttentionInterface.register(ATTENTION_NAME, eager_attention)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, now = cheap.eager_attention(module, q, k, v, mask)
+    monkeypatch.setattr(cheap, "_in_dtype", cheap._in_dtype)  # restored after the test
+    _float32_probabilities()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, before = cheap.eager_attention(module, q, k, v, mask)
     assert before.dtype == torch.float32 and now.dtype == torch.bfloat16
