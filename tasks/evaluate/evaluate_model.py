@@ -25,6 +25,7 @@ from ctxsim.tasks.evaluate.encoders import (
     pair_similarities,
     wordllama_vectors,
 )
+from ctxsim.tasks.evaluate.encoding_cache import CachedEncoderSimilarity, cached_baselines
 from ctxsim.tasks.evaluate.ists import ists_system
 from ctxsim.tasks.evaluate.report import render_report, write_plots
 from ctxsim.tasks.evaluate.sts_scores import (
@@ -262,6 +263,18 @@ def _sts_figures(
     return rows, per_system, hard_idx
 
 
+def _log_cache(systems: dict[str, Any], log: Any) -> None:
+    """One line per cached baseline: how many of its text lists came from the cache."""
+    for name, sim in systems.items():
+        if isinstance(sim, CachedEncoderSimilarity):
+            log.info(
+                "evaluate: %s's encodings: %d text lists from the cache, %d encoded",
+                name,
+                sim.hits,
+                sim.misses,
+            )
+
+
 def evaluate_model(
     model_path: str | Path,
     eval_dir: str | Path | None,
@@ -285,6 +298,7 @@ def evaluate_model(
     paths_relative_to: str | Path | None = None,
     keep_result_on_write_error: bool = False,
     bf16_cpu: bool = False,
+    encoding_cache: str | Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate a sentence-transformers model directory on the sets of every task format found
     in ``eval_dir`` (readers/evaluators) and the iSTS gold of ``ists_dir``; returns the result.
@@ -296,6 +310,8 @@ def evaluate_model(
     relative to it. ``keep_result_on_write_error`` (the CLI): a report that cannot be written is
     a warning in the result, the figures are returned (a stage raises: never half published).
     ``bf16_cpu``: encoder passes in bf16 on a CPU with the units (CUDA always scores in bf16).
+    ``encoding_cache``: a folder where the baselines' encodings of the domain tasks' texts are
+    kept and read back (encoding_cache.py); None encodes them every time.
     """
     log = logger or logging.getLogger("ctxsim.evaluate")
     baselines = dict(baselines or {})
@@ -329,9 +345,14 @@ def evaluate_model(
 
         if domain:
             tfidf = {"tfidf": None} if "tfidf" in baselines else {}  # TF-IDF cosine: no model
+            systems = encoders | tfidf
+            if encoding_cache is not None:
+                paths = _systems(model_path, baselines)
+                systems = cached_baselines(systems, paths, batch_size, Path(encoding_cache), log)
             result["domain"] = evaluate_domain(
-                encoders | tfidf, others, batch_size=batch_size, log=log, **intervals
+                systems, others, batch_size=batch_size, log=log, **intervals
             )
+            _log_cache(systems, log)
         encoders.clear()
 
     result["n_sets"] = len(sets)

@@ -124,6 +124,7 @@ class EvaluateStage(Stage):
             logger=ctx.logger,
             paths_relative_to=ctx.store.root,
             bf16_cpu=p.bf16_cpu,
+            encoding_cache=ctx.store.cache_dir("evaluate", create=False),
         )
         rows = res.pop("rows")
         if not p.plots:
