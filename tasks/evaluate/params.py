@@ -139,6 +139,14 @@ class EvaluateParams(StageParams):
             "tasks, every figure within 0.03 of float32 (bench/results/evaluate_bf16.md)."
         ),
     )
+    cache: bool = knob(
+        True,
+        description=(
+            "Keep the baselines' encodings of the domain tasks in ROOT/_cache/evaluate and read "
+            "them back on later runs (the download scores the same texts the same way every "
+            "time; the surrogate is always encoded). Speed only: out of the fingerprint."
+        ),
+    )
     plots: bool = Field(
         True,
         description=(

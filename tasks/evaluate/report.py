@@ -91,11 +91,12 @@ def render_report(result: dict[str, Any], per_system: dict, hard_idx: dict) -> s
         lines.append("")
     if result.get("bootstrap"):
         lines += _bootstrap_lines(result["bootstrap"])
-    lines += [
-        "Plots: `scatter.png` (surrogate cosine vs gold), `heatmaps.png` (RCMD token-pair "
-        "contributions).",
-        "",
-    ]
+    if per_system:  # the plots are drawn from the STS sets: none without them
+        lines += [
+            "Plots: `scatter.png` (surrogate cosine vs gold), `heatmaps.png` (RCMD token-pair "
+            "contributions).",
+            "",
+        ]
     return "\n".join(lines)
 
 

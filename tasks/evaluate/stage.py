@@ -71,7 +71,9 @@ def publish_model(src: Path, dst: Path, card_section: str) -> None:
 
 class EvaluateStage(Stage):
     name = "evaluate"
-    version = "2"  # 2: files/model, the trained model whose card lists this evaluation
+    # 2: files/model, the trained model whose card lists this evaluation; 3: a report without
+    # STS sets names no plots
+    version = "3"
     Params = EvaluateParams
     inputs = ("train",)
     run_fields = ("seed", "device")
@@ -124,7 +126,7 @@ class EvaluateStage(Stage):
             logger=ctx.logger,
             paths_relative_to=ctx.store.root,
             bf16_cpu=p.bf16_cpu,
-            encoding_cache=ctx.store.cache_dir("evaluate", create=False),
+            encoding_cache=ctx.store.cache_dir("evaluate", create=False) if p.cache else None,
         )
         rows = res.pop("rows")
         if not p.plots:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -206,3 +207,14 @@ def test_the_stage_keeps_the_cache_under_the_root_and_a_later_run_reads_it(
         assert len(backbone) == (4 if seed == 0 else 0)
     assert len(_files(store.cache_dir("evaluate", create=False))) == 4
     assert figures[0] == figures[1]
+    # evaluate.cache false: encoded again, nothing written; a knob: the same fingerprint
+    off = params.model_copy(update={"cache": False})
+    seed2 = RunParams(device=run.device, seed=2)
+    on = resolve_stage(EvaluateStage(), params, seed2, store, {"train": art})
+    stage = resolve_stage(EvaluateStage(), off, seed2, store, {"train": art})
+    assert stage.fingerprint == on.fingerprint
+    shutil.rmtree(store.cache_dir("evaluate", create=False))
+    encoded.clear()
+    run_stage_locally(stage)
+    assert len([m for m, _ in encoded if Path(m).name == "backbone"]) == 4
+    assert not _files(store.cache_dir("evaluate", create=False))

@@ -178,6 +178,32 @@ def test_evaluate_model_reports_the_domain_tasks_with_intervals(tmp_path):
     assert "## Pair classification" in report and "## Retrieval" in report
 
 
+def test_the_report_names_plots_only_when_it_drew_them(tmp_path):
+    """Plots are drawn from STS sets: a folder of domain tasks alone gets a report that names
+    none (it once listed scatter.png and heatmaps.png that were never written)."""
+    from ctxsim.models.training.tiny_backbone import build_tiny_backbone
+    from ctxsim.tasks.evaluate import evaluate_model
+    from ctxsim.tasks.train import TrainParams
+
+    texts = [r["question"] for r in QA_ROWS] + [r["answer"] for r in QA_ROWS]
+    model = build_tiny_backbone(
+        texts, tmp_path / "tiny", TrainParams(tiny_vocab_size=80, max_seq_length=16), 0
+    )
+    _qa(tmp_path / "eval" / "d_qa.jsonl", QA_ROWS)
+    kw = {"similarities": ["cosine"], "max_seq_length": 16, "bootstrap_resamples": 0}
+    evaluate_model(model, tmp_path / "eval", out_dir=tmp_path / "domain", **kw)
+    report = (tmp_path / "domain" / "report.md").read_text()
+    assert "## Retrieval" in report and "Plots:" not in report
+    assert not list((tmp_path / "domain").glob("*.png"))
+    (tmp_path / "eval" / "STSb.dev.tsv").write_text(
+        "sentence1\tsentence2\tscore\n"
+        + "".join(f"{r['question']}\t{r['answer']}\t{i}\n" for i, r in enumerate(QA_ROWS))
+    )
+    evaluate_model(model, tmp_path / "eval", out_dir=tmp_path / "sts", **kw)
+    assert "Plots: `scatter.png`" in (tmp_path / "sts" / "report.md").read_text()
+    assert (tmp_path / "sts" / "scatter.png").is_file()
+
+
 def test_pair_files_are_gold_sets_for_origin(tmp_path):
     """`ctxsim origin --sts-dir` on a folder of *.pairs.tsv: each file is a set NAME.SPLIT with
     gold 0/1, so Origin (Eq. 4) can be read on a domain's labelled pairs."""
