@@ -263,8 +263,22 @@ def _sts_figures(
     return rows, per_system, hard_idx
 
 
-def _log_cache(systems: dict[str, Any], log: Any) -> None:
-    """One line per cached baseline: how many of its text lists came from the cache."""
+def _domain(
+    encoders: dict[str, Any],
+    paths: dict[str, str | None],
+    sets: list[Evaluator],
+    cache: tuple[int, str | Path | None],
+    intervals: dict[str, Any],
+    log: Any,
+) -> dict[str, Any]:
+    """The domain tasks' figures of the loaded encoders (and TF-IDF where ``paths`` names it);
+    ``cache``: (batch size, the encoding cache's folder or None for none), the baselines' vectors
+    kept there (encoding_cache.py)."""
+    batch_size, folder = cache
+    systems: dict[str, Any] = encoders | ({"tfidf": None} if "tfidf" in paths else {})
+    if folder is not None:
+        systems = cached_baselines(systems, paths, batch_size, Path(folder), log)
+    out = evaluate_domain(systems, sets, batch_size=batch_size, log=log, **intervals)
     for name, sim in systems.items():
         if isinstance(sim, CachedEncoderSimilarity):
             log.info(
@@ -273,6 +287,7 @@ def _log_cache(systems: dict[str, Any], log: Any) -> None:
                 sim.hits,
                 sim.misses,
             )
+    return out
 
 
 def evaluate_model(
@@ -310,8 +325,7 @@ def evaluate_model(
     relative to it. ``keep_result_on_write_error`` (the CLI): a report that cannot be written is
     a warning in the result, the figures are returned (a stage raises: never half published).
     ``bf16_cpu``: encoder passes in bf16 on a CPU with the units (CUDA always scores in bf16).
-    ``encoding_cache``: a folder where the baselines' encodings of the domain tasks' texts are
-    kept and read back (encoding_cache.py); None encodes them every time.
+    ``encoding_cache``: the folder keeping the baselines' domain vectors (encoding_cache.py).
     """
     log = logger or logging.getLogger("ctxsim.evaluate")
     baselines = dict(baselines or {})
@@ -344,15 +358,8 @@ def evaluate_model(
             result["ists"] = _ists(surrogate, ists_dir, *ists)
 
         if domain:
-            tfidf = {"tfidf": None} if "tfidf" in baselines else {}  # TF-IDF cosine: no model
-            systems = encoders | tfidf
-            if encoding_cache is not None:
-                paths = _systems(model_path, baselines)
-                systems = cached_baselines(systems, paths, batch_size, Path(encoding_cache), log)
-            result["domain"] = evaluate_domain(
-                systems, others, batch_size=batch_size, log=log, **intervals
-            )
-            _log_cache(systems, log)
+            paths, cache = _systems(model_path, baselines), (batch_size, encoding_cache)
+            result["domain"] = _domain(encoders, paths, others, cache, intervals, log)
         encoders.clear()
 
     result["n_sets"] = len(sets)

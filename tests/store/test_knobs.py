@@ -21,7 +21,7 @@ EXPECTED = {
     "embed": {"batch_size"},
     "generator": {"token_budget"},
     "score": {"token_budget", "max_batch", "max_logit_elems", "disc_batch", "compile_blocks"},
-    "evaluate": {"batch_size"},
+    "evaluate": {"batch_size", "cache"},
     "label": {"lm.block_pairs"},
     "gencontexts": {"batch_size"},
 }
