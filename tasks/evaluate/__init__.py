@@ -19,7 +19,8 @@
 
 Files: ``params.py`` (the config section), ``stage.py`` (the stage), ``evaluate_model.py``
 (sets, systems, intervals, hard splits), ``domain.py`` (the registry's formats beside STS),
-``encoders.py`` (sentence/token vectors, DynaMax),
+``encoders.py`` (sentence/token vectors, DynaMax), ``encoding_cache.py`` (the baselines'
+vectors of the domain tasks kept under ROOT/_cache/evaluate),
 ``ists.py`` (alignments), ``report.py`` (Markdown and plots). Paired BCa bootstraps and
 Spearman live in models/evaluation/metrics.py, the similarities in
 models/evaluation/similarity.py.
