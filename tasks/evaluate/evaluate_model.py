@@ -25,7 +25,12 @@ from ctxsim.tasks.evaluate.encoders import (
     pair_similarities,
     wordllama_vectors,
 )
-from ctxsim.tasks.evaluate.encoding_cache import CachedEncoderSimilarity, cached_baselines
+from ctxsim.tasks.evaluate.encoding_cache import (
+    VectorCache,
+    baseline_id,
+    cached_baselines,
+    cached_pair_similarities,
+)
 from ctxsim.tasks.evaluate.ists import ists_system
 from ctxsim.tasks.evaluate.report import render_report, write_plots
 from ctxsim.tasks.evaluate.sts_scores import (
@@ -109,12 +114,14 @@ def _score_models(
     sets: list[StsSet],
     similarities: Sequence[str],
     load: Any,
-    batch_size: int,
+    cache: tuple[int, VectorCache | None],
     keep_encoders: bool,
     log: Any,
 ) -> tuple[Preds, dict[str, Any]]:
     """Each model system (the surrogate, then the baselines that are models) on every STS set
-    and similarity; with ``keep_encoders``, the loaded models by system (for the domain tasks)."""
+    and similarity, the baselines through the cache when there is one (``cache``: batch size,
+    cache); with ``keep_encoders``, the loaded models by system (for the domain tasks)."""
+    batch_size, vectors = cache
     preds: Preds = {}
     encoders: dict[str, Any] = {}
     for system, path in _systems(model_path, baselines).items():
@@ -123,8 +130,15 @@ def _score_models(
         model = surrogate if system == "surrogate" else load(path)
         if keep_encoders:
             encoders[system] = model
+        model_id = baseline_id(system, path) if vectors is not None else None
         for s in sets:
-            sc = pair_similarities(model, s.s1, s.s2, batch_size, similarities)
+            if vectors is None or model_id is None:
+                sc = pair_similarities(model, s.s1, s.s2, batch_size, similarities)
+            else:
+                pairs = (s.s1, s.s2)
+                sc = cached_pair_similarities(
+                    model, model_id, pairs, batch_size, similarities, vectors
+                )
             for sim, v in sc.items():
                 preds.setdefault((system, sim), {})[s.name] = v
         log.info("evaluate: scored %d sets with %s", len(sets), system)
@@ -267,27 +281,31 @@ def _domain(
     encoders: dict[str, Any],
     paths: dict[str, str | None],
     sets: list[Evaluator],
-    cache: tuple[int, str | Path | None],
+    cache: tuple[int, VectorCache | None],
     intervals: dict[str, Any],
     log: Any,
 ) -> dict[str, Any]:
-    """The domain tasks' figures of the loaded encoders (and TF-IDF where ``paths`` names it);
-    ``cache``: (batch size, the encoding cache's folder or None for none), the baselines' vectors
-    kept there (encoding_cache.py)."""
-    batch_size, folder = cache
+    """The domain tasks' figures of the loaded encoders (and TF-IDF where ``paths`` names it),
+    the baselines' vectors through the cache when there is one (``cache``: batch size, cache)."""
+    batch_size, vectors = cache
     systems: dict[str, Any] = encoders | ({"tfidf": None} if "tfidf" in paths else {})
-    if folder is not None:
-        systems = cached_baselines(systems, paths, batch_size, Path(folder), log)
-    out = evaluate_domain(systems, sets, batch_size=batch_size, log=log, **intervals)
-    for name, sim in systems.items():
-        if isinstance(sim, CachedEncoderSimilarity):
-            log.info(
-                "evaluate: %s's encodings: %d text lists from the cache, %d encoded",
-                name,
-                sim.hits,
-                sim.misses,
-            )
-    return out
+    if vectors is not None:
+        systems = cached_baselines(systems, paths, batch_size, vectors)
+    return evaluate_domain(systems, sets, batch_size=batch_size, log=log, **intervals)
+
+
+def _vector_cache(folder: str | Path | None, log: Any) -> VectorCache | None:
+    return None if folder is None else VectorCache(Path(folder), log)
+
+
+def _log_cache(vectors: VectorCache | None, log: Any) -> None:
+    if vectors is not None and (vectors.hits or vectors.misses):
+        log.info(
+            "evaluate: the baselines' encodings: %d arrays read from %s, %d computed",
+            vectors.hits,
+            vectors.folder,
+            vectors.misses,
+        )
 
 
 def evaluate_model(
@@ -325,7 +343,7 @@ def evaluate_model(
     relative to it. ``keep_result_on_write_error`` (the CLI): a report that cannot be written is
     a warning in the result, the figures are returned (a stage raises: never half published).
     ``bf16_cpu``: encoder passes in bf16 on a CPU with the units (CUDA always scores in bf16).
-    ``encoding_cache``: the folder keeping the baselines' domain vectors (encoding_cache.py).
+    ``encoding_cache``: the folder keeping the baselines' vectors (encoding_cache.py).
     """
     log = logger or logging.getLogger("ctxsim.evaluate")
     baselines = dict(baselines or {})
@@ -341,11 +359,12 @@ def evaluate_model(
     domain = bool(others)
 
     intervals = {"bootstrap_resamples": bootstrap_resamples, "confidence": confidence, "seed": seed}
+    cache = (batch_size, _vector_cache(encoding_cache, log))  # the baselines' encodings
     with bf16_scope(device, bf16_cpu):  # every encoder pass below
         # every system's predictions on the STS sets
         surrogate = load(model_path)
         preds, encoders = _score_models(
-            surrogate, model_path, baselines, sets, similarities, load, batch_size, domain, log
+            surrogate, model_path, baselines, sets, similarities, load, cache, domain, log
         )
         _add_model_free_preds(preds, baselines, surrogate, sets, load, shown, result)
 
@@ -358,13 +377,12 @@ def evaluate_model(
             result["ists"] = _ists(surrogate, ists_dir, *ists)
 
         if domain:
-            paths, cache = _systems(model_path, baselines), (batch_size, encoding_cache)
+            paths = _systems(model_path, baselines)
             result["domain"] = _domain(encoders, paths, others, cache, intervals, log)
         encoders.clear()
+    _log_cache(cache[1], log)
 
-    result["n_sets"] = len(sets)
-    if domain:
-        result["n_domain_sets"] = len(others)
+    result |= {"n_sets": len(sets)} | ({"n_domain_sets": len(others)} if domain else {})
     result = _nan_to_none(result) | {"rows": _nan_to_none(rows)}
     if out_dir is not None:
         outputs = (per_system, hard_idx, surrogate, sets, preds)

@@ -142,9 +142,10 @@ class EvaluateParams(StageParams):
     cache: bool = knob(
         True,
         description=(
-            "Keep the baselines' encodings of the domain tasks in ROOT/_cache/evaluate and read "
-            "them back on later runs (the download scores the same texts the same way every "
-            "time; the surrogate is always encoded). Speed only: out of the fingerprint."
+            "Keep the baselines' encodings (domain tasks) and pair scores (STS sets) in "
+            "ROOT/_cache/evaluate and read them back on later runs (a download scores the same "
+            "texts the same way every time; the surrogate is always encoded). Speed only: out "
+            "of the fingerprint."
         ),
     )
     plots: bool = Field(

@@ -95,17 +95,18 @@ def test_a_second_evaluation_reads_the_baseline_from_the_cache_and_reports_the_s
 
 def test_what_the_vectors_depend_on_is_in_the_key(models, tmp_path):
     from ctxsim.models.encoders import bf16_scope, load_capped
-    from ctxsim.tasks.evaluate.encoding_cache import CachedEncoderSimilarity
+    from ctxsim.tasks.evaluate.encoding_cache import CachedEncoderSimilarity, VectorCache
 
     _, baseline, _ = models
     model = load_capped(baseline, "cpu", 16)
-    sim = CachedEncoderSimilarity(model, 4, tmp_path / "c", "digest-a")
+    c = VectorCache(tmp_path / "c")
+    sim = CachedEncoderSimilarity(model, 4, c, "digest-a")
     texts = ["what causes gout ?", "asthma"]
     key = sim.key(texts)
-    assert key == CachedEncoderSimilarity(model, 4, tmp_path / "c", "digest-a").key(texts)
+    assert key == CachedEncoderSimilarity(model, 4, c, "digest-a").key(texts)
     others = {
-        CachedEncoderSimilarity(model, 4, tmp_path / "c", "digest-b").key(texts),  # weights
-        CachedEncoderSimilarity(model, 8, tmp_path / "c", "digest-a").key(texts),  # batches
+        CachedEncoderSimilarity(model, 4, c, "digest-b").key(texts),  # weights
+        CachedEncoderSimilarity(model, 8, c, "digest-a").key(texts),  # batches
         sim.key(texts[::-1]),  # order
         sim.key(["what causes gout ? asthma"]),  # the same characters, split otherwise
     }
@@ -117,6 +118,37 @@ def test_what_the_vectors_depend_on_is_in_the_key(models, tmp_path):
     model.max_seq_length = 8
     others.add(sim.key(texts))
     assert key not in others and len(others) >= 5
+
+
+def test_the_sts_sets_baseline_scores_are_kept_too(models, tmp_path, monkeypatch):
+    """An STS set beside the domain tasks: the baseline's cosine and RCMD of its pairs are kept
+    (one array per set) and read back; the result is the uncached one."""
+    import ctxsim.tasks.evaluate.encoders as EE
+
+    _, _, data = models
+    (data / "STSb.dev.tsv").write_text(
+        "sentence1\tsentence2\tscore\n"
+        + "".join(f"{r['question']}\t{r['answer']}\t{i}\n" for i, r in enumerate(QA_ROWS))
+    )
+    computed: list[int] = []
+    pair_similarities = EE.pair_similarities
+
+    def spy(model, s1, s2, *args, **kwargs):
+        computed.append(len(s1))
+        return pair_similarities(model, s1, s2, *args, **kwargs)
+
+    monkeypatch.setattr(EE, "pair_similarities", spy)
+    cache = tmp_path / "cache"
+    kw = {"similarities": ["cosine", "rcmd"]}
+    plain = _evaluate(models, None, **kw)
+    assert computed == []  # uncached: the stage's own call, not the cache's
+    first = _evaluate(models, cache, **kw)
+    assert computed == [len(QA_ROWS)] and len(_files(cache)) == 5  # the STS set's array
+    second = _evaluate(models, cache, **kw)
+    assert computed == [len(QA_ROWS)]  # read back
+    assert plain["datasets"] and "rcmd" in json.dumps(plain["bootstrap"])
+    dumps = {json.dumps(r, sort_keys=True) for r in (plain, first, second)}
+    assert len(dumps) == 1
 
 
 def test_a_retrained_model_at_the_same_path_is_encoded_again(models, tmp_path, encoded):
