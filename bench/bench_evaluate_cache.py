@@ -10,7 +10,8 @@ CPU-seconds per arm, each arm against the uncached mean, and whether every arm's
 same JSON as the uncached one (it must be: the cache only saves work).
 
 Run: ``.venv/bin/python -m bench.bench_evaluate_cache --model DIR --eval-dir DIR``
-(``--backbone minilm``: the download the card compares with).
+(``--backbone minilm``: the download the card compares with; ``--similarities cosine,rcmd``:
+the STS sets' similarities, as the paper route's evaluation).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ ARMS = (
 
 
 def run_arm(
-    model: str, eval_dir: str, backbone: str, cache: Path | None, max_len: int
+    model: str, eval_dir: str, backbone: str, cache: Path | None, max_len: int, sims: list[str]
 ) -> tuple[float, float, str]:
     """(CPU-s, wall s, the result as sorted JSON) of one evaluation."""
     import torch
@@ -50,7 +51,7 @@ def run_arm(
         model,
         eval_dir,
         baselines={"backbone": str(resolve_model(backbone)), "tfidf": None},
-        similarities=["cosine"],
+        similarities=sims,
         max_seq_length=max_len,
         bf16_cpu=True,
         encoding_cache=cache,
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-dir", required=True)
     ap.add_argument("--backbone", default="minilm", help="the download (registry name or dir)")
     ap.add_argument("--max-seq-length", type=int, default=256)
+    ap.add_argument(
+        "--similarities", default="cosine", help="of the STS sets, comma-separated: cosine,rcmd"
+    )
     ap.add_argument("--name", default="evaluate_cache")
     ap.add_argument("--out-dir", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -76,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             if state == "empty":
                 shutil.rmtree(folder, ignore_errors=True)
             cache = folder if state else None
-            cpu, wall, result = run_arm(a.model, a.eval_dir, a.backbone, cache, a.max_seq_length)
+            sims = a.similarities.split(",")
+            cpu, wall, result = run_arm(
+                a.model, a.eval_dir, a.backbone, cache, a.max_seq_length, sims
+            )
             files = len(list(folder.glob("*.npy"))) if cache and folder.is_dir() else "-"
             got.append((arm, cpu, wall, result, files))
             print(arm, round(cpu, 1), flush=True)
@@ -103,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": a.model,
         "eval_dir": a.eval_dir,
         "max_seq_length": a.max_seq_length,
+        "similarities (STS sets)": a.similarities,
         "bf16 units": bf16_available("cpu"),
         "torch threads": 1,
         "peak RSS MB": round(peak_rss_mb()),
