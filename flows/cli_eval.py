@@ -64,6 +64,14 @@ def evaluate(
         bool,
         typer.Option("--bf16", help="encode in bf16 on a CPU with bf16 units (CUDA always does)"),
     ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help="keep the baselines' encodings and STS scores here and read them back on "
+            "later calls (a run's stage keeps them in ROOT/_cache/evaluate)",
+        ),
+    ] = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """STS (Spearman/Pearson, "all" and "mean"), RCMD, hard splits, iSTS F1, and the domain
@@ -107,6 +115,7 @@ def evaluate(
             max_pairs_per_subset=max_pairs,
             keep_result_on_write_error=True,
             bf16_cpu=bf16,
+            encoding_cache=cache_dir,
         )
     text = json.dumps(result, indent=2, default=str)
     typer.echo(text)  # first: the figures reach the terminal whatever happens to the file

@@ -274,6 +274,13 @@ def test_evaluate_cli_compares_with_named_baselines(trained, tmp_path):
     assert any(k.startswith("surrogate.cosine-vs-backbone") for k in result["bootstrap"])
     bad = CliRunner().invoke(app, [*args, "--baseline", "backbone"])
     assert bad.exit_code == 2 and "NAME=MODEL" in bad.output
+    # --cache-dir: the baseline's STS scores kept and read back, the same figures
+    cached = [*args, "--baseline", backbone, "--cache-dir", str(tmp_path / "cache")]
+    for _ in range(2):
+        res = CliRunner().invoke(app, cached)
+        assert res.exit_code == 0, res.output
+        assert json.loads(out.read_text())["datasets"] == result["datasets"]
+        assert len(list((tmp_path / "cache").glob("*.npy"))) == 5  # one per STS file
 
 
 def test_evaluate_without_data_completes(trained, tmp_path):
