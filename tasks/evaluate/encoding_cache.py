@@ -148,16 +148,16 @@ class CachedEncoderSimilarity(EncoderSimilarity):
 def cached_pair_similarities(
     model: Any,
     model_id: str,
-    sets: tuple[Sequence[str], Sequence[str]],
+    pairs: tuple[Sequence[str], Sequence[str]],
     batch_size: int,
     similarities: Sequence[str],
     cache: VectorCache,
 ) -> dict[str, np.ndarray]:
-    """``pair_similarities`` (encoders.py) of an STS set's pairs ``sets`` = (s1, s2) through
-    the cache: one array of a row per similarity."""
+    """``pair_similarities`` (encoders.py) of an STS set's ``pairs`` = (s1, s2) through the
+    cache: one array of a row per similarity."""
     from ctxsim.tasks.evaluate.encoders import pair_similarities
 
-    s1, s2 = sets
+    s1, s2 = pairs
     sims = list(similarities)
     key = cache_key(
         model_id,
