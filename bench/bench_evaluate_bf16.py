@@ -14,12 +14,11 @@ Run: ``.venv/bin/python -m bench.bench_evaluate_bf16 --model DIR --eval-dir DIR`
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import peak_rss_mb, write_results
+from bench.common import add_evaluation_args, timed_evaluation
+from bench.harness import command_line, peak_rss_mb, write_results
 
 #: each task format's primary metric (the one the card and the paired intervals lead with)
 PRIMARY = {"pairs": "ap", "retrieval": "ndcg_at_10"}
@@ -47,24 +46,10 @@ def intervals(result: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 
 def run_arm(model: str, eval_dir: str, backbone: str, bf16: bool, max_len: int) -> dict:
-    import torch
-
-    from ctxsim.models.registry import resolve_model
-    from ctxsim.tasks.evaluate import evaluate_model
-
-    torch.set_num_threads(1)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    res = evaluate_model(
-        model,
-        eval_dir,
-        baselines={"backbone": str(resolve_model(backbone)), "tfidf": None},
-        similarities=["cosine"],
-        max_seq_length=max_len,
-        bf16_cpu=bf16,
-    )
+    cpu, wall, res = timed_evaluation(model, eval_dir, backbone, max_len, bf16_cpu=bf16)
     return {
-        "cpu_s": time.process_time() - cpu0,
-        "wall_s": time.perf_counter() - wall0,
+        "cpu_s": cpu,
+        "wall_s": wall,
         "figures": figures(res),
         "intervals": intervals(res),
     }
@@ -72,10 +57,7 @@ def run_arm(model: str, eval_dir: str, backbone: str, bf16: bool, max_len: int) 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="the adapted sentence-transformers model dir")
-    ap.add_argument("--eval-dir", required=True)
-    ap.add_argument("--backbone", default="minilm", help="the download (registry name or dir)")
-    ap.add_argument("--max-seq-length", type=int, default=256)
+    add_evaluation_args(ap)
     ap.add_argument("--name", default="evaluate_bf16")
     ap.add_argument("--out-dir", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -118,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         for arm in arms
     ]
     meta = {
-        "command": " ".join(
-            [Path(sys.executable).name, "-m", "bench.bench_evaluate_bf16", *(argv or sys.argv[1:])]
-        ),
+        "command": command_line("bench.bench_evaluate_bf16", argv),
         "model": a.model,
         "eval_dir": a.eval_dir,
         "max_seq_length": a.max_seq_length,

@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench.harness import peak_rss_mb, write_results
+from bench.common import add_evaluation_args, timed_evaluation
+from bench.harness import command_line, peak_rss_mb, write_results
 
 #: (arm, what the cache folder holds before it) in the order they run
 ARMS = (
@@ -39,32 +38,16 @@ ARMS = (
 def run_arm(
     model: str, eval_dir: str, backbone: str, cache: Path | None, max_len: int, sims: list[str]
 ) -> tuple[float, float, str]:
-    """(CPU-s, wall s, the result as sorted JSON) of one evaluation."""
-    import torch
-
-    from ctxsim.models.registry import resolve_model
-    from ctxsim.tasks.evaluate import evaluate_model
-
-    torch.set_num_threads(1)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    res = evaluate_model(
-        model,
-        eval_dir,
-        baselines={"backbone": str(resolve_model(backbone)), "tfidf": None},
-        similarities=sims,
-        max_seq_length=max_len,
-        bf16_cpu=True,
-        encoding_cache=cache,
+    """(CPU-s, wall s, the result as sorted JSON) of one evaluation in bf16."""
+    cpu, wall, res = timed_evaluation(
+        model, eval_dir, backbone, max_len, similarities=sims, bf16_cpu=True, encoding_cache=cache
     )
-    return time.process_time() - cpu0, time.perf_counter() - wall0, json.dumps(res, sort_keys=True)
+    return cpu, wall, json.dumps(res, sort_keys=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="the adapted sentence-transformers model dir")
-    ap.add_argument("--eval-dir", required=True)
-    ap.add_argument("--backbone", default="minilm", help="the download (registry name or dir)")
-    ap.add_argument("--max-seq-length", type=int, default=256)
+    add_evaluation_args(ap)
     ap.add_argument(
         "--similarities", default="cosine", help="of the STS sets, comma-separated: cosine,rcmd"
     )
@@ -104,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         for arm, cpu, wall, result, files in got
     ]
     meta = {
-        "command": " ".join(
-            [Path(sys.executable).name, "-m", "bench.bench_evaluate_cache", *(argv or sys.argv[1:])]
-        ),
+        "command": command_line("bench.bench_evaluate_cache", argv),
         "model": a.model,
         "eval_dir": a.eval_dir,
         "max_seq_length": a.max_seq_length,

@@ -538,3 +538,34 @@ def run_engine(
     out["rss_mb"] = peak_rss_mb() - base
     out["scores"] = np.concatenate(out["scores"])
     return out
+
+
+def timed_evaluation(
+    model: str, eval_dir: str, backbone: str, max_len: int, **kw: Any
+) -> tuple[float, float, dict[str, Any]]:
+    """One ``evaluate_model`` call as `ctxsim adapt` makes it (the download and TF-IDF as
+    baselines, cosine), on one torch thread: (CPU-s, wall s, the result)."""
+    import torch
+
+    from ctxsim.models.registry import resolve_model
+    from ctxsim.tasks.evaluate import evaluate_model
+
+    torch.set_num_threads(1)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    res = evaluate_model(
+        model,
+        eval_dir,
+        baselines={"backbone": str(resolve_model(backbone)), "tfidf": None},
+        max_seq_length=max_len,
+        **({"similarities": ["cosine"]} | kw),
+    )
+    return time.process_time() - cpu0, time.perf_counter() - wall0, res
+
+
+def add_evaluation_args(ap: Any) -> None:
+    """The arguments of the benches that time ``timed_evaluation``: the adapted model, the dev
+    tasks, the download and the token limit (the recipe's 256)."""
+    ap.add_argument("--model", required=True, help="the adapted sentence-transformers model dir")
+    ap.add_argument("--eval-dir", required=True)
+    ap.add_argument("--backbone", default="minilm", help="the download (registry name or dir)")
+    ap.add_argument("--max-seq-length", type=int, default=256)

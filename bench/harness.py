@@ -250,6 +250,11 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def command_line(module: str, argv: Sequence[str] | None) -> str:
+    """How a bench was called, for its results' ``command``: ``python -m MODULE ARGS``."""
+    return " ".join([Path(sys.executable).name, "-m", module, *(argv or sys.argv[1:])])
+
+
 def git_commit() -> str | None:
     """The checkout's commit (``-dirty`` when tracked files differ from it), None outside git:
     recorded by `write_results` so a result names the code that produced it."""
