@@ -83,13 +83,19 @@ def verified(path: Path, what: str, logger: Any) -> bool:
             problem = f"unreadable ({e.strerror or e})"
     if problem is None:
         return True
+    set_aside(path, what, problem, logger)
+    return False
+
+
+def set_aside(path: Path, what: str, problem: str, logger: Any) -> None:
+    """Move a cache file that cannot be used (``problem``) aside with its sidecar and warn; a
+    file a concurrent reader moved first is left to it."""
     dest = move_aside(path)
     if dest is None:
-        return False
+        return
     if sidecar(path).exists():
         os.replace(sidecar(path), sidecar(dest))
     logger.warning("%s %s: %s; moved to %s, it will be computed again", what, path, problem, dest)
-    return False
 
 
 def torch_checkpoint(

@@ -20,16 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ctxsim.store.checked import move_aside, sidecar, verified, write_checked
+from ctxsim.store.checked import set_aside, verified, write_checked
 from ctxsim.tasks.evaluate.domain import EncoderSimilarity
 
+#: how the cache's files are named in warnings
+WHAT = "evaluation encoding cache file"
 #: bump when the encoding pass itself changes (models/encoders.py ``encode_sorted``, ``_unit``)
 CACHE_VERSION = "1"
 
@@ -73,13 +74,14 @@ class VectorCache:
         self.folder = Path(folder)
         self.logger = logger or logging.getLogger("ctxsim.evaluate")
         self.hits = self.misses = 0
+        self._ids: dict[str, str] = {}
 
     def get(
         self, key: str, fits: Callable[[np.ndarray], bool], compute: Callable[[], np.ndarray]
     ) -> np.ndarray:
         """The array under ``key`` when one that ``fits`` is kept, else ``compute()`` kept."""
         path = self.folder / f"{key}.npy"
-        if verified(path, "evaluation encoding cache file", self.logger):
+        if verified(path, WHAT, self.logger):
             got = self._read(path, fits)
             if got is not None:
                 self.hits += 1
@@ -98,6 +100,18 @@ class VectorCache:
             self.logger.warning("evaluate: encodings not cached in %s (%s)", self.folder, e)
         return out
 
+    def model_id(self, system: str, path: str | None) -> str | None:
+        """The content digest of a baseline's model directory, once per cache (an evaluation
+        asks for it on the STS sets and again on the domain tasks); None for the surrogate (a
+        new model every run: never cached) and for a system that is no model folder."""
+        from ctxsim.models.encoders import model_digest
+
+        if system == "surrogate" or path is None or not Path(path).is_dir():
+            return None
+        if path not in self._ids:
+            self._ids[path] = model_digest(path)
+        return self._ids[path]
+
     def _read(self, path: Path, fits: Callable[[np.ndarray], bool]) -> np.ndarray | None:
         try:
             got = np.load(path, allow_pickle=False)
@@ -107,10 +121,7 @@ class VectorCache:
             if fits(got):
                 return got
             problem = f"holds an array of shape {got.shape}, not the one expected"
-        dest = move_aside(path)
-        if dest is not None and sidecar(path).exists():
-            os.replace(sidecar(path), sidecar(dest))
-        self.logger.warning("evaluate: cache file %s %s; moved to %s", path, problem, dest)
+        set_aside(path, WHAT, problem, self.logger)
         return None
 
 
@@ -142,7 +153,8 @@ class CachedEncoderSimilarity(EncoderSimilarity):
         def fits(a: np.ndarray) -> bool:
             return a.ndim == 2 and a.shape[0] == len(texts)
 
-        return self.cache.get(self.key(texts), fits, lambda: EncoderSimilarity._encode(self, texts))
+        encode = super()._encode
+        return self.cache.get(self.key(texts), fits, lambda: encode(texts))
 
 
 def cached_pair_similarities(
@@ -175,16 +187,6 @@ def cached_pair_similarities(
     return {k: arr[i] for i, k in enumerate(sims)}
 
 
-def baseline_id(system: str, path: str | None) -> str | None:
-    """The content digest of a baseline's model directory; None for the surrogate (a new model
-    every run: never cached) and for a system that is no model folder."""
-    from ctxsim.models.encoders import model_digest
-
-    if system == "surrogate" or path is None or not Path(path).is_dir():
-        return None
-    return model_digest(path)
-
-
 def cached_baselines(
     systems: dict[str, Any], paths: dict[str, str | None], batch_size: int, cache: VectorCache
 ) -> dict[str, Any]:
@@ -192,7 +194,7 @@ def cached_baselines(
     through ``cache``; ``paths`` names each system's model directory."""
     out: dict[str, Any] = {}
     for name, model in systems.items():
-        model_id = baseline_id(name, paths.get(name)) if model is not None else None
+        model_id = cache.model_id(name, paths.get(name)) if model is not None else None
         out[name] = (
             model
             if model_id is None

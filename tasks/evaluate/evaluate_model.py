@@ -27,7 +27,6 @@ from ctxsim.tasks.evaluate.encoders import (
 )
 from ctxsim.tasks.evaluate.encoding_cache import (
     VectorCache,
-    baseline_id,
     cached_baselines,
     cached_pair_similarities,
 )
@@ -130,7 +129,7 @@ def _score_models(
         model = surrogate if system == "surrogate" else load(path)
         if keep_encoders:
             encoders[system] = model
-        model_id = baseline_id(system, path) if vectors is not None else None
+        model_id = vectors.model_id(system, path) if vectors is not None else None
         for s in sets:
             if vectors is None or model_id is None:
                 sc = pair_similarities(model, s.s1, s.s2, batch_size, similarities)
