@@ -1,7 +1,8 @@
 """The adapt recipe's arms on the dev tasks, paired: finished runs (``ctxsim adapt`` or ``ctxsim
 run``) named ROOT:RUN_ID, each run's trained model scored on every dev task under --eval-dir
 (the evaluators of readers/evaluators through bench/common.py), with paired bootstrap intervals
-against the encoder each run started from (the --reference of that name) and between arms
+against the encoder each run started from (the --reference of that name; LABEL=DIR scores a model
+folder that is no run's, a merged or averaged model, under a label of its own) and between arms
 (--vs A=B: the recipe against the same run with the `context` objective alone, with the labels
 alone, ...; --vs A1,A2,A3=B1,B2,B3: the mean over training seeds, each seed paired with its
 own), each run's CPU-seconds by stage from its manifests (and all-in from a
@@ -101,7 +102,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--eval-dir", required=True, help="folder with domain/ dev tasks or them")
     ap.add_argument("--arm", action="append", default=[], help="NAME=ROOT:RUN_ID")
-    ap.add_argument("--reference", action="append", default=[], help="NAME (registry) or DIR")
+    ap.add_argument(
+        "--reference", action="append", default=[], help="NAME (registry), DIR or LABEL=DIR"
+    )
     ap.add_argument(
         "--vs",
         action="append",
@@ -128,10 +131,13 @@ def main(argv: list[str] | None = None) -> None:
     rows, cost = [], []
     backbone: dict[str, str] = {}  # arm -> the model it started from (its reference)
     records: dict[str, dict[str, Any]] = {}
+    references = []
     for kv in args.reference:
-        name = kv
-        scores[name] = arm_similarities(str(resolve_model(name)), sets, cache, args.max_seq_length)
-        rows.append({"arm": name, "run": "as downloaded"} | summarise(scores[name], sets))
+        name, model = kv.split("=", 1) if "=" in kv else (kv, kv)
+        scores[name] = arm_similarities(str(resolve_model(model)), sets, cache, args.max_seq_length)
+        references.append(name)
+        run = "as downloaded" if name == model else model
+        rows.append({"arm": name, "run": run} | summarise(scores[name], sets))
     for kv in args.arm:
         name, spec = kv.split("=", 1)
         _, record = _record(spec)
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         cost.append({"arm": name, "all-in CPU-s": total} | cpu)
     ci_rows = []
     pairs = [v.split("=", 1) for v in args.vs]
-    pairs += [(a, backbone[a]) for a in backbone if backbone[a] in args.reference]
+    pairs += [(a, backbone[a]) for a in backbone if backbone[a] in references]
     for a, b in pairs:
         seeds_a, seeds_b = ([scores[x] for x in side.split(",")] for side in (a, b))
         ci_rows.append({"arm": a, "vs": b} | intervals(seeds_a, seeds_b, sets, args.resamples, 0))

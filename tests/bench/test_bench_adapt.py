@@ -84,8 +84,12 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
             f"B={root}:rb",
             "--reference",
             str(a),
+            "--reference",
+            f"bee={b}",  # a model folder under a label of its own
             "--vs",
             "A=B",
+            "--vs",
+            "A=bee",
             "--agree",
             "A=B",
             "--time",
@@ -102,11 +106,13 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     )
     doc = json.loads((out / "t.json").read_text())
     rows = {r["arm"]: r for r in doc["rows"]}
-    assert set(rows) == {str(a), "A", "B"}
+    assert set(rows) == {str(a), "bee", "A", "B"}
     assert rows["A"]["x AP"] == rows[str(a)]["x AP"]  # the same model scores the same
+    assert rows["bee"]["x AP"] == rows["B"]["x AP"] and rows["bee"]["run"] == str(b)
     cis = {(r["arm"], r["vs"]): r for r in doc["tables"]["paired intervals"]}
     assert cis[("A", str(a))]["x AP"] == "+0.00 [+0.00, +0.00]"
     assert ("A", "B") in cis and ("B", str(a)) not in cis  # an arm meets its own backbone only
+    assert ("A", "bee") in cis and ("B", "bee") not in cis
     cost = {r["arm"]: r for r in doc["tables"]["cost"]}
     assert cost["A"]["all-in CPU-s"] == 12.0 and cost["A"]["train"] == 12.5
     assert cost["B"]["all-in CPU-s"] is None
