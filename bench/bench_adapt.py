@@ -2,7 +2,8 @@
 run``) named ROOT:RUN_ID, each run's trained model scored on every dev task under --eval-dir
 (the evaluators of readers/evaluators through bench/common.py), with paired bootstrap intervals
 against the encoder each run started from (the --reference of that name; LABEL=DIR scores a model
-folder that is no run's, a merged or averaged model, under a label of its own) and between arms
+folder that is no run's under a label of its own; --merge the weights of two models interpolated)
+and between arms
 (--vs A=B: the recipe against the same run with the `context` objective alone, with the labels
 alone, ...; --vs A1,A2,A3=B1,B2,B3: the mean over training seeds, each seed paired with its
 own), each run's CPU-seconds by stage from its manifests (and all-in from a
@@ -96,7 +97,7 @@ def label_agreement(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from bench.common import arm_similarities, intervals, summarise
+    from bench.common import arm_similarities, intervals, merged_model, summarise
     from bench.harness import write_results
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -111,6 +112,13 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="A=B: paired intervals of A - B; A1,A2,A3=B1,B2,B3: of the mean over training "
         "seeds (the same items for every seed)",
+    )
+    ap.add_argument(
+        "--merge",
+        action="append",
+        default=[],
+        help="LABEL=START:END:W scores (1-W)*START + W*END (each a registry name or DIR; "
+        "a model folder, such as a run's trained model)",
     )
     ap.add_argument("--time", action="append", default=[], help="NAME=/usr/bin/time -v file")
     ap.add_argument("--agree", action="append", default=[], help="A=B: label agreement of A, B")
@@ -138,6 +146,15 @@ def main(argv: list[str] | None = None) -> None:
         references.append(name)
         run = "as downloaded" if name == model else model
         rows.append({"arm": name, "run": run} | summarise(scores[name], sets))
+    for kv in args.merge:
+        name, spec = kv.split("=", 1)
+        start, end, weight = spec.rsplit(":", 2)
+        model = merged_model(
+            str(resolve_model(start)), str(resolve_model(end)), float(weight), cache
+        )
+        scores[name] = arm_similarities(str(model), sets, cache, args.max_seq_length)
+        references.append(name)
+        rows.append({"arm": name, "run": f"merged {spec}"} | summarise(scores[name], sets))
     for kv in args.arm:
         name, spec = kv.split("=", 1)
         _, record = _record(spec)

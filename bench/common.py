@@ -255,6 +255,36 @@ def arm_model_digest(model_dir: str) -> str:
     return _digest({f.relative_to(root).as_posix(): content_digest(f) for f in files})
 
 
+def merged_model(start_dir: str, end_dir: str, weight: float, cache: Path) -> Path:
+    """The encoder whose weights are ``(1 - weight) * start + weight * end`` (WiSE-FT, Wortsman
+    et al. 2022, with the download as start; a soup of two trainings from one start), written
+    once under ``cache`` by the two models' content and the weight; ``end``'s folder otherwise
+    (tokenizer, pooling, config). Tensors ``end`` lacks (a download's buffers) are left out."""
+    from safetensors.torch import load_file, save_file
+
+    start, end = Path(start_dir), Path(end_dir)
+    key = _digest("merge", arm_model_digest(str(start)), arm_model_digest(str(end)), weight)
+    out = cache / f"merged-{key}"
+    if out.exists():
+        return out
+    a, b = load_file(start / "model.safetensors"), load_file(end / "model.safetensors")
+    missing = sorted(set(b) - set(a))
+    if missing:
+        raise SystemExit(f"{start} and {end} are not one architecture: {start} lacks {missing[:3]}")
+    merged = {
+        k: ((1 - weight) * a[k].float() + weight * v.float()).to(v.dtype)
+        if v.is_floating_point()
+        else v
+        for k, v in b.items()
+    }
+    tmp = cache / f".merged-{key}.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(end, tmp, ignore=shutil.ignore_patterns("model.safetensors", "README.md"))
+    save_file(merged, tmp / "model.safetensors", metadata={"format": "pt"})
+    os.replace(tmp, out)  # never a half-written model under the key
+    return out
+
+
 def eval_sets(root: Path, sts_names: Sequence[str] = ()) -> list:
     """The evaluators of readers/evaluators a bench scores arms on: every set the eval-dir
     formats find under ``root`` (pairs, QA, ...) and, of the STS sets under ``root/sts``, those

@@ -4,6 +4,8 @@ intervals against the model each started from and between arms, and each run's C
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 from tests.bench.test_bench_evaluators import PAIRS, QA
 
@@ -90,6 +92,12 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
             "A=B",
             "--vs",
             "A=bee",
+            "--merge",
+            f"whole-b={a}:{b}:1",  # all of b's weights: b again
+            "--merge",
+            f"mid={a}:{b}:0.5",
+            "--vs",
+            "mid=bee",
             "--agree",
             "A=B",
             "--time",
@@ -106,13 +114,16 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     )
     doc = json.loads((out / "t.json").read_text())
     rows = {r["arm"]: r for r in doc["rows"]}
-    assert set(rows) == {str(a), "bee", "A", "B"}
+    assert set(rows) == {str(a), "bee", "whole-b", "mid", "A", "B"}
+    assert rows["whole-b"]["x AP"] == rows["bee"]["x AP"]
+    merged = sorted((tmp_path / "cache").glob("merged-*"))
+    assert len(merged) == 2 and not any((m / "README.md").exists() for m in merged)
     assert rows["A"]["x AP"] == rows[str(a)]["x AP"]  # the same model scores the same
     assert rows["bee"]["x AP"] == rows["B"]["x AP"] and rows["bee"]["run"] == str(b)
     cis = {(r["arm"], r["vs"]): r for r in doc["tables"]["paired intervals"]}
     assert cis[("A", str(a))]["x AP"] == "+0.00 [+0.00, +0.00]"
     assert ("A", "B") in cis and ("B", str(a)) not in cis  # an arm meets its own backbone only
-    assert ("A", "bee") in cis and ("B", "bee") not in cis
+    assert ("A", "bee") in cis and ("B", "bee") not in cis and ("mid", "bee") in cis
     cost = {r["arm"]: r for r in doc["tables"]["cost"]}
     assert cost["A"]["all-in CPU-s"] == 12.0 and cost["A"]["train"] == 12.5
     assert cost["B"]["all-in CPU-s"] is None
@@ -121,3 +132,30 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     agree = doc["tables"]["label agreement"][0]
     assert agree["pairs in both"] == 4 and agree["label Spearman x100"] == 100.0
     assert agree["max |label gap|"] == 0.1
+
+
+def test_merged_model_interpolates_the_weights_once_and_refuses_two_architectures(tmp_path):
+    import pytest
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from bench.common import merged_model
+    from tests.tasks.tiny_encoder import build_tiny_encoder
+
+    texts = (PAIRS.s1 + PAIRS.s2) * 5
+    a = build_tiny_encoder(texts, tmp_path / "a", seed=0)
+    b = build_tiny_encoder(texts, tmp_path / "b", seed=1)
+    out = merged_model(str(a), str(b), 0.25, tmp_path / "cache")
+    wa, wb, wm = (load_file(Path(d) / "model.safetensors") for d in (a, b, out))
+    assert wm.keys() == wb.keys()
+    for k, v in wm.items():
+        if v.is_floating_point():
+            torch.testing.assert_close(v, 0.75 * wa[k] + 0.25 * wb[k])
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert merged_model(str(a), str(b), 0.25, tmp_path / "cache") == out  # kept, not rewritten
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    other = tmp_path / "other"
+    shutil.copytree(b, other)
+    save_file({"extra.weight": torch.zeros(2)} | wb, other / "model.safetensors")
+    with pytest.raises(SystemExit, match="not one architecture"):
+        merged_model(str(a), str(other), 0.5, tmp_path / "cache")
