@@ -268,9 +268,12 @@ def merged_model(start_dir: str, end_dir: str, weight: float, cache: Path) -> Pa
     if out.exists():
         return out
     a, b = load_file(start / "model.safetensors"), load_file(end / "model.safetensors")
-    missing = sorted(set(b) - set(a))
+    missing = sorted(k for k in b if k not in a or a[k].shape != b[k].shape)
     if missing:
-        raise SystemExit(f"{start} and {end} are not one architecture: {start} lacks {missing[:3]}")
+        raise SystemExit(
+            f"{start} and {end} are not one architecture: "
+            f"{start} lacks {missing[:3]} or holds them in another shape"
+        )
     merged = {
         k: ((1 - weight) * a[k].float() + weight * v.float()).to(v.dtype)
         if v.is_floating_point()

@@ -159,3 +159,9 @@ def test_merged_model_interpolates_the_weights_once_and_refuses_two_architecture
     save_file({"extra.weight": torch.zeros(2)} | wb, other / "model.safetensors")
     with pytest.raises(SystemExit, match="not one architecture"):
         merged_model(str(a), str(other), 0.5, tmp_path / "cache")
+    k = next(k for k, v in wb.items() if v.ndim == 2)
+    save_file(
+        wb | {k: torch.zeros(wb[k].shape[0] + 1, wb[k].shape[1])}, other / "model.safetensors"
+    )
+    with pytest.raises(SystemExit, match="another shape"):
+        merged_model(str(a), str(other), 0.5, tmp_path / "cache")
