@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> None:
         "--merge",
         action="append",
         default=[],
-        help="LABEL=START:END:W scores (1-W)*START + W*END (each a registry name or DIR; "
-        "a model folder, such as a run's trained model)",
+        help="LABEL=START:END:W scores (1-W)*START + W*END, each a registry name, a model "
+        "DIR, or the label of an --arm or an earlier --merge (a soup of two seeds' runs: "
+        "A=s0:s1:0.5; of three: B=A:s2:0.3333)",
     )
     ap.add_argument("--time", action="append", default=[], help="NAME=/usr/bin/time -v file")
     ap.add_argument("--agree", action="append", default=[], help="A=B: label agreement of A, B")
@@ -140,32 +141,31 @@ def main(argv: list[str] | None = None) -> None:
     backbone: dict[str, str] = {}  # arm -> the model it started from (its reference)
     records: dict[str, dict[str, Any]] = {}
     references = []
+    model_dirs: dict[str, str] = {}  # arm or merge -> its model folder
     for kv in args.reference:
         name, model = kv.split("=", 1) if "=" in kv else (kv, kv)
         scores[name] = arm_similarities(str(resolve_model(model)), sets, cache, args.max_seq_length)
         references.append(name)
         run = "as downloaded" if name == model else model
         rows.append({"arm": name, "run": run} | summarise(scores[name], sets))
-    for kv in args.merge:
-        name, spec = kv.split("=", 1)
-        start, end, weight = spec.rsplit(":", 2)
-        model = merged_model(
-            str(resolve_model(start)), str(resolve_model(end)), float(weight), cache
-        )
-        scores[name] = arm_similarities(str(model), sets, cache, args.max_seq_length)
-        references.append(name)
-        rows.append({"arm": name, "run": f"merged {spec}"} | summarise(scores[name], sets))
     for kv in args.arm:
         name, spec = kv.split("=", 1)
         _, record = _record(spec)
         records[name] = record
-        model_dir = str(Path(record["stages"]["train"]["path"]) / "files" / "model")
-        scores[name] = arm_similarities(model_dir, sets, cache, args.max_seq_length)
+        model_dirs[name] = str(Path(record["stages"]["train"]["path"]) / "files" / "model")
+        scores[name] = arm_similarities(model_dirs[name], sets, cache, args.max_seq_length)
         backbone[name] = str(record["config"].get("train", {}).get("backbone", ""))
         rows.append({"arm": name, "run": spec} | summarise(scores[name], sets))
         cpu = stage_cpu(record) | scorer_cpu(spec, record)
         total = all_in_cpu(Path(times[name])) if name in times else None
         cost.append({"arm": name, "all-in CPU-s": total} | cpu)
+    for kv in args.merge:  # START and END: a model, or the label of an arm or merge above
+        name, spec = kv.split("=", 1)
+        start, end, weight = spec.rsplit(":", 2)
+        ends = [model_dirs.get(x) or str(resolve_model(x)) for x in (start, end)]
+        model_dirs[name] = str(merged_model(*ends, float(weight), cache))
+        scores[name] = arm_similarities(model_dirs[name], sets, cache, args.max_seq_length)
+        rows.append({"arm": name, "run": f"merged {spec}"} | summarise(scores[name], sets))
     ci_rows = []
     pairs = [v.split("=", 1) for v in args.vs]
     pairs += [(a, backbone[a]) for a in backbone if backbone[a] in references]

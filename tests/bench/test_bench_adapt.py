@@ -98,6 +98,10 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
             f"mid={a}:{b}:0.5",
             "--vs",
             "mid=bee",
+            "--merge",
+            "soup=A:B:0.5",  # the arms' models by their labels: the same merge as mid
+            "--merge",
+            "soup-again=soup:B:0",  # an earlier merge by its label
             "--agree",
             "A=B",
             "--time",
@@ -114,10 +118,11 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     )
     doc = json.loads((out / "t.json").read_text())
     rows = {r["arm"]: r for r in doc["rows"]}
-    assert set(rows) == {str(a), "bee", "whole-b", "mid", "A", "B"}
+    assert set(rows) == {str(a), "bee", "whole-b", "mid", "soup", "soup-again", "A", "B"}
+    assert rows["soup"]["x AP"] == rows["mid"]["x AP"] == rows["soup-again"]["x AP"]
     assert rows["whole-b"]["x AP"] == rows["bee"]["x AP"]
     merged = sorted((tmp_path / "cache").glob("merged-*"))
-    assert len(merged) == 2 and not any((m / "README.md").exists() for m in merged)
+    assert len(merged) == 3 and not any((m / "README.md").exists() for m in merged)
     assert rows["A"]["x AP"] == rows[str(a)]["x AP"]  # the same model scores the same
     assert rows["bee"]["x AP"] == rows["B"]["x AP"] and rows["bee"]["run"] == str(b)
     cis = {(r["arm"], r["vs"]): r for r in doc["tables"]["paired intervals"]}
