@@ -119,6 +119,13 @@ class AdaptRules(BaseModel):
     cpu_s_per_dev_item: float = Field(
         0.085, ge=0, description="cost model: one dev pair or question, three systems scored"
     )
+    cpu_eval_cached_share: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="cost model: the evaluation's CPU-s times this on a root whose evaluation "
+        "cache already holds the download's encodings of the same dev tasks (a later run)",
+    )
     cpu_bf16_factor: float = Field(
         1.0,
         gt=0,
@@ -396,6 +403,33 @@ def sizes(
     return queries, ctx, steps, cpu, notes
 
 
+def evaluated_before(root: str, eval_dir: str, model: str) -> bool:
+    """Whether a finished run on ``root`` evaluated ``eval_dir`` with ``model`` as its download
+    and the evaluation cache on, so ``ROOT/_cache/evaluate`` holds the download's encodings of
+    those dev tasks and this run reads them (tasks/evaluate/encoding_cache.py)."""
+    cache = Path(root) / "_cache" / "evaluate"
+    if not cache.is_dir() or not any(cache.iterdir()):
+        return False
+    want = Path(eval_dir).resolve()
+    for path in sorted((Path(root) / "runs").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # a record being written, or not a run's
+        cfg = record.get("config") or {}
+        ev = cfg.get("evaluate") or {}
+        if (
+            "evaluate" in (record.get("stages") or {})
+            and ev.get("cache", True)
+            and "backbone" in ev.get("baselines", ["backbone"])
+            and ev.get("eval_dir")
+            and Path(ev["eval_dir"]).resolve() == want
+            and (cfg.get("train") or {}).get("backbone") == model
+        ):
+            return True
+    return False
+
+
 def fixed_cpu_s(
     words: int,
     rules: AdaptRules,
@@ -489,11 +523,18 @@ def adapt_config(
         cfg.setdefault(section, {})[key] = model
     batch = int(cfg["train"].get("batch_size", 32))
     per_query = int(cfg["pairs"].get("pairs_per_query", 4))
-    dev_items = 0
+    dev_items, eval_note = 0, []
     if eval_dir is not None:
         from ctxsim.readers.evaluators import discover_eval_dir
 
         dev_items = sum(len(ev) for ev in discover_eval_dir(eval_dir))
+        if cfg.get("evaluate", {}).get("cache", True) and evaluated_before(root, eval_dir, model):
+            dev_items = round(dev_items * rules.cpu_eval_cached_share)
+            eval_note.append(
+                "an earlier run on this root evaluated these dev tasks: the download's "
+                "encodings are read from its evaluation cache (evaluate priced at "
+                f"{rules.cpu_eval_cached_share:.2f} of a first run's)"
+            )
     factor = model_cost_factor(model)
     max_units = int(cfg.get("embed", {}).get("max_units", 0))
     bf16, eval_bf16 = _bf16(cfg), _bf16(cfg, (("evaluate", "bf16_cpu"),))
@@ -503,7 +544,7 @@ def adapt_config(
         dev_items=dev_items, bf16=bf16, trainings=priced_passes(rules), eval_bf16=eval_bf16,
         max_units=max_units, speed=speed,
     )  # fmt: skip
-    notes = shape.notes + notes
+    notes = shape.notes + notes + eval_note
     if embed_words(shape.words_estimate, max_units, rules) < shape.words_estimate:
         notes.append(
             f"embed encodes a seeded sample of {max_units:,} of about "

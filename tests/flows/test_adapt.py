@@ -508,3 +508,48 @@ def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_price
     )
     assert priced_passes(AdaptRules(scorer="in-domain", scorer_step_share=0.5)) == 1.5
     assert priced_passes(AdaptRules(scorer="download", student="scorer")) == 1.0
+
+
+def test_a_later_run_on_a_root_prices_the_evaluation_its_cache_spares(tmp_path, tiny_st) -> None:
+    """An earlier run on the root evaluated the same dev tasks against the same download, with
+    the evaluation cache on: the download's encodings are read back, so evaluate is priced at
+    ``cpu_eval_cached_share`` and the plan says why; any other earlier run changes nothing."""
+    from ctxsim.flows.adapt import evaluated_before
+
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "x.pairs.tsv").write_text(
+        "sentence1\tsentence2\tlabel\n" + "".join(f"a {i}\tb {i}\t{i % 2}\n" for i in range(40))
+    )
+    root = tmp_path / "root"
+    first = adapt_config([str(SAMPLE)], str(tiny_st), str(dev), None, str(root))
+
+    def earlier_run(eval_dir: Path, backbone: str, cache: bool = True) -> None:
+        (root / "runs").mkdir(parents=True, exist_ok=True)
+        config = {"evaluate": {"eval_dir": str(eval_dir), "cache": cache}, "train": {}}
+        config["train"]["backbone"] = backbone
+        record = {"config": config, "stages": {"evaluate": {"path": "x"}}}
+        (root / "runs" / "r.json").write_text(json.dumps(record))
+
+    earlier_run(dev, str(tiny_st))
+    assert not evaluated_before(str(root), str(dev), str(tiny_st))  # no cache written
+    (root / "_cache" / "evaluate").mkdir(parents=True)
+    (root / "_cache" / "evaluate" / "k.npy").write_bytes(b"x")
+    assert evaluated_before(str(root), str(dev), str(tiny_st))
+    later = adapt_config([str(SAMPLE)], str(tiny_st), str(dev), None, str(root))
+    rules = later.prices.rules
+    assert rules.cpu_eval_cached_share < 1
+    no_dev = adapt_config([str(SAMPLE)], str(tiny_st), None, None, str(tmp_path / "r2"))
+    per_item = (first.fixed_cpu_s - no_dev.fixed_cpu_s) / 40
+    assert per_item > 0
+    spared = 40 - round(40 * rules.cpu_eval_cached_share)
+    assert first.fixed_cpu_s - later.fixed_cpu_s == pytest.approx(spared * per_item)
+    assert any("evaluation cache" in n for n in later.notes)
+    assert not any("evaluation cache" in n for n in first.notes)
+    for other in (
+        (tmp_path, str(tiny_st), True),
+        (dev, "minilm", True),
+        (dev, str(tiny_st), False),
+    ):
+        earlier_run(*other)  # another dev folder, another download, the cache off
+        assert not evaluated_before(str(root), str(dev), str(tiny_st))
