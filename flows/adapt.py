@@ -407,7 +407,9 @@ def evaluated_before(root: str, eval_dir: str, model: str) -> bool:
     """Whether a finished run on ``root`` evaluated ``eval_dir`` with ``model`` as its download
     and the evaluation cache on, so ``ROOT/_cache/evaluate`` holds the download's encodings of
     those dev tasks and this run reads them (tasks/evaluate/encoding_cache.py)."""
-    cache = Path(root) / "_cache" / "evaluate"
+    from ctxsim.store.artefacts import ArtefactStore
+
+    cache = ArtefactStore(root, create=False).cache_dir("evaluate", create=False)
     if not cache.is_dir() or not any(cache.iterdir()):
         return False
     want = Path(eval_dir).resolve()

@@ -533,8 +533,9 @@ def test_a_later_run_on_a_root_prices_the_evaluation_its_cache_spares(tmp_path, 
 
     earlier_run(dev, str(tiny_st))
     assert not evaluated_before(str(root), str(dev), str(tiny_st))  # no cache written
-    (root / "_cache" / "evaluate").mkdir(parents=True)
-    (root / "_cache" / "evaluate" / "k.npy").write_bytes(b"x")
+    from ctxsim.store.artefacts import ArtefactStore
+
+    (ArtefactStore(root).cache_dir("evaluate") / "k.npy").write_bytes(b"x")
     assert evaluated_before(str(root), str(dev), str(tiny_st))
     later = adapt_config([str(SAMPLE)], str(tiny_st), str(dev), None, str(root))
     rules = later.prices.rules
