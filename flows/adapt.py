@@ -409,15 +409,12 @@ def evaluated_before(root: str, eval_dir: str, model: str) -> bool:
     those dev tasks and this run reads them (tasks/evaluate/encoding_cache.py)."""
     from ctxsim.store.artefacts import ArtefactStore
 
-    cache = ArtefactStore(root, create=False).cache_dir("evaluate", create=False)
+    store = ArtefactStore(root, create=False)
+    cache = store.cache_dir("evaluate", create=False)
     if not cache.is_dir() or not any(cache.iterdir()):
         return False
     want = Path(eval_dir).resolve()
-    for path in sorted((Path(root) / "runs").glob("*.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # a record being written, or not a run's
+    for record in store.list_runs():  # an unreadable record is skipped with a warning
         cfg = record.get("config") or {}
         ev = cfg.get("evaluate") or {}
         if (
