@@ -131,7 +131,7 @@ def _score_models(
             encoders[system] = model
         model_id = vectors.model_id(system, path) if vectors is not None else None
         for s in sets:
-            if vectors is None or model_id is None:
+            if model_id is None:  # no cache, or the surrogate (never cached)
                 sc = pair_similarities(model, s.s1, s.s2, batch_size, similarities)
             else:
                 pairs = (s.s1, s.s2)
