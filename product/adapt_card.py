@@ -35,6 +35,21 @@ def dev_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def base_model_names(model: str) -> tuple[str, str | None]:
+    """The name a card shows for the encoder it started from, and its hub id for the card's
+    ``base_model`` metadata (how the hub links a fine-tune to its base): a registry name
+    becomes its model's hub id, a hub id stays itself, a local folder has none."""
+    from ctxsim.models.registry import REGISTRY
+
+    spec = REGISTRY.get(model)
+    hub = spec.hub_id if spec is not None else None
+    if hub is None and "/" in model and not Path(model).exists() and not model.startswith("."):
+        hub = model
+    if hub is not None:
+        return hub.rsplit("/", 1)[-1], hub
+    return Path(model).name or model, None
+
+
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -93,16 +108,18 @@ def render_card(
     train: dict[str, Any],
 ) -> str:
     """The card (README.md) of the adapted encoder."""
+    name, hub = base_model_names(model)
     head = [
         "---",
         "library_name: sentence-transformers",
         "pipeline_tag: sentence-similarity",
         "tags: [sentence-transformers, sentence-similarity, ctxsim, domain-adaptation]",
+        *([f"base_model: {hub}"] if hub else []),
         "---",
         "",
-        f"# {model}, adapted by ctxsim",
+        f"# {name}, adapted by ctxsim",
         "",
-        f"`{model}` trained on a corpus of its own field by ctxsim's recipe (`ctxsim adapt`): "
+        f"`{name}` trained on a corpus of its own field by ctxsim's recipe (`ctxsim adapt`): "
         "pairs of the corpus's sentences labelled by how alike the contexts they fit into are "
         "(Origin, Sun et al. 2022, Eq. 4, with the encoder itself as the contextual model over "
         "every paragraph of the corpus), learnt together with each sentence's real right "
@@ -115,7 +132,7 @@ def render_card(
     if results is None:
         dev = [
             "No dev task was given (`--eval-dir`): nothing here shows that this model is better "
-            f"than `{model}` as downloaded on your tasks. Rerun with `--eval-dir DIR` (pair "
+            f"than `{name}` as downloaded on your tasks. Rerun with `--eval-dir DIR` (pair "
             "classification `*.pairs.tsv`, question-answer retrieval `*_qa.jsonl`; "
             "docs/evaluation.md) to measure it; the label diagnostics below are what can be "
             "checked without one.",
@@ -124,7 +141,7 @@ def render_card(
         rows = dev_rows(results)
         dev = (
             ["Paired bootstrap intervals (95%), adapted minus downloaded, on the same items:", ""]
-            + dev_table(rows, model)
+            + dev_table(rows, name)
             if rows
             else ["The dev folder held no pair or retrieval task the card reports."]
         )
