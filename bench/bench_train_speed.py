@@ -120,6 +120,7 @@ def train_arm(
     dropout: float | None = None,
     frozen: int = 0,
     masks: str = "torch",
+    max_seq_length: int = 128,
 ) -> dict[str, Any]:
     """One training in this (fresh) process: CPU-seconds after each step, the last loss, and
     the tokens the model was fed (padding included) and of them real."""
@@ -141,7 +142,7 @@ def train_arm(
     float32_probs = masks == "bytes, float32 probabilities"
     st = build_student(
         model,
-        128,
+        max_seq_length,
         "cpu",
         dropout,
         attention=attention,
@@ -224,6 +225,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--arms", nargs="*", default=list(ARMS))
+    ap.add_argument(
+        "--max-seq-lengths",
+        nargs="*",
+        type=int,
+        default=[128],
+        help="each arm at each token cap (train.max_seq_length); the first is the reference",
+    )
     ap.add_argument("--name", default="train_speed")
     ap.add_argument("--out-dir", default=None)
     a = ap.parse_args(argv)
@@ -236,8 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg = AutoConfig.from_pretrained(model)
     rates, _, _ = run_isolated(matmul_rates, cfg.hidden_size, cfg.intermediate_size, a.threads)
     rows: list[dict[str, Any]] = []
-    base = None
-    for arm in a.arms:
+    base = ref = None
+    caps = a.max_seq_lengths or [128]
+    for arm, cap in [(arm, cap) for arm in a.arms for cap in caps]:
         bf16, comp, batches, attention, dropout, frozen, masks = ARMS[arm]
         res, peak, _ = run_isolated(
             train_arm,
@@ -253,15 +262,18 @@ def main(argv: list[str] | None = None) -> None:
             dropout,
             frozen,
             masks,
+            cap,
         )
         warm = statistics.median(res["per_step"][a.warmup :])
         first = sum(res["per_step"][: a.warmup])
-        base = warm if arm == "float32 eager" else base
+        base = warm if arm == "float32 eager" and cap == caps[0] else base
+        ref = warm if cap == caps[0] else ref
         rows.append(
             {
-                "arm": arm,
+                "arm": arm if len(caps) == 1 else f"{arm}, {cap} tokens",
                 "CPU-s per step (warm, median)": round(warm, 3),
                 "x float32": round(base / warm, 2) if base else None,
+                **({f"x {caps[0]} tokens": round(warm / ref, 3)} if len(caps) > 1 else {}),
                 f"CPU-s of the first {a.warmup} steps": round(first, 1),
                 f"CPU-s all {a.steps} steps": round(res["total"], 1),
                 "peak RSS MB": round(peak),
@@ -285,7 +297,8 @@ def main(argv: list[str] | None = None) -> None:
         "warmup steps": a.warmup,
         "batch": a.batch,
         "torch threads": a.threads,
-        "examples": "the context objective's: a corpus sentence and its next 8 sentences",
+        "examples": "the context objective's: a corpus sentence and its next 8 sentences, "
+        f"cut at {', '.join(map(str, caps))} tokens",
         "matmul rate, GFLOP per CPU-s": {k: round(v / 1e9, 1) for k, v in rates.items()},
         "FLOPs": "3x the forward's matmuls over the tokens fed, padding included, 1x for fixed "
         "layers (train_flops); the share is against the arm's precision's matmul rate",

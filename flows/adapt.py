@@ -154,6 +154,26 @@ class AdaptRules(BaseModel):
         description="cost model: a training step's cost times this with its dropout masks drawn "
         "from bytes (train.dropout_masks: bytes, or auto on a CPU)",
     )
+    cpu_step_seq_length: int = Field(
+        0,
+        ge=0,
+        description="cost model: the train.max_seq_length the per-step figures above were "
+        "measured at; a run with another cap is priced by the two exponents below (0: not "
+        "priced)",
+    )
+    cpu_step_seq_exponent: float = Field(
+        0.0,
+        ge=0,
+        description="cost model: a recipe step's cost grows as (train.max_seq_length / "
+        "cpu_step_seq_length) to this power (its right contexts; the labels' sentences are "
+        "shorter than any cap)",
+    )
+    cpu_context_step_seq_exponent: float = Field(
+        0.0,
+        ge=0,
+        description="cost model: the same for a step of the in-domain scorer (right contexts "
+        "alone; above 1: the attention's work grows as the square of the length)",
+    )
     probe_step_cpu_s_bf16: float = Field(
         0.0,
         ge=0,
@@ -475,7 +495,9 @@ class StepPrices:
         elif training_dropout_masks(str(train.get("dropout_masks", "torch")), "cpu") == "bytes":
             cost *= r.cpu_byte_masks_factor
         frozen = frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
-        return cost * frozen * self.speed
+        power = r.cpu_context_step_seq_exponent if context else r.cpu_step_seq_exponent
+        length = seq_length_step_share(train.get("max_seq_length"), r.cpu_step_seq_length, power)
+        return cost * frozen * length * self.speed
 
     def training_cpu_s(self, train: dict[str, Any]) -> float:
         return int(train.get("max_steps") or 0) * self.step_cpu_s(train)
@@ -490,6 +512,16 @@ def frozen_step_share(frozen: int, layers: int | None) -> float:
         return 1.0
     frozen = min(frozen, layers)
     return (3 * (layers - frozen) + frozen) / (3 * layers)
+
+
+def seq_length_step_share(length: int | None, measured_at: int, exponent: float) -> float:
+    """A step's cost at a cap of ``length`` tokens against the cap the rules were measured at:
+    (length / measured_at) ** exponent. A batch pads to its longest text, which for 8-sentence
+    right contexts is about the cap; economics' context step at 192 and 256 tokens took 1.65x
+    and 2.21x its 128's (exponents 1.23, 1.14: bench/results/train_speed_context_tokens_econ.md)."""
+    if not measured_at or not length:
+        return 1.0
+    return (int(length) / measured_at) ** exponent
 
 
 def embed_words(words: int, max_units: int, rules: AdaptRules) -> float:

@@ -1,5 +1,6 @@
 """bench/bench_train_speed.py: the arm trains the steps it is asked for, times each one and counts
-the tokens it fed the model; length-grouped batches feed fewer; its FLOPs are torch's count."""
+the tokens it fed the model; length-grouped batches and a lower token cap feed fewer; its FLOPs
+are torch's count."""
 
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ def test_an_arm_trains_its_steps_and_clocks_each(tmp_path):
         got = train_arm(mixed, str(tmp_path / "st"), False, False, batches, 4, 4, 1)
         fed[batches] = got["real"] / got["tokens"]
     assert fed["length"] > fed["random"]
+    # the token cap (--max-seq-lengths): the long texts are cut, so a step feeds fewer tokens
+    steps, batch, cap = 2, 4, 8
+    capped, whole = (
+        train_arm(mixed, str(tmp_path / "st"), False, False, "random", steps, batch, 1, **kw)
+        for kw in ({"max_seq_length": cap}, {})
+    )
+    assert capped["tokens"] <= steps * 2 * batch * cap < whole["tokens"]
 
 
 def test_a_steps_flops_are_what_torchs_flop_counter_counts():

@@ -424,11 +424,11 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
 
 
 def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_st) -> None:
-    """--set on a training (steps, fixed layers, dropout, its masks) reprices the plan: the
-    scorer's steps at the dearer context step, a fixed layer at its FLOPs, no dropout and masks
-    from bytes at their measured factors;
+    """--set on a training (steps, fixed layers, dropout, its masks, its context cap) reprices
+    the plan: the scorer's steps at the dearer context step, a fixed layer at its FLOPs, no
+    dropout and masks from bytes at their measured factors, a token cap by its measured power;
     the written configs are headed by it."""
-    from ctxsim.flows.adapt import frozen_step_share, model_layers
+    from ctxsim.flows.adapt import frozen_step_share, model_layers, seq_length_step_share
 
     recipe = _in_domain_recipe(tmp_path, tiny_st)
     plan = adapt_config([str(SAMPLE)], str(tiny_st), None, None, str(tmp_path / "r"), recipe=recipe)
@@ -440,6 +440,10 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
     context_step = rules.cpu_s_per_context_step * plan.prices.model_factor
     if student.get("bf16_cpu") and plan.prices.step_cpu_s(student) != step:  # a bf16 CPU
         step, context_step = (c * rules.cpu_bf16_step_factor for c in (step, context_step))
+    assert rules.cpu_step_seq_length == 128  # the recipe's rules: measured at a 128 cap
+    assert scorer["max_seq_length"] == student["max_seq_length"] == 32  # the tiny recipe's
+    context_step *= seq_length_step_share(32, 128, rules.cpu_context_step_seq_exponent)
+    step *= seq_length_step_share(32, 128, rules.cpu_step_seq_exponent)
     trainings = scorer["max_steps"] * context_step + student["max_steps"] * step
     assert scorer["dropout_masks"] == student["dropout_masks"] == "auto"  # bytes on a CPU
     masks = rules.cpu_byte_masks_factor
@@ -464,6 +468,18 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
     assert plan.cpu_s < before and plan.cpu_s == pytest.approx(
         plan.fixed_cpu_s + context_step + step
     )
+    plan.override(["train.max_seq_length=256"])  # twice the cap the rules were measured at
+    step_256, context_256 = (
+        c / seq_length_step_share(32, 128, sh) * 2**sh
+        for c, sh in (
+            (step, rules.cpu_step_seq_exponent),
+            (context_step, rules.cpu_context_step_seq_exponent),
+        )
+    )
+    assert rules.cpu_context_step_seq_exponent > rules.cpu_step_seq_exponent > 0
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + context_256 + step_256)
+    assert seq_length_step_share(192, 0, 1.2) == seq_length_step_share(None, 128, 1.2) == 1.0
+    assert seq_length_step_share(256, 128, 1.2) == pytest.approx(2**1.2)
     assert frozen_step_share(2, None) == 1.0 and frozen_step_share(9, 6) == pytest.approx(1 / 3)
     # the written configs carry the plan as it stands
     assert f"#   predicted cost: {plan.cpu_s / 3600:.2f} CPU-hours" in dump_config(plan, "x")
