@@ -496,7 +496,7 @@ class StepPrices:
             cost *= r.cpu_byte_masks_factor
         frozen = frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
         power = r.cpu_context_step_seq_exponent if context else r.cpu_step_seq_exponent
-        length = seq_length_step_share(train.get("max_seq_length"), r.cpu_step_seq_length, power)
+        length = seq_length_step_factor(train.get("max_seq_length"), r.cpu_step_seq_length, power)
         return cost * frozen * length * self.speed
 
     def training_cpu_s(self, train: dict[str, Any]) -> float:
@@ -514,11 +514,13 @@ def frozen_step_share(frozen: int, layers: int | None) -> float:
     return (3 * (layers - frozen) + frozen) / (3 * layers)
 
 
-def seq_length_step_share(length: int | None, measured_at: int, exponent: float) -> float:
+def seq_length_step_factor(length: int | None, measured_at: int, exponent: float) -> float:
     """A step's cost at a cap of ``length`` tokens against the cap the rules were measured at:
     (length / measured_at) ** exponent. A batch pads to its longest text, which for 8-sentence
     right contexts is about the cap; economics' context step at 192 and 256 tokens took 1.65x
-    and 2.21x its 128's (exponents 1.23, 1.14: bench/results/train_speed_context_tokens_econ.md)."""
+    and 2.21x its 128's (exponents 1.23, 1.14: bench/results/train_speed_context_tokens_econ.md),
+    its whole scorer training at 192 1.53x (1.05), its student's 1.16x (0.37): the recipe's
+    exponents, 1.1 and 0.4, are the runs' (adapt_context_tokens_cost.md)."""
     if not measured_at or not length:
         return 1.0
     return (int(length) / measured_at) ** exponent

@@ -43,7 +43,8 @@ def base_model_names(model: str) -> tuple[str, str | None]:
 
     spec = REGISTRY.get(model)
     hub = spec.hub_id if spec is not None else None
-    if hub is None and "/" in model and not Path(model).exists() and not model.startswith("."):
+    local = Path(model).is_absolute() or model.startswith(".") or Path(model).exists()
+    if hub is None and "/" in model and not local:
         hub = model
     if hub is not None:
         return hub.rsplit("/", 1)[-1], hub

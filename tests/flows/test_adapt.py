@@ -428,7 +428,7 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
     the plan: the scorer's steps at the dearer context step, a fixed layer at its FLOPs, no
     dropout and masks from bytes at their measured factors, a token cap by its measured power;
     the written configs are headed by it."""
-    from ctxsim.flows.adapt import frozen_step_share, model_layers, seq_length_step_share
+    from ctxsim.flows.adapt import frozen_step_share, model_layers, seq_length_step_factor
 
     recipe = _in_domain_recipe(tmp_path, tiny_st)
     plan = adapt_config([str(SAMPLE)], str(tiny_st), None, None, str(tmp_path / "r"), recipe=recipe)
@@ -442,8 +442,8 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
         step, context_step = (c * rules.cpu_bf16_step_factor for c in (step, context_step))
     assert rules.cpu_step_seq_length == 128  # the recipe's rules: measured at a 128 cap
     assert scorer["max_seq_length"] == student["max_seq_length"] == 32  # the tiny recipe's
-    context_step *= seq_length_step_share(32, 128, rules.cpu_context_step_seq_exponent)
-    step *= seq_length_step_share(32, 128, rules.cpu_step_seq_exponent)
+    context_step *= seq_length_step_factor(32, 128, rules.cpu_context_step_seq_exponent)
+    step *= seq_length_step_factor(32, 128, rules.cpu_step_seq_exponent)
     trainings = scorer["max_steps"] * context_step + student["max_steps"] * step
     assert scorer["dropout_masks"] == student["dropout_masks"] == "auto"  # bytes on a CPU
     masks = rules.cpu_byte_masks_factor
@@ -470,7 +470,7 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
     )
     plan.override(["train.max_seq_length=256"])  # twice the cap the rules were measured at
     step_256, context_256 = (
-        c / seq_length_step_share(32, 128, sh) * 2**sh
+        c / seq_length_step_factor(32, 128, sh) * 2**sh
         for c, sh in (
             (step, rules.cpu_step_seq_exponent),
             (context_step, rules.cpu_context_step_seq_exponent),
@@ -478,8 +478,8 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
     )
     assert rules.cpu_context_step_seq_exponent > rules.cpu_step_seq_exponent > 0
     assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + context_256 + step_256)
-    assert seq_length_step_share(192, 0, 1.2) == seq_length_step_share(None, 128, 1.2) == 1.0
-    assert seq_length_step_share(256, 128, 1.2) == pytest.approx(2**1.2)
+    assert seq_length_step_factor(192, 0, 1.2) == seq_length_step_factor(None, 128, 1.2) == 1.0
+    assert seq_length_step_factor(256, 128, 1.2) == pytest.approx(2**1.2)
     assert frozen_step_share(2, None) == 1.0 and frozen_step_share(9, 6) == pytest.approx(1 / 3)
     # the written configs carry the plan as it stands
     assert f"#   predicted cost: {plan.cpu_s / 3600:.2f} CPU-hours" in dump_config(plan, "x")

@@ -50,6 +50,7 @@ def test_a_hub_id_stays_and_a_local_folder_claims_no_hub_base(tmp_path) -> None:
         "bge-small-en-v1.5",
         "BAAI/bge-small-en-v1.5",
     )
+    assert base_model_names("/models/not-here") == ("not-here", None)  # a path, not a hub id
     folder = tmp_path / "my-encoder"
     folder.mkdir()
     meta, body = _card(str(folder), results=None)
