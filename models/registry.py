@@ -229,6 +229,18 @@ def resolve_model(name: str, cache_dir: str | Path | None = None) -> Path | str:
     return final / "model"
 
 
+def hub_id(name: str) -> str | None:
+    """The Hugging Face hub id ``name`` stands for, as :func:`resolve_model` reads it: a
+    registered short name's model's, a name that is no path (not on disk, not absolute, not
+    ``./``-relative) itself, a local folder none."""
+    if name in REGISTRY:
+        return REGISTRY[name].hub_id
+    path = Path(name).expanduser()
+    if path.is_absolute() or name.startswith(".") or path.exists() or "/" not in name:
+        return None
+    return name
+
+
 def model_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a model here, or None when it can: a registered short name, an
     existing local path, or a hub id already in the local Hugging Face cache. Checked when a

@@ -37,15 +37,11 @@ def dev_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def base_model_names(model: str) -> tuple[str, str | None]:
     """The name a card shows for the encoder it started from, and its hub id for the card's
-    ``base_model`` metadata (how the hub links a fine-tune to its base): a registry name
-    becomes its model's hub id, a hub id stays itself, a local folder has none."""
-    from ctxsim.models.registry import REGISTRY
+    ``base_model`` metadata (how the hub links a fine-tune to its base; none for a local
+    folder)."""
+    from ctxsim.models.registry import hub_id
 
-    spec = REGISTRY.get(model)
-    hub = spec.hub_id if spec is not None else None
-    local = Path(model).is_absolute() or model.startswith(".") or Path(model).exists()
-    if hub is None and "/" in model and not local:
-        hub = model
+    hub = hub_id(model)
     if hub is not None:
         return hub.rsplit("/", 1)[-1], hub
     return Path(model).name or model, None
