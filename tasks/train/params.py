@@ -83,6 +83,17 @@ class TrainParams(StageParams):
             "(the library's default)."
         ),
     )
+    context_swap_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "ctxsim-context: of the labelled pairs with the highest labels, this share has each "
+            "sentence also take its partner's right context as a positive (the labels choosing "
+            "contexts); 0 = none. They join the right contexts' part; unless train.label_share is "
+            "set, the labels keep the share of the batches the parts' sizes gave them before."
+        ),
+    )
     loss: LossName = Field(
         "cosine",
         description=(
@@ -345,6 +356,7 @@ class TrainParams(StageParams):
         "attention": "sdpa",
         "freeze_layers": 0,
         "label_share": None,
+        "context_swap_share": 0.0,
         "dropout_masks": "torch",
         "optimizer": "adamw_torch",
     }
@@ -363,6 +375,11 @@ class TrainParams(StageParams):
             raise ValueError(
                 f"train.label_share: objective {self.objective} trains no labels beside another "
                 f"part (it applies to {', '.join(mixed)})"
+            )
+        if self.context_swap_share > 0 and parts != ("ctxsim", "context"):
+            raise ValueError(
+                f"train.context_swap_share: objective {self.objective} trains no labels beside "
+                "right contexts (it applies to ctxsim-context)"
             )
         return self
 

@@ -147,7 +147,9 @@ class TrainStage(Stage):
         evaluator, metric = dev_evaluator(dev, p)
         ckpt_dir = ctx.cache_dir / "checkpoints"
         bf16 = use_bf16(p, ctx.device)
-        args = training_args(p, ckpt_dir, max_steps, ctx.device, ctx.run.seed, bf16, metric)
+        args = training_args(
+            p, ckpt_dir, max_steps, ctx.device, ctx.run.seed, bf16, metric, examples.label_share
+        )
         trainer = None
         if objective.trains:
             trainer = make_trainer(

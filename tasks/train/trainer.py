@@ -60,9 +60,12 @@ def training_args(
     seed: int,
     bf16: bool,
     metric: str | None,
+    label_share: float | None = None,
 ) -> Any:
     """The trainer's arguments: the optimizer of Sec. 4.1, checkpoints every ``eval_steps`` (the
-    best dev Spearman kept when there is a dev set), the run's seed and device."""
+    best dev Spearman kept when there is a dev set), the run's seed and device; ``label_share``
+    is the objective's own share for the labels' batches (``Examples.label_share``), which
+    ``train.label_share`` overrides."""
     from sentence_transformers import SentenceTransformerTrainingArguments
 
     sampler: Any = "batch_sampler"  # the library's default: shuffled rows
@@ -73,13 +76,14 @@ def training_args(
 
         sampler = length_batch_sampler(p.max_seq_length)
     parts: Any = "proportional"  # the library's default: each part by its size
-    if p.label_share is not None:  # the labels' dataset comes first (TrainParams checks it)
+    share = p.label_share if p.label_share is not None else label_share
+    if share is not None:  # the labels' dataset comes first (TrainParams checks it)
         from ctxsim.models.training.batches import SharedBatches
         from ctxsim.models.training.objectives import get_objective
 
         others = len(get_objective(p.objective).parts) - 1
-        rest = (1.0 - p.label_share) / others
-        parts = SharedBatches((p.label_share, *[rest] * others))
+        rest = (1.0 - share) / others
+        parts = SharedBatches((share, *[rest] * others))
     return SentenceTransformerTrainingArguments(
         output_dir=str(ckpt_dir),
         num_train_epochs=p.epochs,

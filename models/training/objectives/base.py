@@ -55,12 +55,15 @@ class ObjectiveContext:
 @dataclass
 class Examples:
     """An objective's training data: a ``datasets.Dataset`` (or a ``DatasetDict`` for
-    multi-dataset training), the sentences the tiny backbone learns its vocabulary from, and the
-    CPU-seconds the objective spent labelling (0 for labels it was given or needs none)."""
+    multi-dataset training), the sentences the tiny backbone learns its vocabulary from, the
+    CPU-seconds the objective spent labelling (0 for labels it was given or needs none), and the
+    labels' share of the batches it asks for when ``train.label_share`` is unset (None: the
+    parts' sizes decide)."""
 
     data: Any
     texts: list[str]
     label_cpu_seconds: float = 0.0
+    label_share: float | None = None
 
     def __len__(self) -> int:
         if isinstance(self.data, dict):

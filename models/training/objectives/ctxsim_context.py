@@ -4,11 +4,20 @@ the labels' share of them set by ``train.label_share``).
 
 The labels teach which sentences mean alike (on MedQuAD, questions that entail each other); the
 right contexts keep what the labels alone pull apart: a question and its answer, which Origin's
-profiles do not match (docs/results.md, the encoder as the contextual model)."""
+profiles do not match (docs/results.md, the encoder as the contextual model).
+
+``train.context_swap_share`` lets the labels choose right contexts too: of the labelled pairs
+with the highest labels, that share has each sentence also take its partner's right context as
+a positive (the method's premise: sentences whose fit profiles match fit each other's contexts).
+They join the right contexts' part; unless ``train.label_share`` is set, the labels keep the
+share of the batches the parts' sizes gave them before the swaps joined.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from ctxsim.models.training.objectives.base import (
     OBJECTIVES,
@@ -16,8 +25,10 @@ from ctxsim.models.training.objectives.base import (
     ObjectiveContext,
     TrainingPairs,
     TrainObjective,
+    dataset,
     register,
 )
+from ctxsim.models.training.objectives.context import pair_contexts
 
 #: the objectives trained together, in the order the trainer sees their datasets
 PARTS = ("ctxsim", "context")
@@ -35,8 +46,57 @@ class CtxsimContextObjective(TrainObjective):
         from datasets import DatasetDict
 
         parts = {k: OBJECTIVES[k].examples(pairs, oc) for k in PARTS}
+        label_share = None
+        if oc.params.context_swap_share > 0:
+            n_labels, n_contexts = len(parts["ctxsim"]), len(parts["context"])
+            parts["context"] = with_swaps(parts["context"], pairs, oc)
+            label_share = n_labels / (n_labels + n_contexts)  # the draw before the swaps joined
         texts = [t for e in parts.values() for t in e.texts]
-        return Examples(DatasetDict({k: e.data for k, e in parts.items()}), texts)
+        data = DatasetDict({k: e.data for k, e in parts.items()})
+        return Examples(data, texts, label_share=label_share)
 
     def loss(self, model: Any, oc: ObjectiveContext, backbone_path: str) -> Any:
         return {k: OBJECTIVES[k].loss(model, oc, backbone_path) for k in PARTS}
+
+
+def with_swaps(context: Examples, pairs: TrainingPairs, oc: ObjectiveContext) -> Examples:
+    """The right contexts' examples with the swapped ones appended."""
+    share = oc.params.context_swap_share
+    pc = pair_contexts(pairs, oc)
+    anchors, positives = swapped_contexts(pairs, pc.c1, pc.c2, share)
+    oc.log.info(
+        "train: %d right contexts swapped between the %.0f%% highest-labelled pairs",
+        len(anchors),
+        100 * share,
+    )
+    columns = {
+        "anchor": list(context.data["anchor"]) + anchors,
+        "positive": list(context.data["positive"]) + positives,
+    }
+    return Examples(dataset(columns), context.texts)
+
+
+def swapped_contexts(
+    pairs: TrainingPairs,
+    c1: list[str | None],
+    c2: list[str | None],
+    share: float,
+) -> tuple[list[str], list[str]]:
+    """(sentence, its partner's right context) for the ``share`` of the pairs with the highest
+    labels (ties in pair order), both ways; a side whose partner has no right context, or whose
+    partner is the same text, gives none. ``c1``/``c2`` are the pairs' right contexts in row
+    order (any entries past the pairs are ignored)."""
+    n = len(pairs)
+    top = np.argsort(-np.asarray(pairs.labels, dtype=np.float64), kind="stable")
+    top = np.sort(top[: int(round(share * n))])
+    anchors: list[str] = []
+    positives: list[str] = []
+    for i in top.tolist():
+        a, b = pairs.s1[i], pairs.s2[i]
+        if a == b:
+            continue
+        for s, c in ((a, c2[i]), (b, c1[i])):
+            if c is not None:
+                anchors.append(s)
+                positives.append(c)
+    return anchors, positives

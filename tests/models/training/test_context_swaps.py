@@ -1,0 +1,94 @@
+"""``train.context_swap_share``: the labels choose right contexts too. Of the labelled pairs
+with the highest labels, that share has each sentence take its partner's right context as one
+more positive of the context part; a missing context or a pair of one text gives none; the key
+is refused where there are no right contexts beside the labels, and at 0 keeps the
+fingerprint."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from tests.models.training.test_context_objective import train_on_context
+
+
+def _pairs(s1, s2, labels):
+    from ctxsim.models.training.objectives import TrainingPairs
+
+    return TrainingPairs(
+        list(s1), list(s2), np.asarray(labels), np.arange(len(s1)), pa.table({}), "labels"
+    )
+
+
+def test_the_highest_labelled_pairs_swap_their_right_contexts_both_ways():
+    from ctxsim.models.training.objectives.ctxsim_context import swapped_contexts
+
+    pairs = _pairs(["a", "b", "c", "d"], ["w", "x", "y", "d"], [0.9, 0.1, 0.7, 0.95])
+    c1, c2 = ["ca", "cb", None, "cd"], ["cw", "cx", "cy", "cd"]
+    # half of four pairs: rows 3 (one text twice: no swap) and 0; row 2 next is left out
+    assert swapped_contexts(pairs, c1, c2, 0.5) == (["a", "w"], ["cw", "ca"])
+    # all of them: row 2's first sentence has no right context to give its partner
+    got = swapped_contexts(pairs, c1 + ["extra"], c2 + ["extra"], 1.0)
+    assert got == (["a", "w", "b", "x", "c"], ["cw", "ca", "cx", "cb", "cy"])
+    assert swapped_contexts(pairs, c1, c2, 0.0) == ([], [])
+
+
+def test_the_share_is_refused_without_right_contexts_and_kept_out_of_the_fingerprint():
+    from ctxsim.flows.config import ConfigError, load_config
+    from ctxsim.tasks.train import TrainParams
+
+    assert "context_swap_share" not in TrainParams(objective="ctxsim-context").model_dump()
+    p = TrainParams(objective="ctxsim-context", context_swap_share=0.25)
+    assert p.model_dump()["context_swap_share"] == pytest.approx(0.25)
+    for objective in ("ctxsim", "context", "joint"):
+        with pytest.raises(ConfigError) as e:
+            load_config(
+                None,
+                [f"train.objective={objective}", "train.context_swap_share=0.25"],
+                stages=["train"],
+            )
+        assert "train.context_swap_share" in str(e.value) and "ctxsim-context" in str(e.value)
+
+
+def test_the_swapped_contexts_join_the_right_contexts_of_a_training(tmp_path, monkeypatch):
+    """The fixture's four pairs (all labels equal): the two questions swap their answers, the
+    section's last sentence takes the cat question's answer, the STS sentence the dog's; the
+    labels keep the share of the batches they had before the swaps (4 of 4 + 2)."""
+    from ctxsim.tasks.train import stage
+
+    shares = []
+
+    def spy(*args, **kw):
+        shares.append(args[7] if len(args) > 7 else kw.get("label_share"))
+        return training_args(*args, **kw)
+
+    training_args = stage.training_args
+    monkeypatch.setattr(stage, "training_args", spy)
+    art = train_on_context(
+        tmp_path,
+        objective="ctxsim-context",
+        loss="cosent",
+        max_steps=4,
+        context_swap_share=1.0,
+    )
+    info = json.loads((art.files_dir / "metrics.json").read_text())
+    assert info["n_train_examples"] == 4 + 2 + 4  # labelled pairs, own contexts, swapped ones
+    assert shares == [pytest.approx(4 / 6)]
+    train_on_context(tmp_path / "plain", objective="ctxsim-context", loss="cosent", max_steps=2)
+    assert shares[1] is None  # no swaps: the library's proportional draw
+
+
+def test_the_objectives_share_reaches_the_trainer_unless_the_config_sets_one(tmp_path):
+    from ctxsim.models.training.batches import SharedBatches
+    from ctxsim.tasks.train import TrainParams
+    from ctxsim.tasks.train.trainer import training_args
+
+    p = TrainParams(objective="ctxsim-context", context_swap_share=0.25)
+    args = training_args(p, tmp_path / "a", 10, "cpu", 0, False, None, 0.4)
+    assert args.multi_dataset_batch_sampler == SharedBatches((0.4, 0.6))
+    p = TrainParams(objective="ctxsim-context", context_swap_share=0.25, label_share=0.7)
+    args = training_args(p, tmp_path / "b", 10, "cpu", 0, False, None, 0.4)
+    assert args.multi_dataset_batch_sampler == SharedBatches((0.7, pytest.approx(0.3)))
