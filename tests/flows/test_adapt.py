@@ -570,3 +570,30 @@ def test_a_later_run_on_a_root_prices_the_evaluation_its_cache_spares(tmp_path, 
     ):
         earlier_run(*other)  # another dev folder, another download, the cache off
         assert not evaluated_before(str(root), str(dev), str(tiny_st))
+
+
+def test_question_records_hear_of_the_swaps_which_stay_the_recipe_trainings(
+    tmp_path, tiny_st
+) -> None:
+    """A corpus whose records lead with a question gets the plan's note on
+    train.context_swap_share; that key and the labels' share reach the recipe's training alone
+    (the scorer trains right contexts without labels, where both are refused)."""
+    qa = tmp_path / "qa.jsonl"
+    records = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
+    qa.write_text(
+        "".join(json.dumps(r | {"question": f"What is {r['title']}?"}) + "\n" for r in records)
+    )
+    recipe = _in_domain_recipe(tmp_path, tiny_st)
+    root = str(tmp_path / "root")
+    plan = adapt_config([str(qa)], str(tiny_st), None, None, root, recipe=recipe)
+    assert plan.config["shard"]["lead_fields"] == ["question"]
+    assert any("context_swap_share=0.25" in line for line in plan.lines())
+    plain = adapt_config([str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe)
+    assert not any("context_swap_share" in line for line in plain.lines())
+    plan.override(["train.context_swap_share=0.25", "train.label_share=0.5"])
+    assert plan.config["train"]["context_swap_share"] == 0.25
+    assert plan.config["train"]["label_share"] == 0.5
+    scorer = plan.scorer["train"]
+    assert scorer.get("label_share") is None and not scorer.get("context_swap_share")
+    assert not any("context_swap_share" in line for line in plan.lines())  # set: no note
+    plan.check()  # both configs load
