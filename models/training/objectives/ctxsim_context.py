@@ -85,7 +85,9 @@ def swapped_contexts(
     """(sentence, its partner's right context) for the ``share`` of the pairs with the highest
     labels (ties in pair order), both ways; a side whose partner has no right context, or whose
     partner is the same text, gives none. ``c1``/``c2`` are the pairs' right contexts in row
-    order (any entries past the pairs are ignored)."""
+    order (any entries past the pairs are ignored). A swapped positive is also its own
+    sentence's: the two share a batch once or twice a run at the recipe's sizes (a false negative
+    there), which is not worth a slower duplicate-free sampler."""
     n = len(pairs)
     top = np.argsort(-np.asarray(pairs.labels, dtype=np.float64), kind="stable")
     top = np.sort(top[: int(round(share * n))])
