@@ -126,6 +126,14 @@ class AdaptRules(BaseModel):
         description="cost model: the evaluation's CPU-s times this on a root whose evaluation "
         "cache already holds the download's encodings of the same dev tasks (a later run)",
     )
+    cpu_model_work_exponent: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="cost model: another encoder's costs are MiniLM's times its work per token "
+        "over MiniLM's (layers x hidden^2) to this power: a larger model's products run closer "
+        "to the machine's peak, so 8x the work costs less than 8x the CPU-s",
+    )
     cpu_bf16_factor: float = Field(
         1.0,
         gt=0,
@@ -582,7 +590,7 @@ def adapt_config(
                 "encodings are read from its evaluation cache (evaluate priced at "
                 f"{rules.cpu_eval_cached_share:.2f} of a first run's)"
             )
-    factor = model_cost_factor(model)
+    factor = model_cost_factor(model) ** rules.cpu_model_work_exponent
     max_units = int(cfg.get("embed", {}).get("max_units", 0))
     bf16, eval_bf16 = _bf16(cfg), _bf16(cfg, (("evaluate", "bf16_cpu"),))
     speed, speed_note = machine_speed(rules, _bf16(cfg, (("train", "bf16_cpu"),)))

@@ -597,3 +597,24 @@ def test_question_records_hear_of_the_swaps_which_stay_the_recipe_trainings(
     assert scorer.get("label_share") is None and not scorer.get("context_swap_share")
     assert not any("context_swap_share" in line for line in plan.lines())  # set: no note
     plan.check()  # both configs load
+
+
+def test_a_larger_encoder_is_priced_by_a_power_of_its_work(tmp_path, tiny_st, monkeypatch) -> None:
+    """adapt.cpu_model_work_exponent: 8x MiniLM's work per token (mpnet's) prices its steps,
+    embed and evaluation at 8 ** 0.75 = 4.76x (mpnet took 4.6-4.8x), not 8x."""
+    import ctxsim.flows.adapt as adapt
+
+    monkeypatch.setattr(adapt, "model_cost_factor", lambda model: 8.0)
+    recipe = _in_domain_recipe(tmp_path, tiny_st)
+
+    def plan_with(exponent: float):
+        return adapt_config(
+            [str(SAMPLE)], str(tiny_st), None, None, str(tmp_path / "root"), recipe=recipe,
+            rule_overrides=[f"adapt.cpu_model_work_exponent={exponent}"],
+        )  # fmt: skip
+
+    linear, power = plan_with(1.0), plan_with(0.75)
+    assert linear.prices.model_factor == 8.0
+    assert power.prices.model_factor == pytest.approx(8.0**0.75)
+    assert power.cpu_s < linear.cpu_s
+    assert read_recipe(RECIPE)[1].cpu_model_work_exponent == 0.75
