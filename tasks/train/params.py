@@ -94,6 +94,13 @@ class TrainParams(StageParams):
             "set, the labels keep the share of the batches the parts' sizes gave them before."
         ),
     )
+    context_swap_partners: Literal["all", "leads"] = Field(
+        "all",
+        description=(
+            "ctxsim-context with context_swap_share: which partners give their right context: "
+            "all, or leads (only a sentence that opens its section: a question gives its answer)."
+        ),
+    )
     loss: LossName = Field(
         "cosine",
         description=(
@@ -357,6 +364,7 @@ class TrainParams(StageParams):
         "freeze_layers": 0,
         "label_share": None,
         "context_swap_share": 0.0,
+        "context_swap_partners": "all",
         "dropout_masks": "torch",
         "optimizer": "adamw_torch",
     }

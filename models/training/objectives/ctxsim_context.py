@@ -63,7 +63,12 @@ def with_swaps(context: Examples, pairs: TrainingPairs, oc: ObjectiveContext) ->
     """The right contexts' examples with the swapped ones appended."""
     share = oc.params.context_swap_share
     pc = pair_contexts(pairs, oc)
-    anchors, positives = swapped_contexts(pairs, pc.c1, pc.c2, share)
+    c1, c2 = pc.c1, pc.c2
+    if oc.params.context_swap_partners == "leads":  # only a section's opener gives its context
+        openers = section_openers(oc)
+        c1 = [c if s in openers else None for c, s in zip(c1, pc.sent1, strict=True)]
+        c2 = [c if s in openers else None for c, s in zip(c2, pc.sent2, strict=True)]
+    anchors, positives = swapped_contexts(pairs, c1, c2, share)
     oc.log.info(
         "train: %d right contexts swapped between the %.0f%% highest-labelled pairs",
         len(anchors),
@@ -74,6 +79,18 @@ def with_swaps(context: Examples, pairs: TrainingPairs, oc: ObjectiveContext) ->
         "positive": list(context.data["positive"]) + positives,
     }
     return Examples(dataset(columns), context.texts)
+
+
+def section_openers(oc: ObjectiveContext) -> set[int]:
+    """The sent_ids that open their section (a question, heading or first sentence: what
+    follows them is their section's body)."""
+    sh = oc.read_input("shard", ["sent_id", "section_id"])
+    sid, sec = sh.column("sent_id").to_numpy(), sh.column("section_id").to_numpy()
+    order = np.argsort(sid, kind="stable")
+    sid, sec = sid[order], sec[order]
+    first = np.ones(len(sid), dtype=bool)
+    first[1:] = sec[1:] != sec[:-1]
+    return set(sid[first].tolist())
 
 
 def swapped_contexts(

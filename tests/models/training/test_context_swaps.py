@@ -92,3 +92,31 @@ def test_the_objectives_share_reaches_the_trainer_unless_the_config_sets_one(tmp
     p = TrainParams(objective="ctxsim-context", context_swap_share=0.25, label_share=0.7)
     args = training_args(p, tmp_path / "b", 10, "cpu", 0, False, None, 0.4)
     assert args.multi_dataset_batch_sampler == SharedBatches((0.7, pytest.approx(0.3)))
+
+
+def test_only_section_openers_give_their_context_when_asked(tmp_path):
+    """``context_swap_partners: leads``: a partner gives its right context only when it opens
+    its section (a question: its context is its answer). Query 2 placed on the cat answer's
+    body sentence: with all partners it gives its context to two sentences, with leads to
+    none."""
+    from ctxsim.models.training.objectives.ctxsim_context import section_openers
+
+    class Oc:
+        def read_input(self, stage, columns):
+            return pa.table({"sent_id": [4, 0, 1, 2, 3, 5], "section_id": [1, 0, 0, 0, 1, 1]})
+
+    assert section_openers(Oc()) == {0, 3}
+    body = {0: 0, 1: 3, 2: 1, 3: None}
+    n = {}
+    for partners in ("all", "leads"):
+        art = train_on_context(
+            tmp_path / partners,
+            query_sent=body,
+            objective="ctxsim-context",
+            loss="cosent",
+            max_steps=2,
+            context_swap_share=1.0,
+            context_swap_partners=partners,
+        )
+        n[partners] = json.loads((art.files_dir / "metrics.json").read_text())["n_train_examples"]
+    assert n == {"all": 4 + 3 + 6, "leads": 4 + 3 + 4}
