@@ -95,10 +95,11 @@ class TrainParams(StageParams):
         ),
     )
     context_swap_partners: Literal["all", "leads"] = Field(
-        "all",
+        "leads",
         description=(
             "ctxsim-context with context_swap_share: which partners give their right context: "
-            "all, or leads (only a sentence that opens its section: a question gives its answer)."
+            "leads (only a sentence that opens its section: a question gives its answer; on "
+            "economics all partners cost its QA 0.52, leads 0.24) or all."
         ),
     )
     loss: LossName = Field(
@@ -364,7 +365,7 @@ class TrainParams(StageParams):
         "freeze_layers": 0,
         "label_share": None,
         "context_swap_share": 0.0,
-        "context_swap_partners": "all",
+        "context_swap_partners": "leads",
         "dropout_masks": "torch",
         "optimizer": "adamw_torch",
     }
