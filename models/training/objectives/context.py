@@ -209,26 +209,33 @@ class ContextObjective(TrainObjective):
     pair_budget = True
 
     def examples(self, pairs: TrainingPairs, oc: ObjectiveContext) -> Examples:
-        pc = pair_contexts(pairs, oc)
-        # a sampled corpus sentence joins as a pair with itself (context_pair_rows keeps it once)
-        t1, t2 = pairs.s1 + pc.sampled, pairs.s2 + pc.sampled
-        kept = context_pair_rows(t1, t2, pc.c1, pc.c2)
-        if not kept:  # the user's data: the config's STS pairs or a corpus of one-liners
-            raise InputError(
-                f"objective context: none of the {len(pairs)} pairs' sentences in "
-                f"{pairs.source} has a right context in the corpus (sentences from "
-                "an STS file, or each the last of its section)"
-            )
-        if oc.params.context_batches == "document":
-            kept = by_document(kept, pc, oc)
-        anchors, positives = kept_texts(kept, t1, t2, pc.c1, pc.c2)
-        oc.log.info(
-            "train: %d sentences with their right context (of %d pairs)", len(anchors), len(pairs)
-        )
-        return Examples(dataset({"anchor": anchors, "positive": positives}), t1 + t2)
+        return right_context_examples(pairs, oc, pair_contexts(pairs, oc))
 
     def loss(self, model: Any, oc: ObjectiveContext, backbone_path: str) -> Any:
         return ranking_loss(model)
+
+
+def right_context_examples(
+    pairs: TrainingPairs, oc: ObjectiveContext, pc: PairContexts
+) -> Examples:
+    """The objective's examples from the pairs' right contexts ``pc`` (``pair_contexts``: an
+    objective that trains them beside another part reads them once and passes them here)."""
+    # a sampled corpus sentence joins as a pair with itself (context_pair_rows keeps it once)
+    t1, t2 = pairs.s1 + pc.sampled, pairs.s2 + pc.sampled
+    kept = context_pair_rows(t1, t2, pc.c1, pc.c2)
+    if not kept:  # the user's data: the config's STS pairs or a corpus of one-liners
+        raise InputError(
+            f"objective context: none of the {len(pairs)} pairs' sentences in "
+            f"{pairs.source} has a right context in the corpus (sentences from "
+            "an STS file, or each the last of its section)"
+        )
+    if oc.params.context_batches == "document":
+        kept = by_document(kept, pc, oc)
+    anchors, positives = kept_texts(kept, t1, t2, pc.c1, pc.c2)
+    oc.log.info(
+        "train: %d sentences with their right context (of %d pairs)", len(anchors), len(pairs)
+    )
+    return Examples(dataset({"anchor": anchors, "positive": positives}), t1 + t2)
 
 
 def by_document(

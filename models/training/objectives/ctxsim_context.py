@@ -28,7 +28,11 @@ from ctxsim.models.training.objectives.base import (
     dataset,
     register,
 )
-from ctxsim.models.training.objectives.context import pair_contexts
+from ctxsim.models.training.objectives.context import (
+    PairContexts,
+    pair_contexts,
+    right_context_examples,
+)
 
 #: the objectives trained together, in the order the trainer sees their datasets
 PARTS = ("ctxsim", "context")
@@ -45,11 +49,15 @@ class CtxsimContextObjective(TrainObjective):
     def examples(self, pairs: TrainingPairs, oc: ObjectiveContext) -> Examples:
         from datasets import DatasetDict
 
-        parts = {k: OBJECTIVES[k].examples(pairs, oc) for k in PARTS}
+        pc = pair_contexts(pairs, oc)  # read once: the right contexts and their swaps
+        parts = {
+            "ctxsim": OBJECTIVES["ctxsim"].examples(pairs, oc),
+            "context": right_context_examples(pairs, oc, pc),
+        }
         label_share = None
         if oc.params.context_swap_share > 0:
             n_labels, n_contexts = len(parts["ctxsim"]), len(parts["context"])
-            parts["context"] = with_swaps(parts["context"], pairs, oc)
+            parts["context"] = with_swaps(parts["context"], pairs, oc, pc)
             label_share = n_labels / (n_labels + n_contexts)  # the draw before the swaps joined
         texts = [t for e in parts.values() for t in e.texts]
         data = DatasetDict({k: e.data for k, e in parts.items()})
@@ -59,10 +67,12 @@ class CtxsimContextObjective(TrainObjective):
         return {k: OBJECTIVES[k].loss(model, oc, backbone_path) for k in PARTS}
 
 
-def with_swaps(context: Examples, pairs: TrainingPairs, oc: ObjectiveContext) -> Examples:
-    """The right contexts' examples with the swapped ones appended."""
+def with_swaps(
+    context: Examples, pairs: TrainingPairs, oc: ObjectiveContext, pc: PairContexts
+) -> Examples:
+    """The right contexts' examples with the swapped ones appended (``pc``: the pairs' right
+    contexts, as the context part read them)."""
     share = oc.params.context_swap_share
-    pc = pair_contexts(pairs, oc)
     c1, c2 = pc.c1, pc.c2
     if oc.params.context_swap_partners == "leads":  # only a section's opener gives its context
         openers = section_openers(oc)
