@@ -67,6 +67,7 @@ def run(
     """Run the pipeline (every stage of the config, or up to --until), reusing finished work."""
     from ctxsim.flows.cli_errors import cli_error_types, set_verbose, user_errors
     from ctxsim.flows.config import ConfigError, load_config
+    from ctxsim.flows.console import hide_progress_bars
     from ctxsim.flows.prefect_env import configure_prefect
     from ctxsim.flows.preflight import preflight
     from ctxsim.store.artefacts import safe_name
@@ -85,11 +86,9 @@ def run(
             run_id = new_run_id()
         if until is not None and until not in cfg.stage_names:
             raise ConfigError(f"--until {until!r} is not a stage of {config}")
+        if cfg.run.no_progress:
+            hide_progress_bars()
         preflight(cfg)
-    if cfg.run.no_progress:
-        import os
-
-        os.environ["TQDM_DISABLE"] = "1"
     configure_prefect(cfg.run.root)
     from ctxsim.flows.cli_errors import disk_full, hide_input_error_tracebacks, interrupt_exits
     from ctxsim.flows.pipeline import run_pipeline

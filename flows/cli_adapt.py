@@ -93,7 +93,10 @@ def adapt(
     --out. The config it runs is written under the root and printed by
     --dump-config, so resume, inspect, export and deployments work as for any run."""
     from ctxsim.flows.adapt import dump_config as render
+    from ctxsim.flows.console import hide_progress_bars
 
+    if no_progress:
+        hide_progress_bars()  # before the plan's probe imports the libraries
     out = out or Path(f"adapted-{Path(model).name}")
     fields = _fields(text_field, doc_field, section_field, lead_field, no_lead)
     target = None if dump_config else (out, overwrite)

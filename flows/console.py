@@ -53,3 +53,17 @@ def configure_output(verbose: bool = False) -> None:
 def console_line(msg: str, *args: object) -> None:
     """One line for the terminal in quiet mode (in verbose mode Prefect's own line says it)."""
     logging.getLogger(CONSOLE_LOGGER).info(msg, *args)
+
+
+def hide_progress_bars() -> None:
+    """`--no-progress`: every tqdm bar off, the stages' and the libraries' (sentence-transformers'
+    model card computes its widget examples under one). tqdm reads ``TQDM_DISABLE`` once, when it
+    is imported, and a plan or a check may have imported it already: its defaults change too."""
+    os.environ["TQDM_DISABLE"] = "1"
+    std = sys.modules.get("tqdm.std")
+    if std is None or getattr(std.tqdm, "_ctxsim_hidden", False):
+        return
+    from functools import partialmethod
+
+    std.tqdm.__init__ = partialmethod(std.tqdm.__init__, disable=True)
+    std.tqdm._ctxsim_hidden = True
