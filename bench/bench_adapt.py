@@ -29,6 +29,19 @@ def _record(spec: str) -> tuple[Path, dict[str, Any]]:
     return Path(root), json.loads((Path(root) / "runs" / f"{run_id}.json").read_text())
 
 
+def sts_sets(root: Path, names: list[str]) -> list[Any]:
+    """The STS sets named (``STSb.dev``) under ``root``: one line if one is not there."""
+    from ctxsim.readers.evaluators import StsEvaluator
+
+    if not names:
+        return []
+    found = {e.name: e for e in StsEvaluator.discover(root)}
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"--sts {', '.join(missing)}: not under {root} (it has {sorted(found)})")
+    return [found[n] for n in names]
+
+
 def stage_cpu(record: dict[str, Any]) -> dict[str, float]:
     """CPU-seconds by stage from each stage artefact's manifest (reused stages included: the
     cost of the run as if alone)."""
@@ -121,6 +134,13 @@ def main(argv: list[str] | None = None) -> None:
         "DIR, or the label of an --arm or an earlier --merge (a soup of two seeds' runs: "
         "A=s0:s1:0.5; of three: B=A:s2:0.3333)",
     )
+    ap.add_argument(
+        "--sts",
+        action="append",
+        default=[],
+        help="an STS set scored beside them (STSb.dev; one training seed an arm), under --sts-dir",
+    )
+    ap.add_argument("--sts-dir", default=None, help="the STS sets' folder (default: ../sts)")
     ap.add_argument("--time", action="append", default=[], help="NAME=/usr/bin/time -v file")
     ap.add_argument("--agree", action="append", default=[], help="A=B: label agreement of A, B")
     ap.add_argument("--cache", default="/tmp/bench_adapt_cache")
@@ -134,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     from ctxsim.readers.evaluators import discover_eval_dir
 
     sets = [e for e in discover_eval_dir(args.eval_dir) if e.format in ("pairs", "qa")]
+    sets += sts_sets(Path(args.sts_dir or Path(args.eval_dir).parent / "sts"), args.sts)
     times = dict(kv.split("=", 1) for kv in args.time)
     cache = Path(args.cache)
     scores: dict[str, dict] = {}
@@ -177,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         + " ".join(sys.argv[1:] if argv is None else argv),
         "eval": {ev.name: ev.describe() for ev in sets},
         "note": "paired bootstrap 95% intervals of A - B on the same items (AP for pairs, "
-        "nDCG@10 for QA)",
+        "nDCG@10 for QA, Spearman for STS)",
     }
     agree = [
         {"arm": a, "vs": b} | label_agreement(records[a], records[b])

@@ -452,6 +452,9 @@ def intervals(
     out: dict[str, str] = {}
     for ev in sets:
         metric, suffix = INTERVAL[ev.format]
+        if ev.format == "sts" and max(len(seeds_a), len(seeds_b)) > 1:
+            out[f"{ev.name}{suffix}"] = ""  # a Spearman has no per-item mean over seeds
+            continue
         pa, pb = seed_mean_pred(ev, seeds_a), seed_mean_pred(ev, seeds_b)
         ci = ev.interval(pa, pb, metric, n, 0.95, seed)
         out[f"{ev.name}{suffix}"] = fmt(ci)

@@ -75,11 +75,22 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     }
     (root / "runs" / "ra-scorer.json").write_text(json.dumps({"stages": stages}))
     (tmp_path / "ra.time").write_text("\tUser time (seconds): 10.5\n\tSystem time (seconds): 1.5\n")
+    sts = tmp_path / "sts"
+    sts.mkdir()
+    (sts / "STSb.dev.tsv").write_text(
+        "sentence1\tsentence2\tscore\n"
+        + "".join(
+            f"{s}\t{t}\t{5 * y}\n"
+            for s, t, y in zip(PAIRS.s1, PAIRS.s2, [0.1, 0.9, 0.4, 0.6], strict=False)
+        )
+    )
     out = tmp_path / "out"
     main(
         [
             "--eval-dir",
             str(dev),
+            "--sts",
+            "STSb.dev",  # found beside the dev folder, under ../sts
             "--arm",
             f"A={root}:ra",
             "--arm",
@@ -98,6 +109,8 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
             f"mid={a}:{b}:0.5",
             "--vs",
             "mid=bee",
+            "--vs",
+            "A,B=bee,mid",  # two seeds a side: no STS interval
             "--merge",
             "soup=A:B:0.5",  # the arms' models by their labels: the same merge as mid
             "--merge",
@@ -127,6 +140,9 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     assert rows["bee"]["x AP"] == rows["B"]["x AP"] and rows["bee"]["run"] == str(b)
     cis = {(r["arm"], r["vs"]): r for r in doc["tables"]["paired intervals"]}
     assert cis[("A", str(a))]["x AP"] == "+0.00 [+0.00, +0.00]"
+    assert cis[("A", str(a))]["STSb.dev"] == "+0.00 [+0.00, +0.00]"
+    assert rows["A"]["STSb.dev spearman"] == rows[str(a)]["STSb.dev spearman"]
+    assert cis[("A,B", "bee,mid")]["STSb.dev"] == "" and cis[("A,B", "bee,mid")]["x AP"]
     assert ("A", "B") in cis and ("B", str(a)) not in cis  # an arm meets its own backbone only
     assert ("A", "bee") in cis and ("B", "bee") not in cis and ("mid", "bee") in cis
     cost = {r["arm"]: r for r in doc["tables"]["cost"]}
