@@ -20,7 +20,8 @@ DevSet = tuple[list[str], list[str], list[float], str]
 
 def dev_set(ctx: StageContext, p: TrainParams, cols: LabelColumns) -> DevSet | None:
     """STSb dev from ``sts_dir`` when present, else the label artefact's dev split (None, with a
-    warning, when it has fewer than three pairs: training without model selection)."""
+    warning, when it has fewer than three pairs: training without model selection; None without
+    one when ``max_dev_pairs`` is 0, which asks for the last step)."""
     if p.sts_dir:
         from ctxsim.readers.sts import discover, sample_pairs
 
@@ -33,6 +34,9 @@ def dev_set(ctx: StageContext, p: TrainParams, cols: LabelColumns) -> DevSet | N
             ctx.logger.warning("train: %s not found under %s", p.dev_set, root)
         else:
             ctx.logger.warning("train: sts_dir %s does not exist", root)
+    if p.max_dev_pairs == 0:  # asked for: the last step is the model (the adapt recipe)
+        ctx.logger.info("train: max_dev_pairs 0: no checkpoint choice, the last step is the model")
+        return None
     dev_idx = np.flatnonzero((cols.split == "dev") & np.isfinite(cols.labels))
     if p.max_dev_pairs is not None:
         dev_idx = dev_idx[: p.max_dev_pairs]
