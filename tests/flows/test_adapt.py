@@ -576,8 +576,9 @@ def test_question_records_hear_of_the_swaps_which_stay_the_recipe_trainings(
     tmp_path, tiny_st
 ) -> None:
     """A corpus whose records lead with a question gets the plan's note on
-    train.context_swap_share; that key and the labels' share reach the recipe's training alone
-    (the scorer trains right contexts without labels, where both are refused)."""
+    train.context_swap_share (one without, the note on the `context` objective); that key and
+    the labels' share reach the recipe's training alone (the scorer trains right contexts
+    without labels, where both are refused)."""
     qa = tmp_path / "qa.jsonl"
     records = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
     qa.write_text(
@@ -590,6 +591,11 @@ def test_question_records_hear_of_the_swaps_which_stay_the_recipe_trainings(
     assert any("context_swap_share=0.25" in line for line in plan.lines())
     plain = adapt_config([str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe)
     assert not any("context_swap_share" in line for line in plain.lines())
+    # no question records: the note on dropping the labels for retrieval instead, once
+    assert sum("train.objective=context" in line for line in plain.lines()) == 1
+    assert not any("train.objective=context" in line for line in plan.lines())
+    plain.override(["train.objective=context"])
+    assert not any("train.objective=context" in line for line in plain.lines())
     plan.override(["train.context_swap_share=0.25", "train.label_share=0.5"])
     assert plan.config["train"]["context_swap_share"] == 0.25
     assert plan.config["train"]["label_share"] == 0.5
