@@ -263,9 +263,10 @@ class AdaptPlan:
                 ),
             )
         notes = list(self.notes)
-        if self.config["shard"].get("lead_fields") and not train.get("context_swap_share"):
+        leads = self.config["shard"].get("lead_fields")
+        if leads and not train.get("context_swap_share"):
             notes.append(SWAP_HINT)
-        elif not self.config["shard"].get("lead_fields") and train["objective"] == "ctxsim-context":
+        elif not leads and train["objective"] == "ctxsim-context":
             notes.append(RETRIEVAL_HINT)
         return out + [f"note: {n}" for n in notes]
 

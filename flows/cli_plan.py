@@ -115,14 +115,13 @@ def _checked_config(
 ) -> tuple[PipelineConfig, list[str]]:
     """The config and the stages to plan, checked before the pilot: a bad config, corpus
     paths, STS folders or packages are one line (exit 2)."""
-    import os
-
     from ctxsim.flows.cli_errors import user_errors
     from ctxsim.flows.config import load_config
+    from ctxsim.flows.console import hide_progress_bars
     from ctxsim.flows.plan import plan_stages
     from ctxsim.flows.preflight import check_corpus, check_model_packages, check_sts
 
-    os.environ["TQDM_DISABLE"] = "1"  # the stages' own bars: the pilot's one bar says it all
+    hide_progress_bars()  # the stages' own bars: the pilot's one bar (disable= its own) says it all
     with user_errors(2):
         full = load_config(config, overrides, root)
         stages = plan_stages(full, until)
