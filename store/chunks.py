@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ctxsim.models.corpus.sentences import QUESTION_END
 from ctxsim.store.artefacts import Artefact
 from ctxsim.store.checked import verified, write_checked
 from ctxsim.store.errors import InputError
@@ -100,6 +102,15 @@ class SentenceTexts:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_checked(path, lambda tmp: np.save(tmp, out))
+        return out
+
+    def questions(self) -> np.ndarray:
+        """Whether each sentence (in id order) is a question (``QUESTION_END``), read in
+        batches like the texts."""
+        out = np.zeros(len(self.ids), dtype=bool)
+        for ids, text in self._batches():
+            hit = pc.match_substring_regex(text, QUESTION_END).fill_null(False)
+            out[np.searchsorted(self.ids, ids)] = hit.to_numpy(zero_copy_only=False)
         return out
 
     def take(self, rows: np.ndarray) -> list[str]:

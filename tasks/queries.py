@@ -72,6 +72,17 @@ class QueriesParams(StageParams):
             "all sentences."
         ),
     )
+    question_share: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Share of the corpus queries drawn from the corpus's own questions (sentences ending "
+            "in a question mark: what follows a question is mostly its answer), all of them when "
+            "fewer; the rest as lead_share says, from the other sentences. None: questions are "
+            "drawn like any sentence."
+        ),
+    )
     paragraph_share: float | None = Field(
         None,
         ge=0.0,
@@ -116,7 +127,11 @@ class QueriesParams(StageParams):
         ),
     )
 
-    added_defaults: ClassVar[dict[str, Any]] = {"lead_share": None, "paragraph_share": None}
+    added_defaults: ClassVar[dict[str, Any]] = {
+        "lead_share": None,
+        "paragraph_share": None,
+        "question_share": None,
+    }
 
 
 QUERY_SCHEMA = pa.schema(
@@ -207,6 +222,12 @@ class QueriesStage(Stage):
         n_para = int(round(p.n_corpus * (p.paragraph_share or 0.0)))
         paras = _paragraph_rows(sents, n_para, rng) if n_para else []
         n_sent = p.n_corpus - len(paras)
+        questions = np.empty(0, dtype=np.int64)
+        if p.question_share:  # the corpus's questions first; the rest from the other sentences
+            found, candidates = _questions(ctx, candidates)
+            n_q = min(int(round(n_sent * p.question_share)), len(found))
+            questions = rng.choice(found, size=n_q, replace=False)
+            n_sent -= n_q
         if p.lead_share is None:
             take = rng.choice(candidates, size=min(n_sent, len(candidates)), replace=False)
         else:
@@ -219,7 +240,7 @@ class QueriesStage(Stage):
                     rng.choice(candidates[~lead], size=n_body, replace=False),
                 ]
             )
-        take = np.sort(take)
+        take = np.sort(np.concatenate([questions, take]))
         read = SentenceTexts(ctx.input("shard")).take(np.concatenate([take, *paras]))
         texts, at = read[: len(take)], len(take)
         for rows in paras:  # a paragraph query: its sentences joined in order
@@ -270,6 +291,15 @@ class QueriesStage(Stage):
                 pairs["subset"].append(s.subset)
                 pairs["gold"].append(float(s.gold[r]))
         return texts, [None] * len(texts), origins, pa.table(pairs, schema=GIVEN_PAIRS_SCHEMA)
+
+
+def _questions(ctx: StageContext, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate rows whose sentence is a question, and those that are not."""
+    is_question = SentenceTexts(ctx.input("shard")).questions()[candidates]
+    ctx.logger.info(
+        "queries: %d of %d candidate sentences are questions", is_question.sum(), len(candidates)
+    )
+    return candidates[is_question], candidates[~is_question]
 
 
 def _paragraph_rows(sents: pa.Table, n: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -17,6 +17,10 @@ import re
 from collections.abc import Callable
 from functools import cache
 
+#: a question: a sentence whose text ends in a question mark, closing quotes or brackets aside
+#: (a regular expression that both ``re`` and Arrow's RE2 read)
+QUESTION_END = "\\?[\"'\u201d\u2019)\\]]*\\s*$"
+
 DEFAULT_METHOD = "blingfire"
 METHODS = ("blingfire", "syntok", "pysbd", "regex")
 # Above this many characters a paragraph is cut in chunks (at whitespace) that are split

@@ -94,12 +94,13 @@ class TrainParams(StageParams):
             "set, the labels keep the share of the batches the parts' sizes gave them before."
         ),
     )
-    context_swap_partners: Literal["all", "leads"] = Field(
+    context_swap_partners: Literal["all", "leads", "questions"] = Field(
         "leads",
         description=(
             "ctxsim-context with context_swap_share: which partners give their right context: "
             "leads (only a sentence that opens its section: a question gives its answer; on "
-            "economics all partners cost its QA 0.52, leads 0.24) or all."
+            "economics all partners cost its QA 0.52, leads 0.24), questions (leads and every "
+            "sentence ending in a question mark) or all."
         ),
     )
     loss: LossName = Field(

@@ -15,10 +15,12 @@ share of the batches the parts' sizes gave them before the swaps joined.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 
+from ctxsim.models.corpus.sentences import QUESTION_END
 from ctxsim.models.training.objectives.base import (
     OBJECTIVES,
     Examples,
@@ -74,10 +76,17 @@ def with_swaps(
     contexts, as the context part read them)."""
     share = oc.params.context_swap_share
     c1, c2 = pc.c1, pc.c2
-    if oc.params.context_swap_partners == "leads":  # only a section's opener gives its context
+    partners = oc.params.context_swap_partners
+    if partners != "all":  # only a section's opener (or a question) gives its context
         openers = section_openers(oc)
-        c1 = [c if s in openers else None for c, s in zip(c1, pc.sent1, strict=True)]
-        c2 = [c if s in openers else None for c, s in zip(c2, pc.sent2, strict=True)]
+        asks = re.compile(QUESTION_END) if partners == "questions" else None
+
+        def gives(sent_id: int | None, text: str) -> bool:
+            return sent_id in openers or (asks is not None and asks.search(text) is not None)
+
+        t1, t2 = pairs.s1 + pc.sampled, pairs.s2 + pc.sampled  # as pc's rows are
+        c1 = [c if gives(s, t) else None for c, s, t in zip(c1, pc.sent1, t1, strict=True)]
+        c2 = [c if gives(s, t) else None for c, s, t in zip(c2, pc.sent2, t2, strict=True)]
     anchors, positives = swapped_contexts(pairs, c1, c2, share)
     oc.log.info(
         "train: %d right contexts swapped between the %.0f%% highest-labelled pairs",
