@@ -78,9 +78,9 @@ class QueriesParams(StageParams):
         le=1.0,
         description=(
             "Share of the corpus queries drawn from the corpus's own questions (sentences ending "
-            "in a question mark: what follows a question is mostly its answer), all of them when "
-            "fewer; the rest as lead_share says, from the other sentences. None: questions are "
-            "drawn like any sentence."
+            "in a question mark: what follows a question is mostly its answer), drawn first, all "
+            "of them when fewer; the rest as lead_share says from the sentences not drawn (a "
+            "question may be drawn again as a lead). None: questions are drawn like any sentence."
         ),
     )
     paragraph_share: float | None = Field(
@@ -223,10 +223,11 @@ class QueriesStage(Stage):
         paras = _paragraph_rows(sents, n_para, rng) if n_para else []
         n_sent = p.n_corpus - len(paras)
         questions = np.empty(0, dtype=np.int64)
-        if p.question_share:  # the corpus's questions first; the rest from the other sentences
-            found, candidates = _questions(ctx, candidates)
+        if p.question_share:  # the corpus's questions first; the rest from those not drawn
+            found = _questions(ctx, candidates)
             n_q = min(int(round(n_sent * p.question_share)), len(found))
             questions = rng.choice(found, size=n_q, replace=False)
+            candidates = np.setdiff1d(candidates, questions, assume_unique=True)
             n_sent -= n_q
         if p.lead_share is None:
             take = rng.choice(candidates, size=min(n_sent, len(candidates)), replace=False)
@@ -293,13 +294,13 @@ class QueriesStage(Stage):
         return texts, [None] * len(texts), origins, pa.table(pairs, schema=GIVEN_PAIRS_SCHEMA)
 
 
-def _questions(ctx: StageContext, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The candidate rows whose sentence is a question, and those that are not."""
-    is_question = SentenceTexts(ctx.input("shard")).questions()[candidates]
+def _questions(ctx: StageContext, candidates: np.ndarray) -> np.ndarray:
+    """The candidate rows whose sentence is a question."""
+    found = candidates[SentenceTexts(ctx.input("shard")).questions()[candidates]]
     ctx.logger.info(
-        "queries: %d of %d candidate sentences are questions", is_question.sum(), len(candidates)
+        "queries: %d of %d candidate sentences are questions", len(found), len(candidates)
     )
-    return candidates[is_question], candidates[~is_question]
+    return found
 
 
 def _paragraph_rows(sents: pa.Table, n: int, rng: np.random.Generator) -> list[np.ndarray]:

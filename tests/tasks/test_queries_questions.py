@@ -1,6 +1,6 @@
 """``queries.question_share``: the corpus's own questions (sentences ending in a question mark,
-closing quotes aside) drawn first, all of them when fewer than asked; the rest from the other
-sentences; the key stays out of the fingerprint at its default."""
+closing quotes aside) drawn first, all of them when fewer than asked; the rest from the
+sentences not drawn; the key stays out of the fingerprint at its default."""
 
 from __future__ import annotations
 
@@ -68,9 +68,10 @@ def test_questions_are_drawn_first_and_all_of_them_when_fewer(tmp_path: Path):
         assert table.num_rows == n and len(set(table.column("sent_id").to_pylist())) == n
         return [t for t in table.column("text").to_pylist() if t.endswith("?")]
 
-    assert len(asked(8, question_share=0.25)) == 2
-    assert len(asked(20, question_share=0.5)) == 6  # ten asked, six in the corpus
+    # two drawn first; the other six from the 34 sentences left, four of them questions
+    assert 2 <= len(asked(8, question_share=0.25)) <= 6
+    assert len(asked(20, question_share=0.5)) == 6  # ten asked, six in the corpus: all of them
     assert len(asked(20, question_share=0.5, lead_share=0.5)) == 6
-    assert len(asked(8, question_share=0.0)) <= 6  # drawn like any sentence
+    assert len(asked(30, question_share=1.0)) == 6
     assert "question_share" not in QueriesParams().model_dump()
     assert QueriesParams(question_share=0.25).model_dump()["question_share"] == 0.25
