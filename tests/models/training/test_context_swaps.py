@@ -106,12 +106,17 @@ def test_only_section_openers_give_their_context_when_asked(tmp_path):
             return pa.table({"sent_id": [4, 0, 1, 2, 3, 5], "section_id": [1, 0, 0, 0, 1, 1]})
 
     assert section_openers(Oc()) == {0, 3}
-    body = {0: 0, 1: 3, 2: 1, 3: None}
+    n = _examples_by_partners(tmp_path, {0: 0, 1: 3, 2: 1, 3: None}, ("all", "leads"))
+    assert n == {"all": 4 + 3 + 6, "leads": 4 + 3 + 4}
+
+
+def _examples_by_partners(tmp_path, query_sent, partners_values) -> dict[str, int]:
+    """Training examples of a swapping run (every pair swaps) for each partners value."""
     n = {}
-    for partners in ("all", "leads"):
+    for partners in partners_values:
         art = train_on_context(
             tmp_path / partners,
-            query_sent=body,
+            query_sent=query_sent,
             objective="ctxsim-context",
             loss="cosent",
             max_steps=2,
@@ -119,7 +124,7 @@ def test_only_section_openers_give_their_context_when_asked(tmp_path):
             context_swap_partners=partners,
         )
         n[partners] = json.loads((art.files_dir / "metrics.json").read_text())["n_train_examples"]
-    assert n == {"all": 4 + 3 + 6, "leads": 4 + 3 + 4}
+    return n
 
 
 def test_a_question_gives_its_context_with_the_questions_partners(tmp_path):
@@ -127,17 +132,7 @@ def test_a_question_gives_its_context_with_the_questions_partners(tmp_path):
     question. Query 0 ("what is a cat ?") placed on the cat section's body sentence 1 (its right
     context "cats sleep a lot ."): not a lead, so with leads it gives nothing; as a question it
     gives its context to its two partners (queries 1 and 2), as with every partner."""
-    n = {}
-    for partners in ("all", "leads", "questions"):
-        art = train_on_context(
-            tmp_path / partners,
-            query_sent={0: 1, 1: 3, 2: 2, 3: None},
-            objective="ctxsim-context",
-            loss="cosent",
-            max_steps=2,
-            context_swap_share=1.0,
-            context_swap_partners=partners,
-        )
-        n[partners] = json.loads((art.files_dir / "metrics.json").read_text())["n_train_examples"]
+    partners = ("all", "leads", "questions")
+    n = _examples_by_partners(tmp_path, {0: 1, 1: 3, 2: 2, 3: None}, partners)
     own = 4 + 2  # labelled pairs, the two queries with a right context (0 and 1)
     assert n == {"all": own + 4, "leads": own + 2, "questions": own + 4}
