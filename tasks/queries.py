@@ -80,7 +80,7 @@ class QueriesParams(StageParams):
             "Share of the corpus queries drawn from the corpus's own questions (sentences ending "
             "in a question mark: what follows a question is mostly its answer), drawn first, all "
             "of them when fewer; the rest as lead_share says from the sentences not drawn (so a "
-            "question left over may still come as a lead). None: questions are drawn like any sentence."
+            "question left over may still come as a lead). None: drawn like any sentence."
         ),
     )
     paragraph_share: float | None = Field(
