@@ -223,8 +223,9 @@ class QueriesStage(Stage):
         paras = _paragraph_rows(sents, n_para, rng) if n_para else []
         n_sent = p.n_corpus - len(paras)
         questions = np.empty(0, dtype=np.int64)
+        shard_texts = SentenceTexts(ctx.input("shard"))  # ids read once, texts when asked
         if p.question_share:  # the corpus's questions first; the rest from those not drawn
-            found = _questions(ctx, candidates)
+            found = _questions(ctx, shard_texts, candidates)
             n_q = min(int(round(n_sent * p.question_share)), len(found))
             questions = rng.choice(found, size=n_q, replace=False)
             candidates = np.setdiff1d(candidates, questions, assume_unique=True)
@@ -242,7 +243,7 @@ class QueriesStage(Stage):
                 ]
             )
         take = np.sort(np.concatenate([questions, take]))
-        read = SentenceTexts(ctx.input("shard")).take(np.concatenate([take, *paras]))
+        read = shard_texts.take(np.concatenate([take, *paras]))
         texts, at = read[: len(take)], len(take)
         for rows in paras:  # a paragraph query: its sentences joined in order
             texts.append(" ".join(read[at : at + len(rows)]))
@@ -294,9 +295,9 @@ class QueriesStage(Stage):
         return texts, [None] * len(texts), origins, pa.table(pairs, schema=GIVEN_PAIRS_SCHEMA)
 
 
-def _questions(ctx: StageContext, candidates: np.ndarray) -> np.ndarray:
+def _questions(ctx: StageContext, texts: SentenceTexts, candidates: np.ndarray) -> np.ndarray:
     """The candidate rows whose sentence is a question."""
-    found = candidates[SentenceTexts(ctx.input("shard")).questions()[candidates]]
+    found = candidates[texts.questions()[candidates]]
     ctx.logger.info(
         "queries: %d of %d candidate sentences are questions", len(found), len(candidates)
     )
