@@ -423,13 +423,19 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
     assert dev_fp32 - dev_bf16 == pytest.approx(0.5 * 1000 * half.cpu_s_per_dev_item)
 
 
-def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_st) -> None:
+@pytest.mark.parametrize("bf16_units", [False, True], ids=["float32 CPU", "bf16 CPU"])
+def test_the_printed_cost_follows_the_trainings_the_configs_hold(
+    tmp_path, tiny_st, monkeypatch, bf16_units
+) -> None:
     """--set on a training (steps, fixed layers, dropout, its masks, its context cap) reprices
     the plan: the scorer's steps at the dearer context step, a fixed layer at its FLOPs, no
-    dropout and masks from bytes at their measured factors, a token cap by its measured power;
+    dropout and masks from bytes at their measured factors, a token cap by its measured power,
+    bf16 steps at their factor on a CPU with the units (either CPU, whatever this one has);
     the written configs are headed by it."""
     from ctxsim.flows.adapt import frozen_step_share, model_layers, seq_length_step_factor
+    from ctxsim.models import encoders
 
+    monkeypatch.setattr(encoders, "bf16_available", lambda device: bf16_units)
     recipe = _in_domain_recipe(tmp_path, tiny_st)
     plan = adapt_config([str(SAMPLE)], str(tiny_st), None, None, str(tmp_path / "r"), recipe=recipe)
     assert plan.scorer is not None and plan.prices is not None
@@ -438,7 +444,8 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(tmp_path, tiny_
     scorer, student = plan.scorer["train"], plan.config["train"]
     step = rules.cpu_s_per_step * plan.prices.model_factor
     context_step = rules.cpu_s_per_context_step * plan.prices.model_factor
-    if student.get("bf16_cpu") and plan.prices.step_cpu_s(student) != step:  # a bf16 CPU
+    assert scorer["bf16_cpu"] and student["bf16_cpu"]  # the recipe's: bf16 where the CPU has it
+    if bf16_units:
         step, context_step = (c * rules.cpu_bf16_step_factor for c in (step, context_step))
     assert rules.cpu_step_seq_length == 128  # the recipe's rules: measured at a 128 cap
     assert scorer["max_seq_length"] == student["max_seq_length"] == 32  # the tiny recipe's
