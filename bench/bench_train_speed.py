@@ -33,26 +33,17 @@ from bench.harness import run_artefacts, run_isolated, write_results
 #: arm -> (bf16, torch_compile, batches, attention kernel, dropout: None keeps the model's,
 #: lowest layers fixed, dropout masks)
 _BF16_EAGER = (True, False, "random", "eager")
+_FLOAT32 = (False, False, "random")
 ARMS = {
     "float32 eager": (False, False, "random", "sdpa", None, 0, "torch"),
     "float32, eager attention, dropout masks from bytes (the recipe's without bf16 units)": (
-        False,
-        False,
-        "random",
+        *_FLOAT32,
         "eager",
         None,
         0,
         "bytes",
     ),
-    "float32, sdpa attention, dropout masks from bytes": (
-        False,
-        False,
-        "random",
-        "sdpa",
-        None,
-        0,
-        "bytes",
-    ),
+    "float32, sdpa attention, dropout masks from bytes": (*_FLOAT32, "sdpa", None, 0, "bytes"),
     "bf16 eager (the default)": (True, False, "random", "sdpa", None, 0, "torch"),
     "bf16 + torch.compile": (True, True, "random", "sdpa", None, 0, "torch"),
     "bf16, length-grouped batches": (True, False, "length", "sdpa", None, 0, "torch"),
