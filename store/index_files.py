@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ctxsim.models.corpus.retrieval import vectorizer_from_state, vectorizer_state
 from ctxsim.store.artefacts import StoreError
+
+if TYPE_CHECKING:
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
 META_FILE = "index.json"
 

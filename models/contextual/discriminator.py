@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_sequence
 
@@ -325,6 +324,8 @@ def predict_logits(
 def _auc(label: np.ndarray, score: np.ndarray) -> float:
     if len(np.unique(label)) < 2:
         return float("nan")
+    from sklearn.metrics import roc_auc_score  # here: scikit-learn costs a CLI process ~1 s
+
     return float(roc_auc_score(label, score))
 
 

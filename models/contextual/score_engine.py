@@ -50,7 +50,6 @@ from ctxsim.models.contextual.generator import (
     check_direction,
     eq3_example,
 )
-from ctxsim.models.contextual.grouped_attention import grouped_matmul
 from ctxsim.models.contextual.native_gqa import native_gqa
 from ctxsim.models.contextual.score_batching import (
     EngineConfig,
@@ -366,6 +365,9 @@ class ScoringEngine:
         stack.enter_context(torch.inference_mode())
         stack.enter_context(native_gqa(self.scorer.device))  # no key/value head copies on CPU
         if self.scorer.backend == "causal":  # short queries: two products beat the flash kernel
+            # imported here: transformers' attention registry costs a CLI process ~3 s to load
+            from ctxsim.models.contextual.grouped_attention import grouped_matmul
+
             stack.enter_context(grouped_matmul(self.scorer.model, self.scorer.device))
         dev = self.scorer.device.type
         if (dev == "cuda" and self.config.bf16_on_cuda) or (

@@ -19,13 +19,15 @@ row may have fewer than K hits. Pure maths: no file I/O (see :func:`vectorizer_s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ctxsim.models.errors import InputError
+
+if TYPE_CHECKING:  # imported where used: scikit-learn costs a CLI process ~1 s to load
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
 #: The vectoriser settings that must be identical at fit and at query time.
 STATE_KEYS = ("ngram_range", "lowercase", "token_pattern", "sublinear_tf", "norm", "min_df")
@@ -41,6 +43,8 @@ def make_vectorizer(
     max_features: int | None = None,
 ) -> TfidfVectorizer:
     """A float32 TF-IDF vectoriser; the default token pattern keeps one-letter words ("I", "a")."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     return TfidfVectorizer(
         ngram_range=tuple(ngram_range),
         lowercase=lowercase,
