@@ -118,7 +118,11 @@ def flash_attention(on: bool) -> contextlib.AbstractContextManager[Any]:
     """The engine without its grouped-product attention, for the duration."""
     if not on:
         return contextlib.nullcontext()
-    return mock.patch.object(se, "grouped_matmul", lambda *_: contextlib.nullcontext())
+    from ctxsim.models.contextual import grouped_attention  # the engine imports it per call
+
+    return mock.patch.object(
+        grouped_attention, "grouped_matmul", lambda *_: contextlib.nullcontext()
+    )
 
 
 def heads_copied(on: bool) -> contextlib.AbstractContextManager[Any]:

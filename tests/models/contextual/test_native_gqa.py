@@ -77,9 +77,9 @@ def test_engine_scores_equal_the_copying_path(gqa_lm, repeats, monkeypatch) -> N
     """The engine's sdpa path (architectures grouped_matmul leaves alone: switched off here)."""
     import contextlib
 
-    from ctxsim.models.contextual import score_engine
+    from ctxsim.models.contextual import grouped_attention  # the engine imports it per call
 
-    monkeypatch.setattr(score_engine, "grouped_matmul", lambda *_: contextlib.nullcontext())
+    monkeypatch.setattr(grouped_attention, "grouped_matmul", lambda *_: contextlib.nullcontext())
     model, tok = gqa_lm
     sc = CausalPrefixScorer(model, tok)
     w = _windows()
