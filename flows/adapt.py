@@ -198,7 +198,12 @@ class AdaptRules(BaseModel):
 
 
 #: --set keys of the recipe's training alone: the scorer trains right contexts without labels
-STUDENT_ONLY = ("train.objective", "train.label_share", "train.context_swap_share")
+STUDENT_ONLY = (
+    "train.objective",
+    "train.label_share",
+    "train.context_swap_share",
+    "train.context_hard_negative_share",
+)
 
 #: the plan's note for a corpus of records with a lead text (a question before its answer)
 SWAP_HINT = (

@@ -94,6 +94,18 @@ class TrainParams(StageParams):
             "set, the labels keep the share of the batches the parts' sizes gave them before."
         ),
     )
+    context_hard_negative_share: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "ctxsim-context: of the labelled nearest-neighbour pairs with the lowest labels, this "
+            "share has each sentence also take its partner's right context as a hard negative "
+            "(the labels choosing negatives: close to the encoder, apart by their fit profiles): a "
+            "third part of (sentence, its right context, the partner's); 0 = none. The labels "
+            "keep their share of the batches; the other two parts share the rest by their sizes."
+        ),
+    )
     context_swap_partners: Literal["all", "leads", "questions"] = Field(
         "leads",
         description=(
@@ -366,6 +378,7 @@ class TrainParams(StageParams):
         "freeze_layers": 0,
         "label_share": None,
         "context_swap_share": 0.0,
+        "context_hard_negative_share": 0.0,
         "context_swap_partners": "leads",
         "dropout_masks": "torch",
         "optimizer": "adamw_torch",
@@ -386,11 +399,12 @@ class TrainParams(StageParams):
                 f"train.label_share: objective {self.objective} trains no labels beside another "
                 f"part (it applies to {', '.join(mixed)})"
             )
-        if self.context_swap_share > 0 and parts != ("ctxsim", "context"):
-            raise ValueError(
-                f"train.context_swap_share: objective {self.objective} trains no labels beside "
-                "right contexts (it applies to ctxsim-context)"
-            )
+        for key in ("context_swap_share", "context_hard_negative_share"):
+            if getattr(self, key) > 0 and parts != ("ctxsim", "context"):
+                raise ValueError(
+                    f"train.{key}: objective {self.objective} trains no labels beside right "
+                    "contexts (it applies to ctxsim-context)"
+                )
         return self
 
     @field_validator("split_ratios")

@@ -148,7 +148,15 @@ class TrainStage(Stage):
         ckpt_dir = ctx.cache_dir / "checkpoints"
         bf16 = use_bf16(p, ctx.device)
         args = training_args(
-            p, ckpt_dir, max_steps, ctx.device, ctx.run.seed, bf16, metric, examples.label_share
+            p,
+            ckpt_dir,
+            max_steps,
+            ctx.device,
+            ctx.run.seed,
+            bf16,
+            metric,
+            examples.label_share,
+            examples.part_sizes(),
         )
         trainer = None
         if objective.trains:

@@ -61,11 +61,12 @@ def training_args(
     bf16: bool,
     metric: str | None,
     label_share: float | None = None,
+    part_sizes: tuple[int, ...] = (),
 ) -> Any:
     """The trainer's arguments: the optimizer of Sec. 4.1, checkpoints every ``eval_steps`` (the
     best dev Spearman kept when there is a dev set), the run's seed and device; ``label_share``
     is the objective's own share for the labels' batches (``Examples.label_share``), which
-    ``train.label_share`` overrides."""
+    ``train.label_share`` overrides; ``part_sizes`` are the rows of its datasets, in order."""
     from sentence_transformers import SentenceTransformerTrainingArguments
 
     sampler: Any = "batch_sampler"  # the library's default: shuffled rows
@@ -79,11 +80,9 @@ def training_args(
     share = p.label_share if p.label_share is not None else label_share
     if share is not None:  # the labels' dataset comes first (TrainParams checks it)
         from ctxsim.models.training.batches import SharedBatches
-        from ctxsim.models.training.objectives import get_objective
 
-        others = len(get_objective(p.objective).parts) - 1
-        rest = (1.0 - share) / others
-        parts = SharedBatches((share, *[rest] * others))
+        others = list(part_sizes[1:]) or [1]  # the other parts share the rest by their sizes
+        parts = SharedBatches((share, *[(1.0 - share) * n / sum(others) for n in others]))
     return SentenceTransformerTrainingArguments(
         output_dir=str(ckpt_dir),
         num_train_epochs=p.epochs,

@@ -70,6 +70,12 @@ class Examples:
             return sum(len(d) for d in self.data.values())
         return len(self.data)
 
+    def part_sizes(self) -> tuple[int, ...]:
+        """Each dataset's rows, in the trainer's order (one entry for a single dataset)."""
+        if isinstance(self.data, dict):
+            return tuple(len(d) for d in self.data.values())
+        return (len(self.data),)
+
 
 class TrainObjective:
     """One training objective: a name, what it needs, its examples and its loss."""

@@ -11,6 +11,11 @@ with the highest labels, that share has each sentence also take its partner's ri
 a positive (the method's premise: sentences whose fit profiles match fit each other's contexts).
 They join the right contexts' part; unless ``train.label_share`` is set, the labels keep the
 share of the batches the parts' sizes gave them before the swaps joined.
+
+``train.context_hard_negative_share`` lets the labels choose negatives: of the nearest-neighbour
+pairs with the lowest labels, that share has each sentence take its partner's right context as a
+hard negative beside its own (a third part, ``hard``: close to the encoder that mined them, apart
+by their fit profiles; RocketQA's denoised hard negatives with Eq. 4 as the judge).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ctxsim.models.corpus.sentences import QUESTION_END
+from ctxsim.models.errors import InputError
 from ctxsim.models.training.objectives.base import (
     OBJECTIVES,
     Examples,
@@ -57,16 +63,22 @@ class CtxsimContextObjective(TrainObjective):
             "context": right_context_examples(pairs, oc, pc),
         }
         label_share = None
+        n_labels, n_contexts = len(parts["ctxsim"]), len(parts["context"])
         if oc.params.context_swap_share > 0:
-            n_labels, n_contexts = len(parts["ctxsim"]), len(parts["context"])
             parts["context"] = with_swaps(parts["context"], pairs, oc, pc)
             label_share = n_labels / (n_labels + n_contexts)  # the draw before the swaps joined
+        if oc.params.context_hard_negative_share > 0:
+            parts["hard"] = hard_negative_examples(pairs, oc, pc)
+            label_share = n_labels / (n_labels + n_contexts)  # the draw before they joined
         texts = [t for e in parts.values() for t in e.texts]
         data = DatasetDict({k: e.data for k, e in parts.items()})
         return Examples(data, texts, label_share=label_share)
 
     def loss(self, model: Any, oc: ObjectiveContext, backbone_path: str) -> Any:
-        return {k: OBJECTIVES[k].loss(model, oc, backbone_path) for k in PARTS}
+        losses = {k: OBJECTIVES[k].loss(model, oc, backbone_path) for k in PARTS}
+        if oc.params.context_hard_negative_share > 0:  # MNRL reads the negative column too
+            losses["hard"] = OBJECTIVES["context"].loss(model, oc, backbone_path)
+        return losses
 
 
 def with_swaps(
@@ -138,3 +150,59 @@ def swapped_contexts(
                 anchors.append(s)
                 positives.append(c)
     return anchors, positives
+
+
+def hard_negative_examples(
+    pairs: TrainingPairs, oc: ObjectiveContext, pc: PairContexts
+) -> Examples:
+    """The ``hard`` part: (sentence, its right context, its partner's) for the
+    ``context_hard_negative_share`` of the nearest-neighbour pairs with the lowest labels."""
+    table = pairs.table
+    if "source" in table.column_names:  # a random partner is an easy negative already
+        source = table.column("source").to_pylist()
+        mined = np.asarray([source[r] == "knn" for r in pairs.rows.tolist()], dtype=bool)
+    else:
+        mined = np.ones(len(pairs), dtype=bool)
+    share = oc.params.context_hard_negative_share
+    columns = hard_negatives(pairs, pc.c1, pc.c2, mined, share)
+    oc.log.info(
+        "train: %d hard negatives from the %.0f%% lowest-labelled of %d mined pairs",
+        len(columns["anchor"]),
+        100 * share,
+        int(mined.sum()),
+    )
+    if not columns["anchor"]:
+        raise InputError(
+            f"train.context_hard_negative_share: none of the {int(mined.sum())} mined pairs in "
+            f"{pairs.source} has two sentences with distinct right contexts"
+        )
+    texts = columns["anchor"] + columns["positive"] + columns["negative"]
+    return Examples(dataset(columns), texts)
+
+
+def hard_negatives(
+    pairs: TrainingPairs,
+    c1: list[str | None],
+    c2: list[str | None],
+    mined: np.ndarray,
+    share: float,
+) -> dict[str, list[str]]:
+    """Columns anchor, positive, negative: for the ``share`` of the ``mined`` pairs with the
+    lowest labels (ties in pair order), each sentence with its own right context and its
+    partner's, both ways; a side without a right context, a partner of the same text or the same
+    right context gives none. ``c1``/``c2`` are the pairs' right contexts in row order (entries
+    past the pairs are ignored). An anchor of two such pairs may share a batch with itself (its
+    positive a false negative), rare at the recipe's sizes, as with the swaps."""
+    rows = np.flatnonzero(mined)
+    labels = np.asarray(pairs.labels, dtype=np.float64)[rows]
+    low = np.sort(rows[np.argsort(labels, kind="stable")[: int(round(share * len(rows)))]])
+    out: dict[str, list[str]] = {"anchor": [], "positive": [], "negative": []}
+    for i in low.tolist():
+        a, b, ca, cb = pairs.s1[i], pairs.s2[i], c1[i], c2[i]
+        if a == b or ca is None or cb is None or ca == cb:
+            continue
+        for s, own, other in ((a, ca, cb), (b, cb, ca)):
+            out["anchor"].append(s)
+            out["positive"].append(own)
+            out["negative"].append(other)
+    return out
