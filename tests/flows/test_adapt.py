@@ -583,9 +583,9 @@ def test_question_records_hear_of_the_swaps_which_stay_the_recipe_trainings(
     tmp_path, tiny_st
 ) -> None:
     """A corpus whose records lead with a question gets the plan's note on
-    train.context_swap_share (one without, the note on the `context` objective); that key and
-    the labels' share reach the recipe's training alone (the scorer trains right contexts
-    without labels, where both are refused)."""
+    train.context_swap_share (one without, the note on the `context` objective); that key, the
+    hard negatives' and the labels' share reach the recipe's training alone (the scorer trains
+    right contexts without labels, where all three are refused)."""
     qa = tmp_path / "qa.jsonl"
     records = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
     qa.write_text(
@@ -603,11 +603,19 @@ def test_question_records_hear_of_the_swaps_which_stay_the_recipe_trainings(
     assert not any("train.objective=context" in line for line in plan.lines())
     plain.override(["train.objective=context"])
     assert not any("train.objective=context" in line for line in plain.lines())
-    plan.override(["train.context_swap_share=0.25", "train.label_share=0.5"])
+    plan.override(
+        [
+            "train.context_swap_share=0.25",
+            "train.label_share=0.5",
+            "train.context_hard_negative_share=0.25",
+        ]
+    )
     assert plan.config["train"]["context_swap_share"] == 0.25
     assert plan.config["train"]["label_share"] == 0.5
+    assert plan.config["train"]["context_hard_negative_share"] == 0.25
     scorer = plan.scorer["train"]
     assert scorer.get("label_share") is None and not scorer.get("context_swap_share")
+    assert not scorer.get("context_hard_negative_share")
     assert not any("context_swap_share" in line for line in plan.lines())  # set: no note
     plan.check()  # both configs load
 
