@@ -3,25 +3,18 @@ pairs with the lowest labels, that share has each sentence take its partner's ri
 hard negative beside its own right context (a third part, ``hard``); a random partner, a missing
 context, a pair of one text or of one context gives none; the labels keep their share of the
 batches and the other parts share the rest by their sizes; the key is refused where there are no
-right contexts beside the labels, and at 0 keeps the fingerprint."""
+right contexts beside the labels, and at 0 keeps the fingerprint (both checked with the swaps'
+share in tests/models/training/test_context_swaps.py)."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from tests.models.training.test_context_objective import train_on_context
-
-
-def _pairs(s1, s2, labels, source=None):
-    from ctxsim.models.training.objectives import TrainingPairs
-
-    table = pa.table({"source": source}) if source is not None else pa.table({})
-    return TrainingPairs(list(s1), list(s2), np.asarray(labels), np.arange(len(s1)), table, "L")
+from tests.models.training.test_context_swaps import _pairs, spied_training
 
 
 def test_the_lowest_labelled_mined_pairs_give_their_partners_context_as_a_negative():
@@ -60,47 +53,11 @@ def test_only_the_mined_pairs_are_read_when_the_labels_name_their_source():
         hard_negative_examples(pairs, oc, pc)
 
 
-def test_the_share_is_refused_without_right_contexts_and_kept_out_of_the_fingerprint():
-    from ctxsim.flows.config import ConfigError, load_config
-    from ctxsim.tasks.train import TrainParams
-
-    assert "context_hard_negative_share" not in TrainParams(objective="ctxsim-context").model_dump()
-    p = TrainParams(objective="ctxsim-context", context_hard_negative_share=0.25)
-    assert p.model_dump()["context_hard_negative_share"] == pytest.approx(0.25)
-    for objective in ("ctxsim", "context", "joint"):
-        with pytest.raises(ConfigError) as e:
-            load_config(
-                None,
-                [f"train.objective={objective}", "train.context_hard_negative_share=0.25"],
-                stages=["train"],
-            )
-        assert "train.context_hard_negative_share" in str(e.value)
-        assert "ctxsim-context" in str(e.value)
-
-
 def test_the_hard_part_trains_beside_the_labels_and_the_right_contexts(tmp_path, monkeypatch):
     """The fixture's four pairs (all labels equal): only the cat and dog questions both have a
     right context, so every share gives that pair's two triplets; the labels keep 4 of 4 + 2 of
     the batches, the right contexts and the triplets share the rest by their sizes (2 and 2)."""
-    from ctxsim.tasks.train import stage
-
-    samplers = []
-
-    def spy(*args, **kw):
-        args_out = training_args(*args, **kw)
-        samplers.append(args_out.multi_dataset_batch_sampler)
-        return args_out
-
-    training_args = stage.training_args
-    monkeypatch.setattr(stage, "training_args", spy)
-    art = train_on_context(
-        tmp_path,
-        objective="ctxsim-context",
-        loss="cosent",
-        max_steps=4,
-        context_hard_negative_share=1.0,
-    )
-    info = json.loads((art.files_dir / "metrics.json").read_text())
+    info, samplers = spied_training(tmp_path, monkeypatch, context_hard_negative_share=1.0)
     assert info["n_train_examples"] == 4 + 2 + 2  # labelled pairs, own contexts, triplets
     assert samplers[0].shares == pytest.approx((4 / 6, 1 / 6, 1 / 6))
     assert info["steps"] == 4  # the three parts trained (a part without its loss would raise)

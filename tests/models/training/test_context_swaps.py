@@ -15,12 +15,12 @@ import pytest
 from tests.models.training.test_context_objective import train_on_context
 
 
-def _pairs(s1, s2, labels):
+def _pairs(s1, s2, labels, source=None):
+    """Training pairs of these texts and labels (``source``: the label table's column)."""
     from ctxsim.models.training.objectives import TrainingPairs
 
-    return TrainingPairs(
-        list(s1), list(s2), np.asarray(labels), np.arange(len(s1)), pa.table({}), "labels"
-    )
+    table = pa.table({"source": source}) if source is not None else pa.table({})
+    return TrainingPairs(list(s1), list(s2), np.asarray(labels), np.arange(len(s1)), table, "L")
 
 
 def test_the_highest_labelled_pairs_swap_their_right_contexts_both_ways():
@@ -36,49 +36,51 @@ def test_the_highest_labelled_pairs_swap_their_right_contexts_both_ways():
     assert swapped_contexts(pairs, c1, c2, 0.0) == ([], [])
 
 
-def test_the_share_is_refused_without_right_contexts_and_kept_out_of_the_fingerprint():
+@pytest.mark.parametrize("key", ["context_swap_share", "context_hard_negative_share"])
+def test_the_share_is_refused_without_right_contexts_and_kept_out_of_the_fingerprint(key):
+    """The swaps' share, and the hard negatives' (tests/models/training/
+    test_context_hard_negatives.py): both need labels beside right contexts."""
     from ctxsim.flows.config import ConfigError, load_config
     from ctxsim.tasks.train import TrainParams
 
-    assert "context_swap_share" not in TrainParams(objective="ctxsim-context").model_dump()
-    p = TrainParams(objective="ctxsim-context", context_swap_share=0.25)
-    assert p.model_dump()["context_swap_share"] == pytest.approx(0.25)
+    assert key not in TrainParams(objective="ctxsim-context").model_dump()
+    p = TrainParams(objective="ctxsim-context", **{key: 0.25})
+    assert p.model_dump()[key] == pytest.approx(0.25)
     for objective in ("ctxsim", "context", "joint"):
         with pytest.raises(ConfigError) as e:
-            load_config(
-                None,
-                [f"train.objective={objective}", "train.context_swap_share=0.25"],
-                stages=["train"],
-            )
-        assert "train.context_swap_share" in str(e.value) and "ctxsim-context" in str(e.value)
+            sets = [f"train.objective={objective}", f"train.{key}=0.25"]
+            load_config(None, sets, stages=["train"])
+        assert f"train.{key}" in str(e.value) and "ctxsim-context" in str(e.value)
+
+
+def spied_training(root, monkeypatch, **overrides) -> tuple[dict, list]:
+    """A ctxsim-context training of the fixture (4 steps, CoSENT): its metrics and the
+    multi-dataset sampler setting each call of ``training_args`` returned."""
+    from ctxsim.tasks.train import stage
+
+    samplers = []
+    training_args = stage.training_args
+
+    def spy(*args, **kw):
+        out = training_args(*args, **kw)
+        samplers.append(out.multi_dataset_batch_sampler)
+        return out
+
+    monkeypatch.setattr(stage, "training_args", spy)
+    kw = {"objective": "ctxsim-context", "loss": "cosent", "max_steps": 4} | overrides
+    art = train_on_context(root, **kw)
+    return json.loads((art.files_dir / "metrics.json").read_text()), samplers
 
 
 def test_the_swapped_contexts_join_the_right_contexts_of_a_training(tmp_path, monkeypatch):
     """The fixture's four pairs (all labels equal): the two questions swap their answers, the
     section's last sentence takes the cat question's answer, the STS sentence the dog's; the
     labels keep the share of the batches they had before the swaps (4 of 4 + 2)."""
-    from ctxsim.tasks.train import stage
-
-    shares = []
-
-    def spy(*args, **kw):
-        shares.append(args[7] if len(args) > 7 else kw.get("label_share"))
-        return training_args(*args, **kw)
-
-    training_args = stage.training_args
-    monkeypatch.setattr(stage, "training_args", spy)
-    art = train_on_context(
-        tmp_path,
-        objective="ctxsim-context",
-        loss="cosent",
-        max_steps=4,
-        context_swap_share=1.0,
-    )
-    info = json.loads((art.files_dir / "metrics.json").read_text())
+    info, samplers = spied_training(tmp_path, monkeypatch, context_swap_share=1.0)
     assert info["n_train_examples"] == 4 + 2 + 4  # labelled pairs, own contexts, swapped ones
-    assert shares == [pytest.approx(4 / 6)]
-    train_on_context(tmp_path / "plain", objective="ctxsim-context", loss="cosent", max_steps=2)
-    assert shares[1] is None  # no swaps: the library's proportional draw
+    assert samplers[0].shares == pytest.approx((4 / 6, 2 / 6))
+    spied_training(tmp_path / "plain", monkeypatch, max_steps=2)
+    assert samplers[-1] == "proportional"  # no swaps: the library's draw by the parts' sizes
 
 
 def test_the_objectives_share_reaches_the_trainer_unless_the_config_sets_one(tmp_path):
