@@ -66,9 +66,7 @@ class Examples:
     label_share: float | None = None
 
     def __len__(self) -> int:
-        if isinstance(self.data, dict):
-            return sum(len(d) for d in self.data.values())
-        return len(self.data)
+        return sum(self.part_sizes())
 
     def part_sizes(self) -> tuple[int, ...]:
         """Each dataset's rows, in the trainer's order (one entry for a single dataset)."""

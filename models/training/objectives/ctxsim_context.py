@@ -62,14 +62,15 @@ class CtxsimContextObjective(TrainObjective):
             "ctxsim": OBJECTIVES["ctxsim"].examples(pairs, oc),
             "context": right_context_examples(pairs, oc, pc),
         }
-        label_share = None
-        n_labels, n_contexts = len(parts["ctxsim"]), len(parts["context"])
-        if oc.params.context_swap_share > 0:
+        p = oc.params
+        label_share = None  # the library's draw by the parts' sizes
+        if p.context_swap_share > 0 or p.context_hard_negative_share > 0:
+            n_labels, n_contexts = len(parts["ctxsim"]), len(parts["context"])
+            label_share = n_labels / (n_labels + n_contexts)  # the draw before they join
+        if p.context_swap_share > 0:
             parts["context"] = with_swaps(parts["context"], pairs, oc, pc)
-            label_share = n_labels / (n_labels + n_contexts)  # the draw before the swaps joined
-        if oc.params.context_hard_negative_share > 0:
+        if p.context_hard_negative_share > 0:
             parts["hard"] = hard_negative_examples(pairs, oc, pc)
-            label_share = n_labels / (n_labels + n_contexts)  # the draw before they joined
         texts = [t for e in parts.values() for t in e.texts]
         data = DatasetDict({k: e.data for k, e in parts.items()})
         return Examples(data, texts, label_share=label_share)
@@ -136,9 +137,7 @@ def swapped_contexts(
     order (any entries past the pairs are ignored). A swapped positive is also its own
     sentence's: the two share a batch once or twice a run at the recipe's sizes (a false negative
     there), which is not worth a slower duplicate-free sampler."""
-    n = len(pairs)
-    top = np.argsort(-np.asarray(pairs.labels, dtype=np.float64), kind="stable")
-    top = np.sort(top[: int(round(share * n))])
+    top = share_by_label(pairs.labels, np.arange(len(pairs)), share, highest=True)
     anchors: list[str] = []
     positives: list[str] = []
     for i in top.tolist():
@@ -193,9 +192,7 @@ def hard_negatives(
     right context gives none. ``c1``/``c2`` are the pairs' right contexts in row order (entries
     past the pairs are ignored). An anchor of two such pairs may share a batch with itself (its
     positive a false negative), rare at the recipe's sizes, as with the swaps."""
-    rows = np.flatnonzero(mined)
-    labels = np.asarray(pairs.labels, dtype=np.float64)[rows]
-    low = np.sort(rows[np.argsort(labels, kind="stable")[: int(round(share * len(rows)))]])
+    low = share_by_label(pairs.labels, np.flatnonzero(mined), share, highest=False)
     out: dict[str, list[str]] = {"anchor": [], "positive": [], "negative": []}
     for i in low.tolist():
         a, b, ca, cb = pairs.s1[i], pairs.s2[i], c1[i], c2[i]
@@ -206,3 +203,11 @@ def hard_negatives(
             out["positive"].append(own)
             out["negative"].append(other)
     return out
+
+
+def share_by_label(labels: np.ndarray, rows: np.ndarray, share: float, highest: bool) -> np.ndarray:
+    """The ``share`` of ``rows`` with the highest (or lowest) labels, ties in row order, back in
+    row order."""
+    values = np.asarray(labels, dtype=np.float64)[rows]
+    order = np.argsort(-values if highest else values, kind="stable")
+    return np.sort(rows[order[: int(round(share * len(rows)))]])
