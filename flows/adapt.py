@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctxsim.models.errors import InputError
 from ctxsim.readers.corpus_shape import CorpusShape, detect_shape
@@ -368,9 +368,20 @@ def read_recipe(path: Path = RECIPE) -> tuple[dict[str, Any], AdaptRules]:
     rules_raw = raw.pop("adapt")
     try:
         rules = AdaptRules(**rules_raw)
-    except Exception as e:  # pydantic's ValidationError, summarised
-        raise InputError(f"{path}: adapt: {str(e).splitlines()[-1].strip()}") from None
+    except ValidationError as e:
+        raise InputError(f"{path}: {_rule_errors(e)}") from None
     return raw, rules
+
+
+def _rule_errors(err: ValidationError, sources: dict[str, str] | None = None) -> str:
+    """pydantic's errors as one line: each rule, what is wrong, and the --set that gave it."""
+    parts = []
+    for e in err.errors():
+        name = ".".join(str(x) for x in e["loc"])
+        msg = "unknown rule" if e["type"] == "extra_forbidden" else e["msg"]
+        origin = f"--set {sources[name]}: " if sources and name in sources else ""
+        parts.append(f"{origin}adapt.{name}: {msg.removeprefix('Value error, ')}")
+    return "; ".join(parts)
 
 
 def override_rules(rules: AdaptRules, overrides: list[str]) -> AdaptRules:
@@ -378,16 +389,17 @@ def override_rules(rules: AdaptRules, overrides: list[str]) -> AdaptRules:
     from ctxsim.flows.config import parse_override
 
     update: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for ov in overrides:
         key, value = parse_override(ov)
         name = key.removeprefix("adapt.")
         if name not in AdaptRules.model_fields:
             raise InputError(f"--set {ov}: the recipe has no rule adapt.{name}")
-        update[name] = value
+        update[name], sources[name] = value, ov
     try:
         return AdaptRules(**{**rules.model_dump(), **update})
-    except Exception as e:  # pydantic's ValidationError, summarised
-        raise InputError(f"--set: adapt: {str(e).splitlines()[-1].strip()}") from None
+    except ValidationError as e:
+        raise InputError(_rule_errors(e, sources)) from None
 
 
 def sizes(

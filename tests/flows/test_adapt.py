@@ -33,6 +33,21 @@ from tests.conftest import REPO, SAMPLE
 RECIPE = REPO / "configs" / "recipes" / "adapt.yaml"
 
 
+def test_a_bad_recipe_is_one_line_naming_the_file_and_the_rule(tmp_path) -> None:
+    path = tmp_path / "recipe.yaml"
+    with pytest.raises(InputError, match="does not exist"):
+        read_recipe(path)
+    path.write_text("train: {lr: 1.0e-5}\n")
+    with pytest.raises(InputError, match="needs an `adapt:` section"):
+        read_recipe(path)
+    path.write_text("adapt: {scorer_step_share: 2, nope: 1}\n")
+    with pytest.raises(InputError) as err:
+        read_recipe(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: adapt.scorer_step_share: Input should be less than")
+    assert "adapt.nope: unknown rule" in message and "\n" not in message
+
+
 def test_sizes_of_a_large_corpus_are_the_recipe_s_caps() -> None:
     rules = read_recipe(RECIPE)[1]
     q, ctx, steps, cpu, notes = sizes(2_600_000, rules, 32, 4, None)
@@ -143,7 +158,11 @@ def _corpus_words() -> list[str]:
         ([str(SAMPLE), "--budget-cpu-hours", "0.01"], "--budget-cpu-hours 0.01"),
         ([str(SAMPLE), "--set", "train.lr=-1"], "train.lr"),
         ([str(SAMPLE), "--set", "adapt.nope=1"], "no rule adapt.nope"),
-        ([str(SAMPLE), "--set", "adapt.scorer=mine"], "adapt: "),
+        ([str(SAMPLE), "--set", "adapt.scorer=mine"], "--set adapt.scorer=mine: adapt.scorer: "),
+        (
+            [str(SAMPLE), "--set", "adapt.scorer_step_share=2"],
+            "adapt.scorer_step_share: Input should be less than or equal to 1",
+        ),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(tmp_path, tiny_st, args, message) -> None:
