@@ -61,6 +61,13 @@ class AdaptRules(BaseModel):
         le=1,
         description="the in-domain scorer's training steps as a share of the recipe's",
     )
+    scorer_max_seq_length: int | None = Field(
+        None,
+        ge=8,
+        description="the in-domain scorer's train.max_seq_length (none: the recipe's): it "
+        "encodes the corpus's paragraphs at embed.max_seq_length, so it need not train on "
+        "longer right contexts than the student does",
+    )
     student: Literal["download", "scorer"] = Field(
         "download",
         description="where the recipe's training starts: the encoder as downloaded, or scorer: "
@@ -570,7 +577,9 @@ def seq_length_step_factor(length: int | None, measured_at: int, exponent: float
     right contexts is about the cap; economics' context step at 192 and 256 tokens took 1.65x
     and 2.21x its 128's (exponents 1.23, 1.14: bench/results/train_speed_context_tokens_econ.md),
     its whole scorer training at 192 1.53x (1.05), its student's 1.16x (0.37): the recipe's
-    exponents, 1.1 and 0.4, are the runs' (adapt_context_tokens_cost.md)."""
+    exponents, 1.1 and 0.4, are the runs' (adapt_context_tokens_cost.md). At 64 the scorer's
+    training took 0.52x and 0.57x on economics and MedQuAD, priced 0.47x
+    (adapt_scorer_tokens.md)."""
     if not measured_at or not length:
         return 1.0
     return (int(length) / measured_at) ** exponent
@@ -657,7 +666,7 @@ def adapt_config(
     plan.prices = StepPrices(rules, factor, model_layers(model), speed)
     plan.speed, plan.speed_note = speed, speed_note
     if rules.scorer == "in-domain":
-        plan.scorer = scorer_config(cfg, rules.scorer_step_share)
+        plan.scorer = scorer_config(cfg, rules.scorer_step_share, rules.scorer_max_seq_length)
         plan.student_from_scorer = rules.student == "scorer"
         if plan.student_from_scorer:  # it continues from the scorer: fewer steps of its own
             plan.steps = max(1, round(steps * rules.student_step_share))
@@ -693,19 +702,26 @@ def machine_speed(rules: AdaptRules, bf16: bool) -> tuple[float, str]:
 def priced_passes(rules: AdaptRules) -> float:
     """The trainings a run pays for, in passes over the labelled pairs at the recipe's step: the
     student's (a share of one when it continues from the scorer) and the in-domain scorer's,
-    whose steps (right contexts alone) cost ``cpu_s_per_context_step`` each."""
+    whose steps (right contexts alone) cost ``cpu_s_per_context_step`` each, priced at its own
+    token cap when the rules give it one."""
     if rules.scorer != "in-domain":
         return 1.0
     student = rules.student_step_share if rules.student == "scorer" else 1.0
     dearer = rules.cpu_s_per_context_step / rules.cpu_s_per_step if rules.cpu_s_per_step else 1.0
+    dearer *= seq_length_step_factor(
+        rules.scorer_max_seq_length, rules.cpu_step_seq_length, rules.cpu_context_step_seq_exponent
+    )
     return rules.scorer_step_share * dearer + student
 
 
-def scorer_config(cfg: dict[str, Any], step_share: float = 1.0) -> dict[str, Any]:
+def scorer_config(
+    cfg: dict[str, Any], step_share: float = 1.0, max_seq_length: int | None = None
+) -> dict[str, Any]:
     """The in-domain scorer's run: the recipe's shard, contexts, queries and pairs (shared with
     it), then train with the right-context objective alone for ``step_share`` of the recipe's
-    steps, its trained encoder then the recipe's contextual model. The objective reads the
-    pairs' sentences, not labels: no embed or label stage (the label stage's split, kept)."""
+    steps (right contexts cut at ``max_seq_length`` tokens when given), its trained encoder then
+    the recipe's contextual model. The objective reads the pairs' sentences, not labels: no
+    embed or label stage (the label stage's split, kept)."""
     scorer = copy.deepcopy(cfg)
     for section in ("evaluate", "embed", "label"):
         scorer.pop(section, None)
@@ -713,6 +729,8 @@ def scorer_config(cfg: dict[str, Any], step_share: float = 1.0) -> dict[str, Any
     if ratios is not None:
         scorer["train"]["split_ratios"] = list(ratios)
     scorer["train"]["objective"] = "context"
+    if max_seq_length is not None:
+        scorer["train"]["max_seq_length"] = int(max_seq_length)
     _set_steps(scorer["train"], max(1, round(int(scorer["train"]["max_steps"]) * step_share)))
     return scorer
 

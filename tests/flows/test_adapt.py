@@ -208,6 +208,7 @@ def _tiny_recipe(tmp_path: Path, encoder: Path) -> Path:
     raw = yaml.safe_load(RECIPE.read_text())
     raw["adapt"].update(max_queries=24, min_queries=5, max_context_sentences=24)
     raw["adapt"]["scorer"] = "download"  # one training (the in-domain tests set it)
+    raw["adapt"]["scorer_max_seq_length"] = None  # the tiny lengths below, for both trainings
     raw["run"].update(torch_threads=1, device="cpu", no_progress=True)
     for section in ("shard", "queries", "embed"):
         raw[section]["n_shards"] = 1
@@ -545,11 +546,54 @@ def test_the_in_domain_scorer_trains_its_share_of_the_recipes_steps_and_is_price
     # the recipe's: the scorer's share and the student's (continuing from it), the scorer's
     # steps priced at the dearer context step
     dearer = rules.cpu_s_per_context_step / rules.cpu_s_per_step
+    dearer *= (rules.scorer_max_seq_length / rules.cpu_step_seq_length) ** (
+        rules.cpu_context_step_seq_exponent
+    )
     assert priced_passes(rules) == pytest.approx(
         rules.scorer_step_share * dearer + rules.student_step_share
     )
     assert priced_passes(AdaptRules(scorer="in-domain", scorer_step_share=0.5)) == 1.5
     assert priced_passes(AdaptRules(scorer="download", student="scorer")) == 1.0
+
+
+def test_the_in_domain_scorer_trains_at_its_own_token_cap_and_is_priced_at_it(
+    tmp_path, tiny_st
+) -> None:
+    """adapt.scorer_max_seq_length cuts the scorer's right contexts, not the student's; a
+    --set on train reaches both trainings, one on scorer.train the scorer's alone."""
+    recipe = _in_domain_recipe(tmp_path, tiny_st)
+    root = str(tmp_path / "root")
+    same, short = (
+        adapt_config(
+            [str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe, rule_overrides=rules
+        )
+        for rules in ([], ["adapt.scorer_max_seq_length=16"])
+    )
+    assert same.scorer is not None and short.scorer is not None
+    cap = same.config["train"]["max_seq_length"]
+    assert same.scorer["train"]["max_seq_length"] == cap != 16
+    assert short.scorer["train"]["max_seq_length"] == 16
+    assert short.config["train"]["max_seq_length"] == cap  # the student keeps the recipe's
+    assert short.config["embed"]["model"] != same.config["embed"]["model"]  # another scorer
+    assert short.prices is not None
+    assert short.cpu_s < same.cpu_s  # the scorer's steps priced at the shorter cap
+    short.override(["scorer.train.max_seq_length=96"])
+    assert (short.scorer["train"]["max_seq_length"], short.config["train"]["max_seq_length"]) == (
+        96,
+        cap,
+    )
+    short.override(["train.max_seq_length=192"])
+    assert short.scorer["train"]["max_seq_length"] == short.config["train"]["max_seq_length"] == 192
+    # the budget's sizing prices the scorer's pass at its cap too
+    rules = AdaptRules(scorer="in-domain", scorer_step_share=1.0, cpu_step_seq_length=128)
+    capped = rules.model_copy(update={"scorer_max_seq_length": 64})
+    ratio = (64 / 128) ** rules.cpu_context_step_seq_exponent
+    assert priced_passes(capped) - 1 == pytest.approx((priced_passes(rules) - 1) * ratio)
+    with pytest.raises(InputError, match="max_seq_length=2: adapt.scorer_max_seq_length: "):
+        adapt_config(
+            [str(SAMPLE)], str(tiny_st), None, None, root, recipe=recipe,
+            rule_overrides=["adapt.scorer_max_seq_length=2"],
+        )  # fmt: skip
 
 
 def test_a_later_run_on_a_root_prices_the_evaluation_its_cache_spares(tmp_path, tiny_st) -> None:
