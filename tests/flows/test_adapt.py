@@ -53,6 +53,7 @@ def test_sizes_of_a_large_corpus_are_the_recipe_s_caps() -> None:
     q, ctx, steps, cpu, notes = sizes(2_600_000, rules, 32, 4, None)
     assert (q, ctx, steps) == (2000, 8000, 250)  # the recipe measured on MedQuAD and economics
     assert rules.scorer == "in-domain" and rules.scorer_step_share == 0.7
+    assert rules.scorer_max_seq_length == 64  # the units' length (embed.max_seq_length)
     assert notes == [] and cpu > 0
 
 
