@@ -376,19 +376,17 @@ def read_recipe(path: Path = RECIPE) -> tuple[dict[str, Any], AdaptRules]:
     try:
         rules = AdaptRules(**rules_raw)
     except ValidationError as e:
-        raise InputError(f"{path}: {_rule_errors(e)}") from None
+        raise InputError(_rule_errors(str(path), e)) from None
     return raw, rules
 
 
-def _rule_errors(err: ValidationError, sources: dict[str, str] | None = None) -> str:
-    """pydantic's errors as one line: each rule, what is wrong, and the --set that gave it."""
-    parts = []
-    for e in err.errors():
-        name = ".".join(str(x) for x in e["loc"])
-        msg = "unknown rule" if e["type"] == "extra_forbidden" else e["msg"]
-        origin = f"--set {sources[name]}: " if sources and name in sources else ""
-        parts.append(f"{origin}adapt.{name}: {msg.removeprefix('Value error, ')}")
-    return "; ".join(parts)
+def _rule_errors(
+    source: str, err: ValidationError, overridden: dict[str, str] | None = None
+) -> str:
+    """pydantic's errors as one line, each naming the rule and where it came from."""
+    from ctxsim.flows.config import error_lines
+
+    return "; ".join(error_lines(source, "adapt", err, overridden, unknown="unknown rule"))
 
 
 def override_rules(rules: AdaptRules, overrides: list[str]) -> AdaptRules:
@@ -396,17 +394,17 @@ def override_rules(rules: AdaptRules, overrides: list[str]) -> AdaptRules:
     from ctxsim.flows.config import parse_override
 
     update: dict[str, Any] = {}
-    sources: dict[str, str] = {}
+    overridden: dict[str, str] = {}
     for ov in overrides:
         key, value = parse_override(ov)
         name = key.removeprefix("adapt.")
         if name not in AdaptRules.model_fields:
             raise InputError(f"--set {ov}: the recipe has no rule adapt.{name}")
-        update[name], sources[name] = value, ov
+        update[name], overridden[f"adapt.{name}"] = value, ov
     try:
         return AdaptRules(**{**rules.model_dump(), **update})
     except ValidationError as e:
-        raise InputError(_rule_errors(e, sources)) from None
+        raise InputError(_rule_errors("--set", e, overridden)) from None
 
 
 def sizes(

@@ -119,13 +119,25 @@ def _format_error(
     source: str, section: str, err: ValidationError, overridden: dict[str, str] | None = None
 ) -> str:
     """One line per problem, naming where the value came from: the file, or the ``--set``."""
+    return "\n".join(error_lines(source, section, err, overridden))
+
+
+def error_lines(
+    source: str,
+    section: str,
+    err: ValidationError,
+    overridden: dict[str, str] | None = None,
+    unknown: str = "unknown key",
+) -> list[str]:
+    """Each of pydantic's problems as ``origin: section.key: what is wrong`` (origin: the
+    ``--set`` that gave the key, else ``source``)."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(x) for x in (section, *e["loc"]))
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        msg = unknown if e["type"] == "extra_forbidden" else e["msg"]
         msg = msg.removeprefix("Value error, ")
         lines.append(f"{_origin_of(loc, source, overridden or {})}: {loc}: {msg}")
-    return "\n".join(lines)
+    return lines
 
 
 def _origin_of(loc: str, source: str, overridden: dict[str, str]) -> str:
