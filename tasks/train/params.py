@@ -293,6 +293,14 @@ class TrainParams(StageParams):
             "(bench/results/train_speed_attention_medquad.md)."
         ),
     )
+    context_gradient: Literal["both", "sentence"] = Field(
+        "both",
+        description=(
+            "The right-context objective's gradient: both sides (sentence and right context) or "
+            "the sentence side alone, the right contexts (and hard negatives) encoded by the same "
+            "model without gradient: a context step skips the backward pass of its longest texts."
+        ),
+    )
     dropout_masks: Literal["auto", "torch", "bytes"] = Field(
         "torch",
         description=(
@@ -382,6 +390,7 @@ class TrainParams(StageParams):
         "context_swap_partners": "leads",
         "dropout_masks": "torch",
         "optimizer": "adamw_torch",
+        "context_gradient": "both",
     }
 
     def link(self, sections: dict[str, StageParams]) -> None:

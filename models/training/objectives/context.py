@@ -212,7 +212,7 @@ class ContextObjective(TrainObjective):
         return right_context_examples(pairs, oc, pair_contexts(pairs, oc))
 
     def loss(self, model: Any, oc: ObjectiveContext, backbone_path: str) -> Any:
-        return ranking_loss(model)
+        return ranking_loss(model, oc.params.context_gradient == "both")
 
 
 def right_context_examples(
