@@ -169,6 +169,13 @@ class AdaptRules(BaseModel):
         description="cost model: a training step's cost times this with its dropout masks drawn "
         "from bytes (train.dropout_masks: bytes, or auto on a CPU)",
     )
+    cpu_sentence_gradient_factor: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="cost model: a training step's cost times this with "
+        "train.context_gradient: sentence (the right contexts encoded without gradient)",
+    )
     cpu_step_seq_length: int = Field(
         0,
         ge=0,
@@ -549,6 +556,8 @@ class StepPrices:
             cost *= r.cpu_no_dropout_factor
         elif training_dropout_masks(str(train.get("dropout_masks", "torch")), "cpu") == "bytes":
             cost *= r.cpu_byte_masks_factor
+        if train.get("context_gradient") == "sentence":
+            cost *= r.cpu_sentence_gradient_factor
         frozen = frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
         power = r.cpu_context_step_seq_exponent if context else r.cpu_step_seq_exponent
         length = seq_length_step_factor(train.get("max_seq_length"), r.cpu_step_seq_length, power)

@@ -491,6 +491,12 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(
     assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * 4 / 6 * 0.75)
     plan.override(["train.dropout_masks=torch"])
     assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * 4 / 6)
+    plan.override(["train.context_gradient=sentence"])  # both trainings' steps
+    gradient = rules.cpu_sentence_gradient_factor
+    assert gradient < 1 and plan.cpu_s == pytest.approx(
+        plan.fixed_cpu_s + trainings * 4 / 6 * gradient
+    )
+    plan.override(["train.context_gradient=both"])
     plan.prices = priced
     plan.override(["train.freeze_layers=0", "train.dropout=0.1", "train.max_steps=1"])
     assert plan.cpu_s < before and plan.cpu_s == pytest.approx(
