@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from tests.models.training.test_context_objective import CORPUS, train_on_context
-from tests.models.training.tiny_training import cosines
+from tests.models.training.test_context_objective import own_answer_margin, train_on_context
 from tests.tasks.tiny_encoder import build_tiny_encoder
 
 TEXTS = [
@@ -72,10 +71,5 @@ def test_the_context_objective_trains_its_sentences_towards_their_contexts_witho
     art = train_on_context(tmp_path, context_gradient="sentence", max_steps=24)
     info = json.loads((art.files_dir / "metrics.json").read_text())
     assert info["objective"] == "context" and info["n_train_examples"] == 2
-    q = ["what is a cat ?", "what is a dog ?"]
-    own = [CORPUS[1][2], CORPUS[4][2]]
-
-    def margin(path):  # cos(question, its own answer) - cos(question, the other answer)
-        return float((cosines(path, q, own) - cosines(path, q, own[::-1])).mean())
-
+    margin = own_answer_margin
     assert margin(art.files_dir / "model") > margin(art.files_dir / "backbone") + 0.02

@@ -128,16 +128,18 @@ def train_on_context(root, query_sent=QUERY_SENT, **overrides):
     return run_stage_locally(resolve_stage(stage, params, run, store, deps))[0]
 
 
+def own_answer_margin(model_dir) -> float:
+    """cos(question, its own answer) - cos(question, the other answer), over the two questions."""
+    q = ["what is a cat ?", "what is a dog ?"]
+    own = [CORPUS[1][2], CORPUS[4][2]]
+    return float((cosines(model_dir, q, own) - cosines(model_dir, q, own[::-1])).mean())
+
+
 def test_context_objective_pulls_each_sentence_towards_its_own_next_sentence(tmp_path):
     art = train_on_context(tmp_path)
     info = json.loads((art.files_dir / "metrics.json").read_text())
     assert info["objective"] == "context" and info["n_train_examples"] == 2
-    q = ["what is a cat ?", "what is a dog ?"]
-    own = [CORPUS[1][2], CORPUS[4][2]]
-
-    def margin(path):  # cos(question, its own answer) - cos(question, the other answer)
-        return float((cosines(path, q, own) - cosines(path, q, own[::-1])).mean())
-
+    margin = own_answer_margin
     assert margin(art.files_dir / "model") > margin(art.files_dir / "backbone") + 0.02
 
 
@@ -207,12 +209,7 @@ def test_ctxsim_context_trains_on_the_labels_and_the_right_contexts_together(tmp
     info = json.loads((art.files_dir / "metrics.json").read_text())
     assert info["objective"] == "ctxsim-context"
     assert info["n_train_examples"] == 4 + 2  # the 4 labelled pairs and the 2 right contexts
-    q = ["what is a cat ?", "what is a dog ?"]
-    own = [CORPUS[1][2], CORPUS[4][2]]
-
-    def margin(path):
-        return float((cosines(path, q, own) - cosines(path, q, own[::-1])).mean())
-
+    margin = own_answer_margin
     assert margin(art.files_dir / "model") > margin(art.files_dir / "backbone")
 
 
