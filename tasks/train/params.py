@@ -298,7 +298,9 @@ class TrainParams(StageParams):
         description=(
             "The right-context objective's gradient: both sides (sentence and right context) or "
             "the sentence side alone, the right contexts (and hard negatives) encoded by the same "
-            "model without gradient: a context step skips the backward pass of its longest texts."
+            "model without gradient: a context step skips the backward pass of its longest texts "
+            "(measured: 0.7x the step, MedQuAD's QA -4.2 nDCG@10; "
+            "bench/results/adapt_context_gradient.md)."
         ),
     )
     dropout_masks: Literal["auto", "torch", "bytes"] = Field(
@@ -407,6 +409,15 @@ class TrainParams(StageParams):
             raise ValueError(
                 f"train.label_share: objective {self.objective} trains no labels beside another "
                 f"part (it applies to {', '.join(mixed)})"
+            )
+        if (
+            self.context_gradient != "both"
+            and self.objective != "context"
+            and "context" not in parts
+        ):
+            raise ValueError(
+                f"train.context_gradient: objective {self.objective} trains no right contexts (it "
+                "applies to context and ctxsim-context)"
             )
         for key in ("context_swap_share", "context_hard_negative_share"):
             if getattr(self, key) > 0 and parts != ("ctxsim", "context"):

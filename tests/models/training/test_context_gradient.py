@@ -65,9 +65,13 @@ def test_the_context_objective_trains_its_sentences_towards_their_contexts_witho
     from ctxsim.tasks.train import TrainParams
 
     assert "context_gradient" not in TrainParams().model_dump()
-    assert TrainParams(context_gradient="sentence").model_dump()["context_gradient"] == "sentence"
+    sentence = TrainParams(objective="context", context_gradient="sentence")
+    assert sentence.model_dump()["context_gradient"] == "sentence"
     with pytest.raises(ValueError, match="context_gradient"):
         TrainParams(context_gradient="contexts")
+    with pytest.raises(ValueError, match="objective simcse trains no right contexts"):
+        TrainParams(objective="simcse", context_gradient="sentence")
+    assert TrainParams(objective="ctxsim-context", context_gradient="sentence").context_gradient
     art = train_on_context(tmp_path, context_gradient="sentence", max_steps=24)
     info = json.loads((art.files_dir / "metrics.json").read_text())
     assert info["objective"] == "context" and info["n_train_examples"] == 2
