@@ -295,13 +295,8 @@ class TrainParams(StageParams):
     )
     context_gradient: Literal["both", "sentence"] = Field(
         "both",
-        description=(
-            "The right-context objective's gradient: both sides (sentence and right context) or "
-            "the sentence side alone, the right contexts (and hard negatives) encoded by the same "
-            "model without gradient: a context step skips the backward pass of its longest texts "
-            "(measured: 0.7x the step, MedQuAD's QA -4.2 nDCG@10; "
-            "bench/results/adapt_context_gradient.md)."
-        ),
+        description="The right-context objective's gradient: both sides, or the sentence's alone "
+        "(contexts encoded without it: 0.7x a step, MedQuAD's QA -4.2; adapt_context_gradient.md).",
     )
     dropout_masks: Literal["auto", "torch", "bytes"] = Field(
         "torch",
@@ -410,11 +405,7 @@ class TrainParams(StageParams):
                 f"train.label_share: objective {self.objective} trains no labels beside another "
                 f"part (it applies to {', '.join(mixed)})"
             )
-        if (
-            self.context_gradient != "both"
-            and self.objective != "context"
-            and "context" not in parts
-        ):
+        if self.context_gradient != "both" and "context" not in (self.objective, *parts):
             raise ValueError(
                 f"train.context_gradient: objective {self.objective} trains no right contexts (it "
                 "applies to context and ctxsim-context)"
