@@ -10,7 +10,6 @@ Adding one: a file in this package with a ``TrainObjective`` subclass decorated 
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -189,35 +188,15 @@ def pair_loss(loss: str, model: Any, params: Any) -> Any:
 
 def ranking_loss(model: Any, candidates_gradient: bool = True) -> Any:
     """MultipleNegativesRankingLoss at SimCSE's scale: the other examples of a batch are the
-    negatives. Without ``candidates_gradient`` the candidates (every column after the first)
-    are encoded with no gradient: the loss moves the anchors toward what the encoder makes of
-    them (``train.context_gradient: sentence``)."""
-    from sentence_transformers import losses
-
+    negatives. Without ``candidates_gradient`` the candidates are encoded with no gradient
+    (models/training/losses/anchor_gradient_loss.py)."""
     if candidates_gradient:
+        from sentence_transformers import losses
+
         return losses.MultipleNegativesRankingLoss(model, scale=SIMCSE_SCALE)
-    return anchor_gradient_loss_class()(model, scale=SIMCSE_SCALE)
+    from ctxsim.models.training.losses.anchor_gradient_loss import AnchorGradientRankingLoss
 
-
-@functools.cache
-def anchor_gradient_loss_class() -> type:
-    """The class, built on first use (torch and sentence-transformers load only then)."""
-    import torch
-    from sentence_transformers import losses
-
-    class AnchorGradientRankingLoss(losses.MultipleNegativesRankingLoss):
-        """MNRL whose candidates are encoded under ``torch.no_grad``: a step runs the backward
-        pass of the anchors alone (the model stays in training mode for both, dropout
-        included)."""
-
-        def forward(self, sentence_features: Any, labels: Any) -> Any:
-            features = list(sentence_features)
-            anchors = self.model(features[0])["sentence_embedding"]
-            with torch.no_grad():
-                rest = [self.model(f)["sentence_embedding"] for f in features[1:]]
-            return self.compute_loss_from_embeddings([anchors, *rest], labels)
-
-    return AnchorGradientRankingLoss
+    return AnchorGradientRankingLoss(model, scale=SIMCSE_SCALE)
 
 
 class LabelledObjective(TrainObjective):
