@@ -140,6 +140,12 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="an STS set scored beside them (STSb.dev; one training seed an arm), under --sts-dir",
     )
+    ap.add_argument(
+        "--resample-seeds",
+        action="store_true",
+        help="each A1,A2,..=B1,B2,.. interval also as a two-stage bootstrap (seeds, then items; "
+        "seed k of A paired with seed k of B): a second row, its vs marked 'seeds resampled'",
+    )
     ap.add_argument("--sts-dir", default=None, help="the STS sets' folder (default: ../sts)")
     ap.add_argument("--time", action="append", default=[], help="NAME=/usr/bin/time -v file")
     ap.add_argument("--agree", action="append", default=[], help="A=B: label agreement of A, B")
@@ -193,6 +199,9 @@ def main(argv: list[str] | None = None) -> None:
     for a, b in pairs:
         seeds_a, seeds_b = ([scores[x] for x in side.split(",")] for side in (a, b))
         ci_rows.append({"arm": a, "vs": b} | intervals(seeds_a, seeds_b, sets, args.resamples, 0))
+        if args.resample_seeds and len(seeds_a) > 1:
+            two_stage = intervals(seeds_a, seeds_b, sets, args.resamples, 0, resample_seeds=True)
+            ci_rows.append({"arm": a, "vs": f"{b} (seeds resampled)"} | two_stage)
     meta = {
         "command": "python -m bench.bench_adapt "
         + " ".join(sys.argv[1:] if argv is None else argv),

@@ -438,11 +438,36 @@ def seed_mean_pred(ev: Any, arms: Sequence[dict]) -> Any:
     raise ValueError(f"{ev.format}: no seed-averaged interval (QA and pairs only)")
 
 
+def seed_resampled_interval(
+    ev: Any, seeds_a: Sequence[dict], seeds_b: Sequence[dict], metric: str, n: int, seed: int
+) -> dict[str, float]:
+    """The interval of two systems' seed means with the seeds resampled too (seed k of A paired
+    with seed k of B, as their runs share seed k's queries, pairs and labels): the spread of the
+    training seeds enters the interval, not only that of the dev items."""
+    from ctxsim.models.evaluation import domain_metrics as D
+
+    if len(seeds_a) != len(seeds_b):
+        raise ValueError(f"seeds resampled in pairs: {len(seeds_a)} against {len(seeds_b)}")
+    if ev.format == "qa":
+        a, b = (np.stack([_pred(ev, arm)[metric] for arm in side]) for side in (seeds_a, seeds_b))
+        return D.seed_mean_diff_ci(a, b, n, 0.95, seed)
+    if ev.format == "pairs":
+        a, b = (np.stack([_pred(ev, arm) for arm in side]) for side in (seeds_a, seeds_b))
+        return D.ap_diff_ci(ev.data.labels, a, b, n, 0.95, seed, resample_rows=True)
+    raise ValueError(f"{ev.format}: no seed-resampled interval (QA and pairs only)")
+
+
 def intervals(
-    a: dict | Sequence[dict], b: dict | Sequence[dict], sets: Sequence, n: int, seed: int
+    a: dict | Sequence[dict],
+    b: dict | Sequence[dict],
+    sets: Sequence,
+    n: int,
+    seed: int,
+    resample_seeds: bool = False,
 ) -> dict[str, str]:
     """Paired intervals of arm ``a`` minus arm ``b`` on each set's ``INTERVAL`` metric; a list
-    of arms is one system's training seeds, compared by their mean (``seed_mean_pred``)."""
+    of arms is one system's training seeds, compared by their mean (``seed_mean_pred``), with
+    ``resample_seeds`` the seeds drawn again in each resample (``seed_resampled_interval``)."""
 
     def fmt(ci: dict) -> str:
         return f"{ci['delta']:+.2f} [{ci['ci_low']:+.2f}, {ci['ci_high']:+.2f}]"
@@ -455,8 +480,11 @@ def intervals(
         if ev.format == "sts" and max(len(seeds_a), len(seeds_b)) > 1:
             out[f"{ev.name}{suffix}"] = ""  # a Spearman has no per-item mean over seeds
             continue
-        pa, pb = seed_mean_pred(ev, seeds_a), seed_mean_pred(ev, seeds_b)
-        ci = ev.interval(pa, pb, metric, n, 0.95, seed)
+        if resample_seeds:
+            ci = seed_resampled_interval(ev, seeds_a, seeds_b, metric, n, seed)
+        else:
+            pa, pb = seed_mean_pred(ev, seeds_a), seed_mean_pred(ev, seeds_b)
+            ci = ev.interval(pa, pb, metric, n, 0.95, seed)
         out[f"{ev.name}{suffix}"] = fmt(ci)
     return out
 

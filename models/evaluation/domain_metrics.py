@@ -117,6 +117,30 @@ def mean_diff_ci(
     return _interval(float(d.mean()), ci.low, ci.high, confidence, n_resamples)
 
 
+def seed_mean_diff_ci(
+    a: np.ndarray,
+    b: np.ndarray,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Paired percentile bootstrap CI of the seed-mean difference of per-query metrics, with
+    ``a`` and ``b`` of shape (training seeds, queries), row k of ``a`` paired with row k of
+    ``b``: each resample draws the seeds and then the queries (a two-stage bootstrap), so
+    the interval holds the spread between trained models as well as between queries."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if d.ndim != 2:
+        raise ValueError(f"seeds x queries expected, got shape {d.shape}")
+    rng = np.random.default_rng(seed)
+    k, n = d.shape
+    deltas = np.empty(n_resamples)
+    for i in range(n_resamples):
+        deltas[i] = d[rng.integers(0, k, k)][:, rng.integers(0, n, n)].mean()
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(deltas, [alpha, 1 - alpha])
+    return _interval(float(d.mean()), lo, hi, confidence, n_resamples)
+
+
 def ap_diff_ci(
     labels: Sequence[int],
     a: Sequence[float],
@@ -124,16 +148,21 @@ def ap_diff_ci(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    resample_rows: bool = False,
 ) -> dict[str, float]:
     """Paired percentile bootstrap CI of ``AP(a) - AP(b)`` x100: pairs are resampled together;
     a resample holding one class only is drawn again. ``a`` and ``b`` may be 2-D (one row per
     training seed of a system): AP is then the mean of the rows' APs, as for a seed-averaged
-    figure, and each resample draws the same pairs for every row."""
+    figure, and each resample draws the same pairs for every row. With ``resample_rows`` each
+    resample also draws the rows (row k of ``a`` with row k of ``b``), so the interval holds the
+    spread between training seeds too, not only between pairs."""
     from sklearn.metrics import average_precision_score
 
     y = np.asarray(labels, dtype=np.int64)
     sa = np.atleast_2d(np.asarray(a, dtype=np.float64))
     sb = np.atleast_2d(np.asarray(b, dtype=np.float64))
+    if resample_rows and len(sa) != len(sb):
+        raise ValueError(f"seeds resampled in pairs: {len(sa)} rows against {len(sb)}")
 
     def mean_ap(yy: np.ndarray, rows: np.ndarray) -> float:
         return float(np.mean([average_precision_score(yy, r) for r in rows]))
@@ -150,7 +179,8 @@ def ap_diff_ci(
         yy = y[ix]
         if yy.min() == yy.max():
             continue
-        deltas[i] = (mean_ap(yy, sa[:, ix]) - mean_ap(yy, sb[:, ix])) * 100
+        seeds = rng.integers(0, len(sa), len(sa)) if resample_rows else slice(None)
+        deltas[i] = (mean_ap(yy, sa[seeds][:, ix]) - mean_ap(yy, sb[seeds][:, ix])) * 100
         i += 1
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(deltas, [alpha, 1 - alpha])

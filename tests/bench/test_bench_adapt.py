@@ -123,6 +123,7 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
             str(tmp_path / "cache"),
             "--resamples",
             "20",
+            "--resample-seeds",
             "--out-dir",
             str(out),
             "--name",
@@ -144,6 +145,9 @@ def test_arms_are_scored_and_paired_against_each_other_and_their_backbone(tmp_pa
     assert rows["A"]["STSb.dev spearman"] == rows[str(a)]["STSb.dev spearman"]
     assert cis[("A,B", "bee,mid")]["STSb.dev"] == "" and cis[("A,B", "bee,mid")]["x AP"]
     assert ("A", "B") in cis and ("B", str(a)) not in cis  # an arm meets its own backbone only
+    drawn = cis[("A,B", "bee,mid (seeds resampled)")]  # a second row, for seed groups only
+    assert drawn["x AP"].split(" [")[0] == cis[("A,B", "bee,mid")]["x AP"].split(" [")[0]
+    assert not any(vs.endswith("(seeds resampled)") for arm, vs in cis if arm != "A,B")
     assert ("A", "bee") in cis and ("B", "bee") not in cis and ("mid", "bee") in cis
     cost = {r["arm"]: r for r in doc["tables"]["cost"]}
     assert cost["A"]["all-in CPU-s"] == 12.0 and cost["A"]["train"] == 12.5

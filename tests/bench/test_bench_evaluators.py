@@ -117,3 +117,9 @@ def test_a_seed_averaged_interval_is_the_mean_of_each_seeds_figure():
         PAIRS.labels, np.stack([a1["pairs/med.pairs"]] * 2), b1["pairs/med.pairs"], 50
     )
     assert stacked == D.ap_diff_ci(PAIRS.labels, a1["pairs/med.pairs"], b1["pairs/med.pairs"], 50)
+    # the seeds drawn again in each resample: the same seed means, their spread in the interval
+    drawn = B.intervals([a1, a2], [b1, b2], sets, 50, 0, resample_seeds=True)
+    assert drawn["med.pairs AP"].startswith(f"{want_ap:+.2f} [")
+    assert drawn["med_qa nDCG@10"].startswith("+50.00 [")
+    with pytest.raises(ValueError, match="seeds resampled in pairs: 2 against 1"):
+        B.intervals([a1, a2], [b1], sets, 50, 0, resample_seeds=True)

@@ -267,3 +267,37 @@ def test_evaluate_in_bf16_runs_every_encoder_pass_in_bf16_where_the_cpu_has_the_
     assert got == pytest.approx(
         base["domain"]["retrieval"]["d_qa"]["surrogate"]["mrr_at_10"], abs=20
     )
+
+
+def test_a_seed_resampled_interval_holds_the_spread_between_trained_models():
+    """Three seeds that disagree (+2, -1, +0.5 over B) on quiet items: the items-only interval
+    of the seed means excludes 0, the two-stage one (seeds, then items) does not."""
+    rng = np.random.default_rng(0)
+    b = rng.normal(50.0, 10.0, (3, 400))
+    a = b + np.array([[2.0], [-1.0], [0.5]]) + rng.normal(0, 0.5, (3, 400))
+    items_only = D.mean_diff_ci(a.mean(0), b.mean(0), 300)
+    two_stage = D.seed_mean_diff_ci(a, b, 300)
+    assert two_stage["delta"] == pytest.approx(items_only["delta"])
+    assert items_only["ci_low"] > 0
+    assert two_stage["ci_low"] < 0 < two_stage["ci_high"]
+    # seeds that agree: the second stage adds next to nothing
+    same = D.seed_mean_diff_ci(np.stack([a[0]] * 3), np.stack([b[0]] * 3), 300)
+    alone = D.mean_diff_ci(a[0], b[0], 300)
+    width = alone["ci_high"] - alone["ci_low"]
+    assert same["ci_high"] - same["ci_low"] == pytest.approx(width, rel=0.3)
+    with pytest.raises(ValueError, match="seeds x queries"):
+        D.seed_mean_diff_ci(a[0], b[0], 10)
+
+
+def test_a_seed_resampled_ap_interval_draws_the_rows_in_pairs():
+    rng = np.random.default_rng(1)
+    labels = np.repeat([1, 0], 100)
+    b = np.stack([labels + rng.normal(0, 1.0, 200) for _ in range(3)])
+    # seed 0 of A much better than its B, seeds 1 and 2 slightly worse
+    a = np.stack([labels + rng.normal(0, s, 200) for s in (0.3, 1.2, 1.2)])
+    plain = D.ap_diff_ci(labels, a, b, 300, 0.95, 0)
+    drawn = D.ap_diff_ci(labels, a, b, 300, 0.95, 0, resample_rows=True)
+    assert drawn["delta"] == plain["delta"]
+    assert drawn["ci_high"] - drawn["ci_low"] > plain["ci_high"] - plain["ci_low"]
+    with pytest.raises(ValueError, match="3 rows against 2"):
+        D.ap_diff_ci(labels, a, b[:2], 10, resample_rows=True)
