@@ -183,6 +183,12 @@ class AdaptRules(BaseModel):
         "measured at; a run with another cap is priced by the two exponents below (0: not "
         "priced)",
     )
+    cpu_step_batch_size: int = Field(
+        0,
+        ge=0,
+        description="cost model: the train.batch_size the per-step figures were measured at; a "
+        "run with another batch is priced in proportion to its size (0: not priced)",
+    )
     cpu_step_seq_exponent: float = Field(
         0.0,
         ge=0,
@@ -561,7 +567,8 @@ class StepPrices:
         frozen = frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
         power = r.cpu_context_step_seq_exponent if context else r.cpu_step_seq_exponent
         length = seq_length_step_factor(train.get("max_seq_length"), r.cpu_step_seq_length, power)
-        return cost * frozen * length * self.speed
+        batch = batch_step_factor(train.get("batch_size"), r.cpu_step_batch_size)
+        return cost * frozen * length * batch * self.speed
 
     def training_cpu_s(self, train: dict[str, Any]) -> float:
         return int(train.get("max_steps") or 0) * self.step_cpu_s(train)
@@ -576,6 +583,15 @@ def frozen_step_share(frozen: int, layers: int | None) -> float:
         return 1.0
     frozen = min(frozen, layers)
     return (3 * (layers - frozen) + frozen) / (3 * layers)
+
+
+def batch_step_factor(batch: int | None, measured_at: int) -> float:
+    """A step's cost with ``batch`` texts a side against the batch the rules were measured at:
+    in proportion, as its tokens are (a step's fixed work, the optimizer's update of 22 M
+    weights, is a few percent of it)."""
+    if not measured_at or not batch:
+        return 1.0
+    return int(batch) / measured_at
 
 
 def seq_length_step_factor(length: int | None, measured_at: int, exponent: float) -> float:

@@ -453,7 +453,12 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(
     dropout and masks from bytes at their measured factors, a token cap by its measured power,
     bf16 steps at their factor on a CPU with the units (either CPU, whatever this one has);
     the written configs are headed by it."""
-    from ctxsim.flows.adapt import frozen_step_share, model_layers, seq_length_step_factor
+    from ctxsim.flows.adapt import (
+        batch_step_factor,
+        frozen_step_share,
+        model_layers,
+        seq_length_step_factor,
+    )
     from ctxsim.models import encoders
 
     monkeypatch.setattr(encoders, "bf16_available", lambda device: bf16_units)
@@ -472,6 +477,8 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(
     assert scorer["max_seq_length"] == student["max_seq_length"] == 32  # the tiny recipe's
     context_step *= seq_length_step_factor(32, 128, rules.cpu_context_step_seq_exponent)
     step *= seq_length_step_factor(32, 128, rules.cpu_step_seq_exponent)
+    assert rules.cpu_step_batch_size == 32 and student["batch_size"] == 8  # a quarter's work
+    context_step, step = context_step / 4, step / 4
     trainings = scorer["max_steps"] * context_step + student["max_steps"] * step
     assert scorer["dropout_masks"] == student["dropout_masks"] == "auto"  # bytes on a CPU
     masks = rules.cpu_byte_masks_factor
@@ -512,6 +519,9 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(
     )
     assert rules.cpu_context_step_seq_exponent > rules.cpu_step_seq_exponent > 0
     assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + context_256 + step_256)
+    plan.override(["train.batch_size=16"])  # twice the batch: twice a step's tokens
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + 2 * (context_256 + step_256))
+    assert batch_step_factor(16, 32) == 0.5 and batch_step_factor(16, 0) == 1.0
     assert seq_length_step_factor(192, 0, 1.2) == seq_length_step_factor(None, 128, 1.2) == 1.0
     assert seq_length_step_factor(256, 128, 1.2) == pytest.approx(2**1.2)
     assert frozen_step_share(2, None) == 1.0 and frozen_step_share(9, 6) == pytest.approx(1 / 3)
