@@ -587,8 +587,9 @@ def frozen_step_share(frozen: int, layers: int | None) -> float:
 
 def batch_step_factor(batch: int | None, measured_at: int) -> float:
     """A step's cost with ``batch`` texts a side against the batch the rules were measured at:
-    in proportion, as its tokens are (a step's fixed work, the optimizer's update of 22 M
-    weights, is a few percent of it)."""
+    in proportion, as its tokens are. Half the batch took 0.46-0.60x the trainings' CPU-s on
+    both fields (the step's fixed work, the optimizer's update, does not halve; the runs priced
+    within 6%: bench/results/adapt_batch16.md)."""
     if not measured_at or not batch:
         return 1.0
     return int(batch) / measured_at
