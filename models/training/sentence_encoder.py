@@ -75,6 +75,7 @@ def build_student(
     attention: str = "sdpa",
     freeze_layers: int = 0,
     dropout_masks: str = "torch",
+    unpad: bool | str = False,
 ):
     """The model a training run starts from: ``build_model`` without the card's Hub widget
     examples (they cost a pass over the data and print their own bar), its input embeddings
@@ -82,7 +83,9 @@ def build_student(
     (train.attention; auto: ``training_attention``; a runtime choice, not written into the
     saved config), its embeddings and lowest ``freeze_layers`` layers fixed (``freeze_bottom``),
     its dropout masks drawn as ``dropout_masks`` says (train.dropout_masks; auto:
-    ``training_dropout_masks``; bytes: models/training/dropout.py, also a runtime choice)."""
+    ``training_dropout_masks``; bytes: models/training/dropout.py, also a runtime choice), its
+    linear layers on real tokens only where ``training_unpad`` says (train.unpad;
+    models/training/unpadded.py, the same function and dropout draws, a runtime choice too)."""
     model = build_model(backbone_path, max_seq_length, device, dropout)
     model.model_card_data.generate_widget_examples = False
     if freeze_embeddings:
@@ -95,6 +98,10 @@ def build_student(
         from ctxsim.models.training.dropout import use_cheap_dropout
 
         use_cheap_dropout(model[0].auto_model)
+    if training_unpad(unpad, device, model[0].auto_model):
+        from ctxsim.models.training.unpadded import use_unpadded_layers
+
+        use_unpadded_layers(model[0].auto_model)
     return model
 
 
@@ -143,6 +150,18 @@ def training_dropout_masks(masks: str, device: str) -> str:
     if masks != "auto":
         return masks
     return "bytes" if str(device).startswith("cpu") else "torch"
+
+
+def training_unpad(unpad: bool | str, device: str, auto_model: Any) -> bool:
+    """train.unpad: true runs the encoder's linear layers on real tokens only (an error for a
+    backbone that is not BERT-shaped), false padded; ``auto`` is true on a CPU for a BERT-shaped
+    backbone, where the padding's arithmetic is a quarter to a third of a random batch's, and
+    false on a GPU, whose fused attention kernels want the padded shape."""
+    if unpad != "auto":
+        return bool(unpad)
+    from ctxsim.models.training.unpadded import unpaddable
+
+    return str(device).startswith("cpu") and unpaddable(auto_model)
 
 
 def forward(model: Any, texts: list[str]) -> dict[str, Any]:

@@ -49,9 +49,7 @@ class TrainParams(StageParams):
         1,
         ge=1,
         le=8,
-        description=(
-            "Objectives that read contexts: sentences after the centre taken as its context."
-        ),
+        description="Objectives reading contexts: sentences after the centre taken as its context.",
     )
     context_corpus_sentences: int = Field(
         0,
@@ -140,9 +138,7 @@ class TrainParams(StageParams):
     )
     train_splits: list[str] = Field(
         default_factory=lambda: ["train"],
-        description=(
-            "Label splits trained on (the label stage splits pairs into train, dev and test)."
-        ),
+        description="Label splits trained on (the label stage splits pairs into train/dev/test).",
     )
     split_ratios: list[float] = Field(
         default_factory=lambda: [98.0, 1.0, 1.0],
@@ -178,9 +174,7 @@ class TrainParams(StageParams):
     )
     epochs: float = Field(
         1.0,
-        description=(
-            "Passes over the training pairs (fractions allowed); max_steps > 0 overrides it."
-        ),
+        description="Passes over the training pairs (fractions allowed); max_steps > 0 overrides.",
     )
     max_steps: int = Field(
         30,
@@ -261,9 +255,7 @@ class TrainParams(StageParams):
     )
     freeze_embeddings: bool = Field(
         False,
-        description=(
-            "Keep the backbone's token embeddings fixed (fewer trained weights; for small data)."
-        ),
+        description="Keep the backbone's token embeddings fixed (fewer trained weights).",
     )
     freeze_layers: int = Field(
         0,
@@ -305,6 +297,14 @@ class TrainParams(StageParams):
             "random draw per element on CPU), or bytes, four 16-bit numbers from each 64-bit "
             "draw (the same keep probability to 1/65,536; models/training/dropout.py); auto "
             "(the adapt recipe's): bytes on CPU, torch on a GPU."
+        ),
+    )
+    unpad: bool | Literal["auto"] = Field(
+        False,
+        description=(
+            "Run the backbone's linear layers on real tokens only while training (the same "
+            "function and dropout draws; models/training/unpadded.py): true, false, or auto (the "
+            "adapt recipe's): true on a CPU for a BERT-shaped backbone, false on a GPU."
         ),
     )
     bf16: bool = Field(
@@ -388,6 +388,7 @@ class TrainParams(StageParams):
         "dropout_masks": "torch",
         "optimizer": "adamw_torch",
         "context_gradient": "both",
+        "unpad": False,
     }
 
     def link(self, sections: dict[str, StageParams]) -> None:

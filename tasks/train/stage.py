@@ -136,6 +136,7 @@ class TrainStage(Stage):
             p.attention,
             p.freeze_layers,
             p.dropout_masks,
+            p.unpad,
         )
         loss = objective.loss(model, oc, backbone_path) if objective.trains else None
         if objective.needs_dropout and not has_dropout(model):
