@@ -31,7 +31,7 @@ from typing import Any
 from bench.harness import run_artefacts, run_isolated, write_results
 
 #: arm -> (bf16, torch_compile, batches, attention kernel, dropout: None keeps the model's,
-#: lowest layers fixed, dropout masks)
+#: lowest layers fixed, dropout masks[, train.unpad])
 _BF16_EAGER = (True, False, "random", "eager")
 _FLOAT32 = (False, False, "random")
 ARMS = {
@@ -44,11 +44,26 @@ ARMS = {
         "bytes",
     ),
     "float32, sdpa attention, dropout masks from bytes": (*_FLOAT32, "sdpa", None, 0, "bytes"),
+    "float32, eager attention, dropout masks from bytes, unpadded": (
+        *_FLOAT32,
+        "eager",
+        None,
+        0,
+        "bytes",
+        True,
+    ),
     "bf16 eager (the default)": (True, False, "random", "sdpa", None, 0, "torch"),
     "bf16 + torch.compile": (True, True, "random", "sdpa", None, 0, "torch"),
     "bf16, length-grouped batches": (True, False, "length", "sdpa", None, 0, "torch"),
     "bf16, eager attention (the recipe's)": (*_BF16_EAGER, None, 0, "torch"),
     "bf16, eager attention, dropout masks from bytes": (*_BF16_EAGER, None, 0, "bytes"),
+    "bf16, eager attention, dropout masks from bytes, unpadded": (
+        *_BF16_EAGER,
+        None,
+        0,
+        "bytes",
+        True,
+    ),
     "bf16, eager attention, dropout masks from bytes, float32 probabilities (before)": (
         *_BF16_EAGER,
         None,
@@ -78,16 +93,22 @@ def context_examples(root: str, run: str, n: int, width: int, seed: int) -> dict
     return {"anchor": anchors, "positive": [c or "" for c in ctx]}
 
 
-def train_flops(batch: int, length: int, cfg: Any, frozen: int = 0) -> float:
+def train_flops(
+    batch: int, length: int, cfg: Any, frozen: int = 0, real: int | None = None
+) -> float:
     """FLOPs of one forward and backward of a BERT-shaped encoder over ``batch`` x ``length``
     tokens (padding included): 3x the forward's matmuls (projections, MLP, attention's two
     products) of a trained layer, 1x of each of the ``frozen`` lowest (no backward), less the
     input gradient of the first trained layer's query, key and value projections (its input
-    needs none); the embeddings' lookups and the pooling are not matmuls."""
+    needs none); the embeddings' lookups and the pooling are not matmuls. With ``real`` (an
+    unpadded stack's real tokens) the projections and MLP count those alone, the attention's
+    products still the padded shape."""
     d, ff, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-    per_layer = 2 * (4 * d * d + 2 * d * ff) + 4 * length * d
-    per_token = (3 * (layers - frozen) + frozen) * per_layer - (6 * d * d if frozen else 0)
-    return 1.0 * batch * length * per_token
+    weights = 2 * (4 * d * d + 2 * d * ff)
+    passes = 3 * (layers - frozen) + frozen
+    tokens = batch * length if real is None else real
+    linear = tokens * (passes * weights - (6 * d * d if frozen else 0))
+    return 1.0 * linear + batch * length * passes * 4 * length * d
 
 
 def matmul_rates(d: int, ff: int, threads: int) -> dict[str, float]:
@@ -130,6 +151,7 @@ def train_arm(
     frozen: int = 0,
     masks: str = "torch",
     max_seq_length: int = 128,
+    unpad: bool = False,
 ) -> dict[str, Any]:
     """One training in this (fresh) process: CPU-seconds after each step, the last loss, and
     the tokens the model was fed (padding included) and of them real."""
@@ -157,6 +179,7 @@ def train_arm(
         attention=attention,
         freeze_layers=frozen,
         dropout_masks="bytes" if float32_probs else masks,
+        unpad=unpad,
     )
     if float32_probs:
         _float32_probabilities()
@@ -168,9 +191,10 @@ def train_arm(
     def count(_module: Any, args: Any, kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is not None:
+            real = int((ids != pad).sum())
             fed["tokens"] += ids.numel()
-            fed["real"] += int((ids != pad).sum())
-            fed["flops"] += train_flops(*ids.shape, cfg, frozen)
+            fed["real"] += real
+            fed["flops"] += train_flops(*ids.shape, cfg, frozen, real if unpad else None)
 
     # the embeddings, not the model: sentence-transformers calls the model's forward directly
     st[0].auto_model.embeddings.register_forward_pre_hook(count, with_kwargs=True)
@@ -256,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     base = ref = None
     caps = a.max_seq_lengths or [128]
     for arm, cap in [(arm, cap) for arm in a.arms for cap in caps]:
-        bf16, comp, batches, attention, dropout, frozen, masks = ARMS[arm]
+        bf16, comp, batches, attention, dropout, frozen, masks, *unpad = ARMS[arm]
         res, peak, _ = run_isolated(
             train_arm,
             examples,
@@ -272,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
             frozen,
             masks,
             cap,
+            *unpad,
         )
         warm = statistics.median(res["per_step"][a.warmup :])
         first = sum(res["per_step"][: a.warmup])
@@ -309,8 +334,9 @@ def main(argv: list[str] | None = None) -> None:
         "examples": "the context objective's: a corpus sentence and its next 8 sentences, "
         f"cut at {', '.join(map(str, caps))} tokens",
         "matmul rate, GFLOP per CPU-s": {k: round(v / 1e9, 1) for k, v in rates.items()},
-        "FLOPs": "3x the forward's matmuls over the tokens fed, padding included, 1x for fixed "
-        "layers (train_flops); the share is against the arm's precision's matmul rate",
+        "FLOPs": "3x the forward's matmuls over the tokens fed, padding included (an unpadded "
+        "arm's projections and MLP over its real tokens only), 1x for fixed layers "
+        "(train_flops); the share is against the arm's precision's matmul rate",
     }
     write_results(a.name, rows, meta, a.out_dir)
 

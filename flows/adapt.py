@@ -169,6 +169,13 @@ class AdaptRules(BaseModel):
         description="cost model: a training step's cost times this with its dropout masks drawn "
         "from bytes (train.dropout_masks: bytes, or auto on a CPU)",
     )
+    cpu_unpad_factor: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="cost model: a training step's cost times this with its linear layers on "
+        "real tokens only (train.unpad: true, or auto on a CPU for a BERT-shaped encoder)",
+    )
     cpu_sentence_gradient_factor: float = Field(
         1.0,
         gt=0,
@@ -548,6 +555,8 @@ class StepPrices:
     layers: int | None = None
     #: this machine's CPU-s per the cost model's (``machine_speed``)
     speed: float = 1.0
+    #: the encoder's config ``model_type`` (train.unpad auto applies to "bert")
+    model_type: str | None = None
 
     def step_cpu_s(self, train: dict[str, Any]) -> float:
         from ctxsim.models.encoders import bf16_available
@@ -564,6 +573,9 @@ class StepPrices:
             cost *= r.cpu_byte_masks_factor
         if train.get("context_gradient") == "sentence":
             cost *= r.cpu_sentence_gradient_factor
+        unpad = train.get("unpad", False)
+        if unpad is True or (unpad == "auto" and self.model_type == "bert"):
+            cost *= r.cpu_unpad_factor
         frozen = frozen_step_share(int(train.get("freeze_layers") or 0), self.layers)
         power = r.cpu_context_step_seq_exponent if context else r.cpu_step_seq_exponent
         length = seq_length_step_factor(train.get("max_seq_length"), r.cpu_step_seq_length, power)
@@ -687,7 +699,8 @@ def adapt_config(
     plan.fixed_cpu_s = speed * fixed_cpu_s(
         shape.words_estimate, rules, factor, dev_items, bf16, eval_bf16, max_units
     )
-    plan.prices = StepPrices(rules, factor, model_layers(model), speed)
+    kind = _model_config(model).get("model_type")
+    plan.prices = StepPrices(rules, factor, model_layers(model), speed, kind)
     plan.speed, plan.speed_note = speed, speed_note
     if rules.scorer == "in-domain":
         plan.scorer = scorer_config(cfg, rules.scorer_step_share, rules.scorer_max_seq_length)

@@ -448,9 +448,9 @@ def test_the_cost_model_scales_with_the_encoder_and_the_dev_tasks() -> None:
 def test_the_printed_cost_follows_the_trainings_the_configs_hold(
     tmp_path, tiny_st, monkeypatch, bf16_units
 ) -> None:
-    """--set on a training (steps, fixed layers, dropout, its masks, its context cap) reprices
-    the plan: the scorer's steps at the dearer context step, a fixed layer at its FLOPs, no
-    dropout and masks from bytes at their measured factors, a token cap by its measured power,
+    """--set on a training (steps, fixed layers, dropout, its masks, unpadding, its context cap)
+    reprices the plan: the scorer's steps at the dearer context step, a fixed layer at its
+    FLOPs, no dropout, masks from bytes and a BERT's unpadded layers at their measured factors, a token cap by its measured power,
     bf16 steps at their factor on a CPU with the units (either CPU, whatever this one has);
     the written configs are headed by it."""
     from ctxsim.flows.adapt import (
@@ -481,8 +481,20 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(
     context_step, step = context_step / 4, step / 4
     trainings = scorer["max_steps"] * context_step + student["max_steps"] * step
     assert scorer["dropout_masks"] == student["dropout_masks"] == "auto"  # bytes on a CPU
+    assert scorer["unpad"] == student["unpad"] == "auto"  # real tokens only for a BERT on a CPU
+    assert plan.prices.model_type == "bert" and rules.cpu_unpad_factor < 1
+    plan.override(["train.unpad=false"])  # both trainings padded: the masks' factor alone
     masks = rules.cpu_byte_masks_factor
     assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * masks)
+    plan.override(["train.unpad=auto"])
+    assert plan.cpu_s == pytest.approx(
+        plan.fixed_cpu_s + trainings * masks * rules.cpu_unpad_factor
+    )
+    plan.prices = replace(plan.prices, model_type="mpnet")  # auto unpads a BERT only
+    plan.override(["train.unpad=auto"])
+    assert plan.cpu_s == pytest.approx(plan.fixed_cpu_s + trainings * masks)
+    plan.prices = replace(plan.prices, model_type="bert")
+    plan.override(["train.unpad=false"])
 
     before = plan.cpu_s
     plan.override(["train.freeze_layers=1"])  # both trainings: 1 of the tiny encoder's 2 fixed
