@@ -450,9 +450,9 @@ def test_the_printed_cost_follows_the_trainings_the_configs_hold(
 ) -> None:
     """--set on a training (steps, fixed layers, dropout, its masks, unpadding, its context cap)
     reprices the plan: the scorer's steps at the dearer context step, a fixed layer at its
-    FLOPs, no dropout, masks from bytes and a BERT's unpadded layers at their measured factors, a token cap by its measured power,
-    bf16 steps at their factor on a CPU with the units (either CPU, whatever this one has);
-    the written configs are headed by it."""
+    FLOPs, no dropout, masks from bytes and a BERT's unpadded layers at their measured factors,
+    a token cap by its measured power, bf16 steps at their factor on a CPU with the units
+    (either CPU, whatever this one has); the written configs are headed by it."""
     from ctxsim.flows.adapt import (
         batch_step_factor,
         frozen_step_share,
