@@ -23,6 +23,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import eager_attention_forward
 
 
 def unpaddable(auto_model: nn.Module) -> bool:
@@ -51,8 +54,6 @@ def use_unpadded_layers(auto_model: nn.Module) -> None:
         real = _real_tokens(attention_mask, hidden_states.shape[:2])
         if real is None or bool(real.all()):
             return padded_forward(hidden_states, attention_mask, **kw)
-        from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
-
         out = unpadded_stack(self, hidden_states, attention_mask, real)
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=out)
 
@@ -88,9 +89,6 @@ def _layer(
 ) -> torch.Tensor:
     """One BertLayer (self-attention, its output, the MLP) on packed rows ``x`` (tokens, hidden),
     in the order and with the dropout draws of ``BertLayer.forward``."""
-    from transformers.models.bert.modeling_bert import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.bert.modeling_bert import eager_attention_forward as eager
-
     sa, so = layer.attention.self, layer.attention.output
     d = x.shape[1]
 
@@ -99,7 +97,9 @@ def _layer(
         full = y.new_zeros(b * length, y.shape[1]).index_copy(0, rows, y)
         return full.view(b, length, -1, sa.attention_head_size).transpose(1, 2)
 
-    attend = ALL_ATTENTION_FUNCTIONS.get_interface(sa.config._attn_implementation, eager)
+    attend = ALL_ATTENTION_FUNCTIONS.get_interface(
+        sa.config._attn_implementation, eager_attention_forward
+    )
     context, _ = attend(
         sa,
         heads(sa.query),
