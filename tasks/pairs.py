@@ -187,6 +187,20 @@ class PairsParams(StageParams):
         return self
 
 
+def shortfall_note(name: str, short: int, wanted: int, p: PairsParams) -> str:
+    """One line saying that a source gave fewer pairs than its ratio asked for."""
+    why = (
+        f"a pair of mutual neighbours counts once; pairs.knn_k={p.knn_k} neighbours searched"
+        if name == "knn"
+        else f"too few shared contexts (pairs.max_pairs_per_context={p.max_pairs_per_context})"
+    )
+    key = "pairs.knn_k" if name == "knn" else "pairs.max_pairs_per_context"
+    return (
+        f"{short:,} of the {wanted:,} {name} pairs the ratios ask for were not found ({why}); "
+        f"random pairs fill them: raise {key} for the mix the ratios say"
+    )
+
+
 class PairsStage(Stage):
     name = "pairs"
     version = "3"  # 3: exact up to 150,000 queries, IVF probes 128 clusters, trained on 64/list
@@ -212,10 +226,11 @@ class PairsStage(Stage):
         p: PairsParams = ctx.params
         given_path = ctx.input("queries").files_dir / GIVEN_FILE
         mode = p.mode if p.mode != "auto" else ("given" if given_path.exists() else "mine")
+        wanted: dict[str, int] = {}
         if mode == "given":
             table = self._given(given_path)
         else:
-            table = self._mine(ctx, p)
+            table, wanted = self._mine(ctx, p)
         if table.num_rows == 0:
             raise InputError(
                 f"pairs: mode {mode!r} gave 0 pairs"
@@ -230,6 +245,11 @@ class PairsStage(Stage):
         stats: dict[str, Any] = {"pairs": table.num_rows, "mode": mode}
         for name in ("knn", "shared", "random", "given"):
             stats[f"pairs_{name}"] = int((src == name).sum())
+        for name in ("knn", "shared"):
+            short = wanted.get(name, 0) - stats[f"pairs_{name}"]
+            if short > 0:  # a shortfall is filled with random pairs (mix_pairs)
+                stats[f"pairs_{name}_short"] = short
+                ctx.logger.warning("pairs: %s", shortfall_note(name, short, wanted[name], p))
         return table, stats
 
     def _given(self, path: Any) -> pa.Table:
@@ -257,7 +277,8 @@ class PairsStage(Stage):
             schema=PAIRS_SCHEMA,
         )
 
-    def _mine(self, ctx: StageContext, p: PairsParams) -> pa.Table:
+    def _mine(self, ctx: StageContext, p: PairsParams) -> tuple[pa.Table, dict[str, int]]:
+        """The mined pairs and each source's quota (what the ratios asked for)."""
         rng = np.random.default_rng(ctx.run.seed)
         q = ctx.input("queries").read_table(["query_id", "text"])
         ids = q.column("query_id").to_numpy()
@@ -307,7 +328,7 @@ class PairsStage(Stage):
             )
         s1, s2, src = mix_pairs(cands, quotas, ids_k, rng)
         n = len(s1)
-        return pa.table(
+        table = pa.table(
             {
                 "pair_id": np.arange(n, dtype=np.int64),
                 "s1_query_id": s1,
@@ -319,6 +340,7 @@ class PairsStage(Stage):
             },
             schema=PAIRS_SCHEMA,
         )
+        return table, quotas
 
     def _embed(
         self, ctx: StageContext, p: PairsParams, texts: list[str], rng: np.random.Generator

@@ -295,3 +295,22 @@ def test_ivf_trains_on_train_per_list_rows_per_cluster() -> None:
     assert rows == [1280, 3000, 800]  # 64 * 20, min(n, 64 * 60), then 40 * 20
     exact, _ = knn_search(x, 3, flat_max=len(x))
     assert (small == exact).all()  # every cluster probed: exact whatever the training
+
+
+def test_pairs_stage_names_a_neighbour_shortfall(spine, tmp_path, caplog) -> None:
+    """Mutual neighbours count once, so 1 neighbour searched cannot give 3 a query: the stats
+    and a warning say how many random pairs stood in; enough neighbours say nothing."""
+    from ctxsim.store.artefacts import ArtefactStore
+    from ctxsim.tasks.pairs import PairsStage
+
+    store = ArtefactStore(tmp_path)
+    up = {"queries": spine["queries"], "shard": spine["shard"]}
+    mix = {"pairs_per_query": 4, "ratio_knn": 3, "ratio_shared": 0, "ratio_random": 1}
+    with caplog.at_level("WARNING"):
+        short = _run(PairsStage, {**mix, "knn_k": 1, "idf_sample": 500}, store, up).stats
+    wanted = round(short["pairs"] * 3 / 4)
+    assert short["pairs_knn_short"] == wanted - short["pairs_knn"] > 0
+    assert short["pairs_random"] == short["pairs"] - short["pairs_knn"]
+    assert "random pairs fill them: raise pairs.knn_k" in caplog.text
+    full = _run(PairsStage, {**mix, "knn_k": 8, "idf_sample": 500}, store, up).stats
+    assert "pairs_knn_short" not in full and full["pairs_knn"] == wanted
