@@ -3,7 +3,8 @@
 Variants (all-MiniLM-L6-v2 unless --model, units truncated at 64 tokens, batches of 64):
 
 * ``torch fp32``: ``models.encoders.encode`` in float32 (today's path without ``embed.bf16``);
-* ``torch bf16``: the same under bf16 autocast (``embed.bf16``, the recipe's default);
+* ``torch bf16``: the same under bf16 autocast (``embed.bf16``, the recipe's default; skipped
+  on a CPU without bf16 units, where autocast emulates it);
 * ``onnx fp32``: the transformer exported to ONNX (``torch.onnx.export``), ONNX Runtime's CPU
   provider with every graph optimisation, length-sorted batches, mean pooling as the model's;
 * ``onnx int8``: that graph with ONNX Runtime's dynamic int8 quantisation (``quantize_dynamic``).
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from scipy.stats import spearmanr
 
-    from ctxsim.models.encoders import encode, load_encoder
+    from ctxsim.models.encoders import bf16_available, encode, load_encoder
 
     torch.set_num_threads(1)
     texts = _units(args.root, args.units)
@@ -127,7 +128,9 @@ def main(argv: list[str] | None = None) -> None:
         print(name, f"{len(texts) / runs[name][1]:.1f} units/CPU-s", flush=True)
 
     timed("torch fp32", lambda t: encode(model, t, args.batch, bf16=False))
-    timed("torch bf16", lambda t: encode(model, t, args.batch, bf16=True))
+    bf16_units = bf16_available("cpu")
+    if bf16_units:  # without the units autocast emulates bf16, slower than float32
+        timed("torch bf16", lambda t: encode(model, t, args.batch, bf16=True))
     have_onnx = all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime"))
     if have_onnx:
         tok = model.tokenizer
@@ -159,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch": args.batch,
         "threads": 1,
         "onnx": "skipped (pip install onnx onnxruntime)" if not have_onnx else "measured",
+        "bf16": "measured" if bf16_units else "skipped (the CPU has no bf16 units)",
         "command": "python -m bench.bench_embed_backends " + " ".join(sys.argv[1:]),
     }
     md, js = write_results(args.name, rows, meta=meta, out_dir=args.out_dir)
