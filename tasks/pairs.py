@@ -247,9 +247,9 @@ class PairsStage(Stage):
             stats[f"pairs_{name}"] = int((src == name).sum())
         for name in ("knn", "shared"):
             short = wanted.get(name, 0) - stats[f"pairs_{name}"]
-            if short > 0:  # a shortfall is filled with random pairs (mix_pairs)
+            if short > 0:  # filled with random pairs (mix_pairs); the recipe's own mix is one
                 stats[f"pairs_{name}_short"] = short
-                ctx.logger.warning("pairs: %s", shortfall_note(name, short, wanted[name], p))
+                ctx.logger.info("pairs: %s", shortfall_note(name, short, wanted[name], p))
         return table, stats
 
     def _given(self, path: Any) -> pa.Table:
