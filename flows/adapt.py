@@ -236,7 +236,7 @@ STUDENT_ONLY = (
 SWAP_HINT = (
     "records with a lead text: --set train.context_swap_share=0.25 lets the labels pick "
     "answers as positives (MedQuAD's QA +3.4 nDCG@10, RQE +1.2 AP on three seeds; not the "
-    "default: a tie on economics, -0.2; docs/domain.md)"
+    "default: a tie on economics, -0.2; docs/adapt-measured.md)"
 )
 
 #: the plan's note for a corpus with no lead text (no question paired with its answer)
@@ -244,7 +244,7 @@ RETRIEVAL_HINT = (
     "no records pairing a question with its answer: if your task is question -> passage "
     "retrieval alone, --set train.objective=context drops the labels (on three such corpora "
     "they cost one retrieval task 0.5-0.9 nDCG@10 and bought pair tasks 0.2-0.9 AP; "
-    "docs/domain.md)"
+    "docs/adapt-measured.md)"
 )
 
 
@@ -492,8 +492,8 @@ def sizes(
         notes.append(
             f"a small corpus ({words:,} words): {queries} queries and few context units; "
             "measured, about 100,000 words of a field kept its own dev gains and about 50,000 "
-            "gained under 1 point, interval spanning 0 (docs/domain.md): check it on your own "
-            "dev task (--eval-dir)"
+            "gained under 1 point, interval spanning 0 (docs/adapt-measured.md): check it on "
+            "your own dev task (--eval-dir)"
         )
     return queries, ctx, steps, cpu, notes
 

@@ -1,11 +1,11 @@
 """Dropout whose random masks cost less on a CPU: the same Bernoulli keep-mask distribution as
 ``torch.nn.functional.dropout``, drawn from the bits of 64-bit random words.
 
-Why: on CPU torch draws dropout's mask one element at a time (``bernoulli_``), and in the
-recipe's bf16 training step that is about a third of the step (docs/domain.md, "On a CPU with
-AMX"). Here each 64-bit draw of torch's generator gives four 16-bit numbers, each kept when at
-or above ``round(p * 65536)``: a drop probability exact to 1/65,536 (0.1 is 0.100006), seeded,
-saved and restored with torch's own generator state, so a run and its resume draw alike.
+Why: on CPU torch draws dropout's mask one element at a time (``bernoulli_``), and in the recipe's
+bf16 training step that is about a third of the step (docs/adapt-measured.md, "On a CPU with AMX").
+Here each 64-bit draw of torch's generator gives four 16-bit numbers, each kept when at or above
+``round(p * 65536)``: a drop probability exact to 1/65,536 (0.1 is 0.100006), seeded, saved and
+restored with torch's own generator state, so a run and its resume draw alike.
 
 ``use_cheap_dropout`` puts it into a training backbone: every ``nn.Dropout`` module becomes a
 ``CheapDropout`` of the same ``p``, and a BERT-shaped backbone with eager attention runs

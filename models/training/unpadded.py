@@ -1,15 +1,15 @@
 """A BERT encoder stack that runs its linear layers on real tokens only: the same function as
 the padded stack, and the same dropout draws, without the padding's arithmetic.
 
-Why: a training batch pads every text to its batch's longest, and the recipe's random batches
-of right contexts are 68-75% real tokens (docs/domain.md, "length-grouped batches"). Grouping by
-length recovers that but changes which texts share a batch, the right-context objective's
-negatives, and cost economics' QA task; this keeps the batches and drops the padding instead.
-Per layer the query, key, value, output and MLP projections, the layer norms and the dropout run
-on a ``(real tokens, hidden)`` matrix; only the attention's two products, a few percent of a
-layer's work at 128 tokens, see the padded ``(batch, heads, length, head)`` shape again, through
-the backbone's own attention function and mask. Padding rows of the output are zeros (the mean
-pooling weighs them by the attention mask, which is 0 there).
+Why: a training batch pads every text to its batch's longest, and the recipe's random batches of
+right contexts are 68-75% real tokens (docs/adapt-measured.md, "length-grouped batches"). Grouping
+by length recovers that but changes which texts share a batch, the right-context objective's
+negatives, and cost economics' QA task; this keeps the batches and drops the padding instead. Per
+layer the query, key, value, output and MLP projections, the layer norms and the dropout run on a
+``(real tokens, hidden)`` matrix; only the attention's two products, a few percent of a layer's work
+at 128 tokens, see the padded ``(batch, heads, length, head)`` shape again, through the backbone's
+own attention function and mask. Padding rows of the output are zeros (the mean pooling weighs them
+by the attention mask, which is 0 there).
 
 The dropout masks are drawn at the padded shape, in the padded stack's order, and the real rows
 kept: the same random stream, so a run trains on the same draws as the padded stack and a
