@@ -39,9 +39,8 @@ SAMPLE_BYTES = 1 << 20
 #: field names read as a lead text, by preference (the first one present that varies per
 #: record): a question the record's text answers, put before it
 LEAD_NAMES = ("question", "query")
-#: field names read as a heading: found and named, but not put before the text (a heading as the
-#: lead measured below no lead on the economics dev task: docs/adapt-measured.md); --lead-field
-#: puts it
+#: field names read as a heading: found and named, not put before the text (a heading as the lead
+#: measured below no lead on economics' dev task: docs/adapt-measured.md); --lead-field puts it
 HEADING_NAMES = ("heading", "header", "subject", "title")
 #: field names read as the document id, then as the section id, by preference
 DOC_NAMES = ("doc", "doc_id", "document", "document_id", "url", "source_id", "book")
